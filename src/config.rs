@@ -1,0 +1,326 @@
+//! One `Config` for the whole service: defaults < `geoshard.toml` < `GEOSHARD_*` environment
+//! < command-line flags.
+//!
+//! Every bound the service enforces (body size, queues, caches, connections) is a setting
+//! here, with its default and its reason. The file and the environment go through the same
+//! `set(key, text)` function, so a setting has one spelling and one parser: `data_dir` in the
+//! file is `GEOSHARD_DATA_DIR` in the environment.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("unknown setting {0:?}")]
+    UnknownKey(String),
+    #[error("setting {key}: {message}")]
+    BadValue { key: String, message: String },
+    #[error("cannot read config file {path}: {message}")]
+    File { path: String, message: String },
+}
+
+/// The settings of a running service.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Where the redb store lives; created if missing.
+    pub data_dir: PathBuf,
+    /// The address the HTTP server binds; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Largest request body accepted; larger is a 413. Bounds memory per request.
+    pub max_body_bytes: u64,
+    /// Open connections served at once; further accepts wait. Bounds memory and tasks.
+    pub max_connections: usize,
+    /// The authentication realm of the Digest and Basic challenges.
+    pub realm: String,
+    /// How long a Digest nonce stays fresh; after it, the client gets `stale=true`.
+    pub nonce_ttl_secs: u64,
+    /// Most Digest nonces tracked for replay checks; the oldest are dropped past it.
+    pub nonce_capacity: usize,
+    /// Most writes one group commit takes; bounds the writer's batch memory.
+    pub commit_batch_max: usize,
+    /// Writes waiting for the writer; a full queue makes writers wait (back-pressure).
+    pub write_queue: usize,
+    /// Spatial shards per index; defaults to the core count.
+    pub shards: usize,
+    /// H3 resolution of the cells that map features to shards.
+    pub h3_resolution: u8,
+    /// Largest page of features a query returns (`maxRecordCount`).
+    pub max_record_count: usize,
+    /// Keep a trace record of every flow run, not only of failed ones.
+    pub flow_tracing: bool,
+    /// A project directory deployed when the server starts.
+    pub project: Option<PathBuf>,
+    /// JavaScript contexts kept warm for flow plugins.
+    pub js_pool_size: usize,
+    /// CPU time one flow run may take in its plugins.
+    pub js_time_limit_ms: u64,
+    /// Heap one JavaScript context may use.
+    pub js_memory_limit_bytes: usize,
+    /// Seconds in-flight requests get to finish at shutdown.
+    pub shutdown_grace_secs: u64,
+    /// The `tracing` filter, e.g. `info` or `geoshard=debug`.
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("./geoshard-data"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8011)),
+            max_body_bytes: 64 * 1024 * 1024,
+            max_connections: 4096,
+            realm: "public".to_string(),
+            nonce_ttl_secs: 300,
+            nonce_capacity: 100_000,
+            commit_batch_max: 2048,
+            write_queue: 16_384,
+            shards: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            h3_resolution: 3,
+            max_record_count: 5000,
+            flow_tracing: false,
+            project: None,
+            js_pool_size: std::thread::available_parallelism()
+                .map(|n| n.get() * 2)
+                .unwrap_or(4),
+            js_time_limit_ms: 1000,
+            js_memory_limit_bytes: 64 * 1024 * 1024,
+            shutdown_grace_secs: 30,
+            log: "info".to_string(),
+        }
+    }
+}
+
+/// The setting names, as written in the file (`GEOSHARD_` + uppercase in the environment).
+pub const KEYS: &[&str] = &[
+    "data_dir",
+    "listen",
+    "max_body_bytes",
+    "max_connections",
+    "realm",
+    "nonce_ttl_secs",
+    "nonce_capacity",
+    "commit_batch_max",
+    "write_queue",
+    "shards",
+    "h3_resolution",
+    "max_record_count",
+    "flow_tracing",
+    "project",
+    "js_pool_size",
+    "js_time_limit_ms",
+    "js_memory_limit_bytes",
+    "shutdown_grace_secs",
+    "log",
+];
+
+fn parse<T: std::str::FromStr>(key: &str, text: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    text.trim().parse::<T>().map_err(|e| ConfigError::BadValue {
+        key: key.to_string(),
+        message: format!("{text:?}: {e}"),
+    })
+}
+
+fn positive(key: &str, n: usize) -> Result<usize, ConfigError> {
+    if n == 0 {
+        return Err(ConfigError::BadValue {
+            key: key.to_string(),
+            message: "must be at least 1".to_string(),
+        });
+    }
+    Ok(n)
+}
+
+impl Config {
+    /// Set one setting from its text form. The file and the environment both land here.
+    pub fn set(&mut self, key: &str, text: &str) -> Result<(), ConfigError> {
+        match key {
+            "data_dir" => self.data_dir = PathBuf::from(text),
+            "listen" => self.listen = parse(key, text)?,
+            "max_body_bytes" => self.max_body_bytes = parse(key, text)?,
+            "max_connections" => self.max_connections = positive(key, parse(key, text)?)?,
+            "realm" => self.realm = text.to_string(),
+            "nonce_ttl_secs" => self.nonce_ttl_secs = parse(key, text)?,
+            "nonce_capacity" => self.nonce_capacity = positive(key, parse(key, text)?)?,
+            "commit_batch_max" => self.commit_batch_max = positive(key, parse(key, text)?)?,
+            "write_queue" => self.write_queue = positive(key, parse(key, text)?)?,
+            "shards" => self.shards = positive(key, parse(key, text)?)?,
+            "h3_resolution" => {
+                let r: u8 = parse(key, text)?;
+                if r > 15 {
+                    return Err(ConfigError::BadValue {
+                        key: key.to_string(),
+                        message: format!("{r} is not an H3 resolution (0..=15)"),
+                    });
+                }
+                self.h3_resolution = r;
+            }
+            "max_record_count" => self.max_record_count = positive(key, parse(key, text)?)?,
+            "flow_tracing" => self.flow_tracing = parse_bool(key, text)?,
+            "project" => {
+                self.project = if text.is_empty() {
+                    None
+                } else {
+                    Some(PathBuf::from(text))
+                }
+            }
+            "js_pool_size" => self.js_pool_size = positive(key, parse(key, text)?)?,
+            "js_time_limit_ms" => self.js_time_limit_ms = parse(key, text)?,
+            "js_memory_limit_bytes" => self.js_memory_limit_bytes = parse(key, text)?,
+            "shutdown_grace_secs" => self.shutdown_grace_secs = parse(key, text)?,
+            "log" => self.log = text.to_string(),
+            _ => return Err(ConfigError::UnknownKey(key.to_string())),
+        }
+        Ok(())
+    }
+
+    /// Apply a TOML file: a flat table of the keys in [`KEYS`].
+    pub fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        self.apply_toml(&text).map_err(|e| match e {
+            ConfigError::File { message, .. } => ConfigError::File {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    pub fn apply_toml(&mut self, text: &str) -> Result<(), ConfigError> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::File {
+            path: String::new(),
+            message: e.to_string(),
+        })?;
+        for (key, value) in table {
+            let text = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                other => {
+                    return Err(ConfigError::BadValue {
+                        key,
+                        message: format!("unsupported value {other}"),
+                    });
+                }
+            };
+            self.set(&key, &text)?;
+        }
+        Ok(())
+    }
+
+    /// Apply `GEOSHARD_<KEY>` variables from an environment (an iterator so tests need not
+    /// touch the process environment). Unknown `GEOSHARD_` names are errors, so a typo is
+    /// not silently ignored.
+    pub fn apply_env(
+        &mut self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(), ConfigError> {
+        for (name, value) in vars {
+            let Some(key) = name.strip_prefix("GEOSHARD_") else {
+                continue;
+            };
+            let key = key.to_ascii_lowercase();
+            if key == "config" {
+                continue; // names the file itself; read before everything else
+            }
+            self.set(&key, &value)?;
+        }
+        Ok(())
+    }
+}
+
+fn parse_bool(key: &str, text: &str) -> Result<bool, ConfigError> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        other => Err(ConfigError::BadValue {
+            key: key.to_string(),
+            message: format!("{other:?} is not a boolean"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precedence_file_then_env() {
+        let mut c = Config::default();
+        c.apply_toml("listen = \"0.0.0.0:9000\"\nshards = 4\nflow_tracing = true\n")
+            .unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.shards, 4);
+        assert!(c.flow_tracing);
+        c.apply_env([
+            ("GEOSHARD_SHARDS".to_string(), "8".to_string()),
+            ("PATH".to_string(), "/bin".to_string()),
+        ])
+        .unwrap();
+        assert_eq!(c.shards, 8);
+        assert_eq!(c.listen.port(), 9000);
+    }
+
+    #[test]
+    fn every_key_is_settable() {
+        let samples = [
+            ("data_dir", "/tmp/x"),
+            ("listen", "127.0.0.1:0"),
+            ("max_body_bytes", "10"),
+            ("max_connections", "3"),
+            ("realm", "r"),
+            ("nonce_ttl_secs", "5"),
+            ("nonce_capacity", "5"),
+            ("commit_batch_max", "5"),
+            ("write_queue", "5"),
+            ("shards", "3"),
+            ("h3_resolution", "5"),
+            ("max_record_count", "10"),
+            ("flow_tracing", "on"),
+            ("project", "/p"),
+            ("js_pool_size", "2"),
+            ("js_time_limit_ms", "5"),
+            ("js_memory_limit_bytes", "1000000"),
+            ("shutdown_grace_secs", "1"),
+            ("log", "debug"),
+        ];
+        assert_eq!(samples.len(), KEYS.len());
+        let mut c = Config::default();
+        for (k, v) in samples {
+            assert!(KEYS.contains(&k));
+            c.set(k, v).unwrap();
+        }
+        assert_eq!(c.h3_resolution, 5);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let mut c = Config::default();
+        assert_eq!(
+            c.set("nope", "1"),
+            Err(ConfigError::UnknownKey("nope".into()))
+        );
+        assert!(matches!(
+            c.set("shards", "0"),
+            Err(ConfigError::BadValue { .. })
+        ));
+        assert!(matches!(
+            c.set("h3_resolution", "16"),
+            Err(ConfigError::BadValue { .. })
+        ));
+        assert!(matches!(
+            c.apply_env([("GEOSHARD_SHARDZ".into(), "1".into())]),
+            Err(ConfigError::UnknownKey(_))
+        ));
+    }
+}

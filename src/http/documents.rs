@@ -1,0 +1,329 @@
+//! `/v1/documents`: write, read and delete one document (REFERENCE §2).
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue, LOCATION};
+
+use super::response::{self, Resp};
+use super::router::Ctx;
+use super::{App, read_body, require_any};
+use crate::acl::{Capability, Permissions, Role};
+use crate::error::{ApiError, ErrorCode};
+use crate::store::{Document, Format, Op, Outcome, PutDocument, content};
+
+/// Bodies above this are checked off the async threads.
+const INLINE_CHECK_BYTES: usize = 256 * 1024;
+/// Longest document URI accepted.
+const MAX_URI_BYTES: usize = 4096;
+
+pub(super) async fn put(app: &App, ctx: &Ctx, body: Incoming) -> Result<Resp, ApiError> {
+    require_any(&ctx.caller, &[Role::RestWriter, Role::Admin])?;
+    ctx.params.only(&ctx.path, |k| {
+        matches!(k, "uri" | "collection" | "format" | "transform")
+            || k.starts_with("perm:")
+            || k.starts_with("trans:")
+    })?;
+    let uri = document_uri(ctx)?;
+    let format = decide_format(ctx, &uri)?;
+    let collections = ctx
+        .params
+        .has("collection")
+        .then(|| ctx.params.all("collection").map(str::to_string).collect());
+    let permissions = parse_permissions(ctx)?;
+    if let Some(transform) = ctx.params.get("transform") {
+        return Err(ApiError::new(
+            ErrorCode::InvalidParam,
+            format!("unknown transform: {transform}"),
+        ));
+    }
+    let body = read_body(app, &ctx.headers, body).await?;
+    check_content(format, body.clone()).await?;
+
+    let op = Op::PutDocument(PutDocument {
+        uri: uri.clone(),
+        content: body,
+        format,
+        collections,
+        permissions,
+        default_permissions: Permissions::document_default(),
+    });
+    let outcomes = app.store.write(&ctx.caller, vec![op]).await?;
+    Ok(written(&uri, outcomes.first().copied()))
+}
+
+/// 201 with `Location` for a new document, 204 for a replaced one.
+pub(super) fn written(uri: &str, outcome: Option<Outcome>) -> Resp {
+    match outcome {
+        Some(Outcome::Created) => {
+            let mut r = response::empty(201);
+            let location = format!(
+                "/v1/documents?uri={}",
+                form_urlencoded::byte_serialize(uri.as_bytes()).collect::<String>()
+            );
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                r.headers_mut().insert(LOCATION, v);
+            }
+            r
+        }
+        _ => response::empty(204),
+    }
+}
+
+pub(super) fn document_uri(ctx: &Ctx) -> Result<String, ApiError> {
+    let uri = ctx.params.required("uri")?;
+    if uri.len() > MAX_URI_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::InvalidParam,
+            format!("uri is longer than {MAX_URI_BYTES} bytes"),
+        ));
+    }
+    Ok(uri.to_string())
+}
+
+/// JSON and XML bodies must parse; big ones are checked on the blocking pool.
+pub(super) async fn check_content(format: Format, body: Bytes) -> Result<(), ApiError> {
+    let result = if body.len() > INLINE_CHECK_BYTES {
+        tokio::task::spawn_blocking(move || content::check(format, &body))
+            .await
+            .map_err(|_| ApiError::new(ErrorCode::Internal, "content check failed"))?
+    } else {
+        content::check(format, &body)
+    };
+    result.map_err(|e| {
+        let code = match e.format {
+            Format::Xml => ErrorCode::XmlDoc,
+            Format::Json | Format::Text | Format::Binary => ErrorCode::JsonDoc,
+        };
+        ApiError::new(code, e.message)
+    })
+}
+
+/// `format=` wins; then the Content-Type; then the URI's extension; else binary.
+pub(super) fn decide_format(ctx: &Ctx, uri: &str) -> Result<Format, ApiError> {
+    if let Some(f) = ctx.params.get("format") {
+        return Format::parse(f).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidParam,
+                format!("format {f:?} is not one of json, xml, text, binary"),
+            )
+        });
+    }
+    let mime = ctx
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default();
+    if let Some(f) = format_of_mime(&mime)? {
+        return Ok(f);
+    }
+    Ok(format_of_extension(uri))
+}
+
+fn format_of_mime(mime: &str) -> Result<Option<Format>, ApiError> {
+    Ok(match mime {
+        "" => None,
+        "application/json" | "text/json" => Some(Format::Json),
+        "application/xml" | "text/xml" => Some(Format::Xml),
+        m if m.ends_with("+json") => Some(Format::Json),
+        m if m.ends_with("+xml") => Some(Format::Xml),
+        m if m.starts_with("text/") => Some(Format::Text),
+        m if m.starts_with("multipart/") => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidMimeType,
+                format!("a single document cannot be {m}"),
+            ));
+        }
+        "application/octet-stream" => Some(Format::Binary),
+        _ => None,
+    })
+}
+
+fn format_of_extension(uri: &str) -> Format {
+    let ext = uri
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "json" => Format::Json,
+        "xml" | "xsd" | "xsl" | "xslt" => Format::Xml,
+        "txt" | "csv" | "text" | "sjs" | "js" | "xqy" | "md" => Format::Text,
+        _ => Format::Binary,
+    }
+}
+
+/// `perm:ROLE=CAP`, repeatable. `None` when none given.
+pub(super) fn parse_permissions(ctx: &Ctx) -> Result<Option<Permissions>, ApiError> {
+    let mut perms = Permissions::new();
+    let mut any = false;
+    for (role, cap) in ctx.params.prefixed("perm:") {
+        let r = Role::parse(role).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidParam,
+                format!("Role {role} does not exist"),
+            )
+        })?;
+        let c = Capability::parse(cap).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidParam,
+                format!("capability {cap:?} is not one of read, update, insert, execute"),
+            )
+        })?;
+        perms.grant(r, c);
+        any = true;
+    }
+    Ok(any.then_some(perms))
+}
+
+pub(super) async fn get(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
+    require_any(&ctx.caller, &[Role::RestReader, Role::Admin])?;
+    ctx.params
+        .only(&ctx.path, |k| matches!(k, "uri" | "category" | "format"))?;
+    let uri = document_uri(ctx)?;
+    let category = ctx.params.get("category").unwrap_or("content");
+    if !matches!(
+        category,
+        "content" | "metadata" | "collections" | "permissions"
+    ) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidParam,
+            format!(
+                "category {category:?} is not one of content, metadata, collections, permissions"
+            ),
+        ));
+    }
+    let store = app.store.clone();
+    let caller = ctx.caller.clone();
+    let lookup = uri.clone();
+    let doc = tokio::task::spawn_blocking(move || store.get(&caller, &lookup))
+        .await
+        .map_err(|_| ApiError::new(ErrorCode::Internal, "document read failed"))??;
+    let Some(doc) = doc else {
+        return Err(ApiError::new(
+            ErrorCode::NoDocument,
+            format!("Resource or document does not exist: category: {category} message: {uri}"),
+        ));
+    };
+    if category != "content" {
+        return Ok(response::json_value(200, &metadata_json(&doc, category)));
+    }
+    let wants_multipart = ctx
+        .headers
+        .get(ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("multipart/mixed"));
+    if wants_multipart {
+        return Ok(multipart(&doc));
+    }
+    let mut r = response::with_body(200, doc.format.mime_type(), doc.content.clone());
+    r.headers_mut().insert(
+        "vnd.marklogic.document-format",
+        HeaderValue::from_static(doc.format.name()),
+    );
+    Ok(r)
+}
+
+fn permissions_json(perms: &Permissions) -> serde_json::Value {
+    let mut by_role: Vec<(Role, Vec<&str>)> = Vec::new();
+    for (role, cap) in perms.pairs() {
+        match by_role.last_mut() {
+            Some((r, caps)) if *r == role => caps.push(cap.name()),
+            _ => by_role.push((role, vec![cap.name()])),
+        }
+    }
+    serde_json::Value::Array(
+        by_role
+            .into_iter()
+            .map(|(r, caps)| serde_json::json!({"role-name": r.name(), "capabilities": caps}))
+            .collect(),
+    )
+}
+
+fn metadata_json(doc: &Document, category: &str) -> serde_json::Value {
+    match category {
+        "collections" => serde_json::json!({ "collections": doc.collections }),
+        "permissions" => serde_json::json!({ "permissions": permissions_json(&doc.permissions) }),
+        _ => serde_json::json!({
+            "collections": doc.collections,
+            "permissions": permissions_json(&doc.permissions),
+            "properties": {},
+            "quality": 0,
+            "metadataValues": {},
+        }),
+    }
+}
+
+/// The `Accept: multipart/mixed` form: one content part.
+fn multipart(doc: &Document) -> Resp {
+    let boundary = format!("geoshard-{}", uuid::Uuid::new_v4().simple());
+    let mut body = Vec::with_capacity(doc.content.len() + 256);
+    body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+    body.extend_from_slice(format!("Content-Type: {}\r\n", doc.format.mime_type()).as_bytes());
+    body.extend_from_slice(
+        format!(
+            "Content-Disposition: attachment; filename=\"{}\"; category=content; format={}\r\n",
+            doc.uri.replace('"', "%22"),
+            doc.format.name()
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(format!("Content-Length: {}\r\n\r\n", doc.content.len()).as_bytes());
+    body.extend_from_slice(&doc.content);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    response::with_body(200, &format!("multipart/mixed; boundary={boundary}"), body)
+}
+
+pub(super) async fn delete(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
+    require_any(&ctx.caller, &[Role::RestWriter, Role::Admin])?;
+    ctx.params.only(&ctx.path, |k| k == "uri")?;
+    let uri = document_uri(ctx)?;
+    app.store
+        .write(&ctx.caller, vec![Op::DeleteDocument { uri }])
+        .await?;
+    Ok(response::empty(204))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mime_and_extension_guesses() {
+        assert_eq!(
+            format_of_mime("application/json").unwrap(),
+            Some(Format::Json)
+        );
+        assert_eq!(
+            format_of_mime("application/geo+json").unwrap(),
+            Some(Format::Json)
+        );
+        assert_eq!(format_of_mime("text/xml").unwrap(), Some(Format::Xml));
+        assert_eq!(format_of_mime("text/csv").unwrap(), Some(Format::Text));
+        assert_eq!(format_of_mime("image/png").unwrap(), None);
+        assert!(format_of_mime("multipart/mixed").is_err());
+        assert_eq!(format_of_extension("/a/b.JSON"), Format::Json);
+        assert_eq!(format_of_extension("/a/b.xml"), Format::Xml);
+        assert_eq!(format_of_extension("/a/b"), Format::Binary);
+    }
+
+    #[test]
+    fn permissions_group_by_role() {
+        let mut p = Permissions::new();
+        p.grant(Role::GeoReader, Capability::Read);
+        p.grant(Role::GeoWriter, Capability::Update);
+        p.grant(Role::GeoWriter, Capability::Read);
+        assert_eq!(
+            permissions_json(&p),
+            serde_json::json!([
+                {"role-name": "geo-data-services-reader", "capabilities": ["read"]},
+                {"role-name": "geo-data-services-writer", "capabilities": ["read", "update"]},
+            ])
+        );
+    }
+}

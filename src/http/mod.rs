@@ -1,0 +1,226 @@
+//! The only module that knows hyper: the accept loop, connection limits, graceful shutdown,
+//! authentication at the edge, routing by method and path, and one file per endpoint family.
+//!
+//! Handlers turn requests into calls on the domain layers (`store`, `security`, `features`,
+//! `flow`) and their results into responses. Every error leaves as an `errorResponse` body;
+//! a panic in a handler becomes a 500, never a dropped connection.
+
+mod documents;
+mod manage;
+pub mod params;
+pub mod response;
+mod router;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::CONTENT_LENGTH;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::acl::{Caller, Role};
+use crate::config::Config;
+use crate::error::{ApiError, ErrorCode};
+use crate::security::Security;
+use crate::store::{Store, StoreOptions};
+
+/// Everything a request handler can reach. One per running service.
+pub struct App {
+    pub config: Config,
+    pub store: Arc<Store>,
+    pub security: Security,
+    /// For `/health`.
+    pub started: Instant,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Security(#[from] crate::security::SecurityError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+impl App {
+    /// Open the store in the configured data directory and load the users.
+    pub fn open(config: Config) -> Result<Arc<App>, StartError> {
+        let store = Arc::new(Store::open(
+            &config.data_dir,
+            StoreOptions {
+                commit_batch_max: config.commit_batch_max,
+                write_queue: config.write_queue,
+            },
+        )?);
+        let security = Security::open(
+            &store,
+            &config.realm,
+            config.nonce_ttl_secs,
+            config.nonce_capacity,
+        )?;
+        Ok(Arc::new(App {
+            config,
+            store,
+            security,
+            started: Instant::now(),
+        }))
+    }
+}
+
+/// A bound, not yet serving, HTTP server.
+pub struct Server {
+    listener: TcpListener,
+    app: Arc<App>,
+}
+
+impl Server {
+    pub async fn bind(app: Arc<App>) -> Result<Server, StartError> {
+        let addr = app.config.listen;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Listen { addr, source })?;
+        Ok(Server { listener, app })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or(self.app.config.listen)
+    }
+
+    /// Serve until `shutdown` resolves; then stop accepting, let in-flight requests finish
+    /// (up to the grace period), and commit and close the store.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Server { listener, app } = self;
+        let graceful = GracefulShutdown::new();
+        let permits = Arc::new(Semaphore::new(app.config.max_connections));
+        tokio::pin!(shutdown);
+        loop {
+            let permit = tokio::select! {
+                _ = &mut shutdown => break,
+                p = permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let (stream, peer) = tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Usually EMFILE: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let app = app.clone();
+            let service = service_fn(move |req| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(handle(app, req).await) }
+            });
+            let conn = http1::Builder::new()
+                .keep_alive(true)
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(60))
+                .serve_connection(TokioIo::new(stream), service);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                drop(permit);
+            });
+        }
+        drop(listener);
+        tracing::info!("shutting down: finishing in-flight requests");
+        let grace = Duration::from_secs(app.config.shutdown_grace_secs);
+        if tokio::time::timeout(grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("grace period over; closing remaining connections");
+        }
+        app.store.shutdown().await;
+        tracing::info!("stopped");
+    }
+}
+
+async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> response::Resp {
+    match std::panic::AssertUnwindSafe(router::dispatch(&app, req))
+        .catch_unwind()
+        .await
+    {
+        Ok(resp) => resp,
+        Err(_) => {
+            tracing::error!("request handler panicked");
+            response::error(&ApiError::new(
+                ErrorCode::Internal,
+                "internal error while handling the request",
+            ))
+        }
+    }
+}
+
+/// Read a request body, refusing anything above the configured limit with a 413.
+pub(crate) async fn read_body(
+    app: &App,
+    headers: &hyper::HeaderMap,
+    body: Incoming,
+) -> Result<Bytes, ApiError> {
+    let limit = app.config.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("request body is larger than the limit of {limit} bytes"),
+        )
+    };
+    if let Some(len) = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && len > limit
+    {
+        return Err(too_large());
+    }
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("cannot read the request body: {e}"),
+        )),
+    }
+}
+
+/// A 403 unless the caller holds one of `roles`.
+pub(crate) fn require_any(caller: &Caller, roles: &[Role]) -> Result<(), ApiError> {
+    if roles.iter().any(|r| caller.has(*r)) {
+        return Ok(());
+    }
+    let names: Vec<&str> = roles.iter().map(|r| r.name()).collect();
+    Err(ApiError::new(
+        ErrorCode::SecPriv,
+        format!(
+            "user {} needs one of the roles: {}",
+            caller.name(),
+            names.join(", ")
+        ),
+    ))
+}

@@ -1,0 +1,60 @@
+//! Building responses: JSON, empty, errors in the contract's format, and the 401 challenge.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use hyper::{Response, StatusCode};
+
+use crate::error::ApiError;
+
+pub type Resp = Response<Full<Bytes>>;
+
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+fn status(code: u16) -> StatusCode {
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+pub fn json_bytes(code: u16, body: impl Into<Bytes>) -> Resp {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status(code);
+    r.headers_mut().insert(CONTENT_TYPE, JSON);
+    r
+}
+
+pub fn json_value(code: u16, value: &serde_json::Value) -> Resp {
+    json_bytes(code, serde_json::to_vec(value).unwrap_or_default())
+}
+
+pub fn empty(code: u16) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = status(code);
+    r
+}
+
+pub fn with_body(code: u16, content_type: &str, body: impl Into<Bytes>) -> Resp {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status(code);
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+pub fn error(e: &ApiError) -> Resp {
+    json_bytes(e.status(), e.to_body())
+}
+
+/// 401 with both challenges (Digest first) and the body REFERENCE §6 shows.
+pub fn unauthorized(challenges: &[String; 2]) -> Resp {
+    let mut r = json_bytes(
+        401,
+        &br#"{"errorResponse":{"statusCode":401,"status":"Unauthorized","message":"401 Unauthorized"}}"#[..],
+    );
+    for c in challenges {
+        if let Ok(v) = HeaderValue::from_str(c) {
+            r.headers_mut().append(WWW_AUTHENTICATE, v);
+        }
+    }
+    r
+}

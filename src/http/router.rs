@@ -1,0 +1,200 @@
+//! Routing: a plain match on path, then on method. Authentication comes first for every path
+//! but `/health`, so an anonymous client learns nothing about what exists.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, AUTHORIZATION, HeaderValue};
+use hyper::{Method, Request};
+
+use super::params::Params;
+use super::response::{self, Resp};
+use super::{App, documents, manage};
+use crate::acl::Caller;
+use crate::error::{ApiError, ErrorCode};
+use crate::security::AuthOutcome;
+
+/// The endpoint families, by path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    Health,
+    Ping,
+    Documents,
+    Users,
+    User(String),
+    UserProperties(String),
+    NotFound,
+}
+
+impl Route {
+    fn of(path: &str) -> Route {
+        match path {
+            "/health" => Route::Health,
+            "/v1/ping" => Route::Ping,
+            "/v1/documents" => Route::Documents,
+            "/manage/v2/users" => Route::Users,
+            _ => {
+                if let Some(rest) = path.strip_prefix("/manage/v2/users/") {
+                    let decode = |s: &str| {
+                        form_urlencoded::parse(format!("n={s}").as_bytes())
+                            .next()
+                            .map(|(_, v)| v.into_owned())
+                            .unwrap_or_default()
+                    };
+                    if let Some(name) = rest.strip_suffix("/properties") {
+                        if !name.is_empty() && !name.contains('/') {
+                            return Route::UserProperties(decode(name));
+                        }
+                    } else if !rest.is_empty() && !rest.contains('/') {
+                        return Route::User(decode(rest));
+                    }
+                }
+                Route::NotFound
+            }
+        }
+    }
+
+    fn methods(&self) -> &'static [Method] {
+        match self {
+            Route::Health => &[Method::GET, Method::HEAD],
+            Route::Ping => &[Method::GET, Method::HEAD],
+            Route::Documents => &[Method::GET, Method::PUT, Method::DELETE],
+            Route::Users => &[Method::GET, Method::POST],
+            Route::User(_) => &[Method::GET, Method::DELETE],
+            Route::UserProperties(_) => &[Method::GET, Method::PUT],
+            Route::NotFound => &[],
+        }
+    }
+}
+
+/// What every handler gets besides the body.
+pub(crate) struct Ctx {
+    pub caller: Caller,
+    pub params: Params,
+    pub headers: hyper::HeaderMap,
+    pub path: String,
+}
+
+pub(super) async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Resp {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let route = Route::of(&path);
+    if route == Route::Health {
+        return match parts.method {
+            Method::GET | Method::HEAD => health(app),
+            _ => method_not_allowed(&route, &parts.method, &path),
+        };
+    }
+
+    let target = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or(&path);
+    let header = parts
+        .headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let caller = match app
+        .security
+        .authenticate(parts.method.as_str(), target, header)
+    {
+        AuthOutcome::Authenticated(c) => c,
+        AuthOutcome::Challenge { stale } => {
+            return response::unauthorized(&app.security.challenges(stale));
+        }
+    };
+
+    if route == Route::NotFound {
+        return response::error(&ApiError::new(
+            ErrorCode::UnknownEndpoint,
+            format!("no endpoint at {path}"),
+        ));
+    }
+    if !route.methods().contains(&parts.method) {
+        return method_not_allowed(&route, &parts.method, &path);
+    }
+
+    let ctx = Ctx {
+        caller,
+        params: Params::parse(parts.uri.query()),
+        headers: parts.headers,
+        path,
+    };
+    let method = parts.method;
+    let result = match route {
+        Route::Health | Route::NotFound => unreachable_route(),
+        Route::Ping => Ok(response::empty(204)),
+        Route::Documents => match method {
+            Method::PUT => documents::put(app, &ctx, body).await,
+            Method::DELETE => documents::delete(app, &ctx).await,
+            _ => documents::get(app, &ctx).await,
+        },
+        Route::Users => match method {
+            Method::POST => manage::create_user(app, &ctx, body).await,
+            _ => manage::list_users(app, &ctx),
+        },
+        Route::User(name) => match method {
+            Method::DELETE => manage::delete_user(app, &ctx, &name).await,
+            _ => manage::get_user(app, &ctx, &name),
+        },
+        Route::UserProperties(name) => match method {
+            Method::PUT => manage::update_user(app, &ctx, &name, body).await,
+            _ => manage::get_user(app, &ctx, &name),
+        },
+    };
+    result.unwrap_or_else(|e| {
+        if e.status() >= 500 {
+            tracing::error!(code = e.code.message_code(), message = %e.message, "request failed");
+        }
+        response::error(&e)
+    })
+}
+
+fn unreachable_route() -> Result<Resp, ApiError> {
+    Err(ApiError::new(ErrorCode::Internal, "routing error"))
+}
+
+fn method_not_allowed(route: &Route, method: &Method, path: &str) -> Resp {
+    let allowed: Vec<&str> = route.methods().iter().map(|m| m.as_str()).collect();
+    let mut r = response::error(&ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        format!("endpoint {path} does not support method {method}"),
+    ));
+    if let Ok(v) = HeaderValue::from_str(&allowed.join(", ")) {
+        r.headers_mut().insert(ALLOW, v);
+    }
+    r
+}
+
+fn health(app: &App) -> Resp {
+    use std::sync::atomic::Ordering::Relaxed;
+    let stats = app.store.stats();
+    response::json_value(
+        200,
+        &serde_json::json!({
+            "status": "ok",
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptimeSecs": app.started.elapsed().as_secs(),
+            "commits": stats.commits.load(Relaxed),
+            "writes": stats.writes.load(Relaxed),
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(Route::of("/v1/documents"), Route::Documents);
+        assert_eq!(Route::of("/manage/v2/users/ann"), Route::User("ann".into()));
+        assert_eq!(
+            Route::of("/manage/v2/users/a%20b/properties"),
+            Route::UserProperties("a b".into())
+        );
+        assert_eq!(Route::of("/manage/v2/users/a/b"), Route::NotFound);
+        assert_eq!(Route::of("/v1/documentsx"), Route::NotFound);
+    }
+}

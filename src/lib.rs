@@ -1,0 +1,29 @@
+//! geoshard: a sharded spatial engine behind a document and feature-service REST contract.
+//!
+//! # Layout
+//!
+//! Arrows point one way: `http` -> `features`/`flow`/`security` -> `store`/`spatial`.
+//!
+//! - [`config`]: one `Config`, defaults < file < `GEOSHARD_*` environment < flags.
+//! - [`error`]: the contract's error codes and their HTTP statuses, in one table.
+//! - [`acl`]: roles, capabilities, document permissions, the authenticated `Caller`.
+//! - [`store`]: the durable redb document store with group commit; permission checks on
+//!   every read and write.
+//! - [`security`]: users, Digest and Basic verification; no HTTP types.
+//! - [`http`]: the hyper front end, the only module that knows HTTP.
+//! - [`service`]: starting and stopping the whole service (serve, demo).
+
+#![forbid(unsafe_code)]
+
+pub mod acl;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod security;
+pub mod service;
+pub mod store;
+
+/// mimalloc for every binary, test and bench that links the crate: the request path
+/// allocates small short-lived buffers, where it beats the system allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,0 +1,219 @@
+//! The `geoshard` command: serve, demo, user administration.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use geoshard::config::{Config, ConfigError};
+use geoshard::service;
+use geoshard::store::{Store, StoreOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "geoshard",
+    version,
+    about = "A sharded spatial engine with a feature-service REST API"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server.
+    Serve(ServeArgs),
+    /// Run the server on a fresh temporary data directory with a demo user.
+    Demo {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8011")]
+        listen: String,
+    },
+    /// Offline user administration on a stopped server's data directory.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Data directory (default ./geoshard-data).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on (default 127.0.0.1:8011).
+    #[arg(long)]
+    listen: Option<String>,
+    /// A TOML file of settings (see README).
+    #[arg(long, env = "GEOSHARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// A project directory to deploy at start.
+    #[arg(long)]
+    project: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Add a user, or replace its password and roles if it exists.
+    Add {
+        #[arg(long, default_value = "./geoshard-data")]
+        data_dir: PathBuf,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        password: String,
+        /// A role; repeat for several.
+        #[arg(long = "role")]
+        roles: Vec<String>,
+        /// The realm the server uses (its `realm` setting).
+        #[arg(long, default_value = "public")]
+        realm: String,
+    },
+    /// List users and their roles.
+    List {
+        #[arg(long, default_value = "./geoshard-data")]
+        data_dir: PathBuf,
+    },
+    /// Remove a user.
+    Remove {
+        #[arg(long, default_value = "./geoshard-data")]
+        data_dir: PathBuf,
+        #[arg(long)]
+        name: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Demo { listen } => demo(&listen),
+        Command::User { command } => user(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("geoshard: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("geoshard-io")
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = service::load_config(args.config.as_deref(), std::env::vars(), |c| {
+        if let Some(d) = &args.data_dir {
+            c.data_dir = d.clone();
+        }
+        if let Some(l) = &args.listen {
+            c.set("listen", l)?;
+        }
+        if let Some(p) = &args.project {
+            c.project = Some(p.clone());
+        }
+        Ok::<(), ConfigError>(())
+    })
+    .map_err(|e| e.to_string())?;
+    service::init_logging(&config.log);
+    runtime()?
+        .block_on(service::serve(
+            config,
+            service::shutdown_signal(),
+            |_, _| {},
+        ))
+        .map_err(|e| e.to_string())
+}
+
+fn demo(listen: &str) -> Result<(), String> {
+    let mut config = Config::default();
+    config.set("listen", listen).map_err(|e| e.to_string())?;
+    config.data_dir = std::env::temp_dir().join(format!(
+        "geoshard-demo-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    ));
+    service::init_logging(&config.log);
+    {
+        let store =
+            Store::open(&config.data_dir, StoreOptions::default()).map_err(|e| e.to_string())?;
+        let roles: Vec<String> = geoshard::acl::Role::ALL
+            .iter()
+            .map(|r| r.name().to_string())
+            .collect();
+        geoshard::security::put_user_offline(
+            &store,
+            service::DEMO_USER,
+            service::DEMO_PASSWORD,
+            &roles,
+            &config.realm,
+        )
+        .map_err(|e| e.to_string())?;
+        store.shutdown_blocking();
+    }
+    let data_dir = config.data_dir.clone();
+    runtime()?
+        .block_on(service::serve(
+            config,
+            service::shutdown_signal(),
+            |_, addr| println!("{}", service::demo_banner(addr, &data_dir)),
+        ))
+        .map_err(|e| e.to_string())
+}
+
+fn open_offline(dir: &std::path::Path) -> Result<Store, String> {
+    Store::open(dir, StoreOptions::default())
+        .map_err(|e| format!("{e} (is a server running on this data directory?)"))
+}
+
+fn user(command: UserCommand) -> Result<(), String> {
+    match command {
+        UserCommand::Add {
+            data_dir,
+            name,
+            password,
+            roles,
+            realm,
+        } => {
+            let store = open_offline(&data_dir)?;
+            let created =
+                geoshard::security::put_user_offline(&store, &name, &password, &roles, &realm)
+                    .map_err(|e| e.to_string());
+            store.shutdown_blocking();
+            println!(
+                "{} user {name} with roles [{}]",
+                if created? { "added" } else { "updated" },
+                roles.join(", ")
+            );
+            Ok(())
+        }
+        UserCommand::List { data_dir } => {
+            let store = open_offline(&data_dir)?;
+            let users = geoshard::security::load_users(&store).map_err(|e| e.to_string());
+            store.shutdown_blocking();
+            for u in users? {
+                println!("{}\t{}", u.name, u.roles.join(","));
+            }
+            Ok(())
+        }
+        UserCommand::Remove { data_dir, name } => {
+            let store = open_offline(&data_dir)?;
+            let removed =
+                geoshard::security::remove_user_offline(&store, &name).map_err(|e| e.to_string());
+            store.shutdown_blocking();
+            removed?;
+            println!("removed user {name}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,518 @@
+//! Who is calling: users and their roles, and Digest/Basic verification.
+//!
+//! Authentication happens here, at the edge; authorization of documents happens in the
+//! store, with the [`Caller`] this module produces. No HTTP types: the HTTP layer hands in
+//! the method, the request target and the `Authorization` header as text.
+//!
+//! Passwords are never stored. A user record keeps `HA1 = MD5(user:realm:password)`, which
+//! Digest needs by construction (RFC 7616 §3.4.2; Apache's htdigest and the peer system keep
+//! the same) and which also checks a Basic password with one MD5. A slower hash kept beside
+//! HA1 would add no protection, since HA1 is what an attacker holding the file would attack.
+//! Verification costs two or three MD5s and two hash-map lookups, so no credential cache is
+//! needed: a password change is effective on the next request.
+
+mod digest;
+mod nonce;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::acl::{Caller, Role, RoleSet};
+use crate::error::{ApiError, ErrorCode};
+use crate::store::{Op, Store, StoreError, Table};
+
+pub use digest::{DigestResponse, expected_response, ha1, parse_digest};
+pub use nonce::{NonceCheck, NonceTable};
+
+#[derive(Debug, Error)]
+pub enum SecurityError {
+    #[error("Role {0} does not exist")]
+    UnknownRole(String),
+    #[error("user {0} already exists")]
+    UserExists(String),
+    #[error("user {0} does not exist")]
+    NoSuchUser(String),
+    #[error("invalid user record: {0}")]
+    InvalidUser(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<SecurityError> for ApiError {
+    fn from(e: SecurityError) -> ApiError {
+        let code = match &e {
+            SecurityError::UnknownRole(_) => ErrorCode::InvalidParam,
+            SecurityError::UserExists(_) => ErrorCode::Conflict,
+            SecurityError::NoSuchUser(_) => ErrorCode::NoDocument,
+            SecurityError::InvalidUser(_) => ErrorCode::InvalidRequest,
+            SecurityError::Store(inner) => return ApiError::from(inner.clone()),
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
+/// A user as stored: no password, only its Digest hash for the realm it was set in.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UserRecord {
+    #[serde(rename = "user-name")]
+    pub name: String,
+    #[serde(rename = "role")]
+    pub roles: Vec<String>,
+    /// Lowercase hex MD5 of `user:realm:password`.
+    pub ha1: String,
+    pub realm: String,
+}
+
+/// A user as the request path needs it.
+#[derive(Debug)]
+struct UserEntry {
+    roles: RoleSet,
+    ha1: [u8; 32],
+}
+
+pub fn parse_roles<S: AsRef<str>>(names: &[S]) -> Result<RoleSet, SecurityError> {
+    let mut set = RoleSet::EMPTY;
+    for n in names {
+        let role = Role::parse(n.as_ref())
+            .ok_or_else(|| SecurityError::UnknownRole(n.as_ref().to_string()))?;
+        set.insert(role);
+    }
+    Ok(set)
+}
+
+fn validate_name(name: &str) -> Result<(), SecurityError> {
+    if name.is_empty() || name.len() > 256 || name.contains(':') || name.contains('"') {
+        return Err(SecurityError::InvalidUser(format!(
+            "user name {name:?} must be 1-256 characters without ':' or '\"'"
+        )));
+    }
+    Ok(())
+}
+
+/// Build the stored record for a new password.
+pub fn make_record(
+    name: &str,
+    password: &str,
+    roles: &[String],
+    realm: &str,
+) -> Result<UserRecord, SecurityError> {
+    validate_name(name)?;
+    if password.is_empty() {
+        return Err(SecurityError::InvalidUser(
+            "password must not be empty".into(),
+        ));
+    }
+    parse_roles(roles)?;
+    let h = ha1(name, realm, password);
+    Ok(UserRecord {
+        name: name.to_string(),
+        roles: roles.to_vec(),
+        ha1: String::from_utf8_lossy(&h).into_owned(),
+        realm: realm.to_string(),
+    })
+}
+
+/// Read every user record from the store.
+pub fn load_users(store: &Store) -> Result<Vec<UserRecord>, SecurityError> {
+    let mut out = Vec::new();
+    for (name, bytes) in store.records(Table::Users, "")? {
+        let rec: UserRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| SecurityError::InvalidUser(format!("stored user {name}: {e}")))?;
+        out.push(rec);
+    }
+    Ok(out)
+}
+
+fn record_op(rec: &UserRecord) -> Op {
+    Op::PutRecord {
+        table: Table::Users,
+        key: rec.name.clone(),
+        value: serde_json::to_vec(rec).unwrap_or_default(),
+    }
+}
+
+/// The result of checking a request's credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthOutcome {
+    Authenticated(Caller),
+    /// Answer 401 with fresh challenges; `stale` when the password was right but the nonce
+    /// expired, so the client retries without asking its user.
+    Challenge {
+        stale: bool,
+    },
+}
+
+/// Users in memory plus the Digest state. One per service.
+pub struct Security {
+    realm: String,
+    /// Echoed by clients; random per process.
+    opaque: String,
+    users: RwLock<HashMap<String, Arc<UserEntry>>>,
+    nonces: NonceTable,
+}
+
+impl Security {
+    /// Load the users from the store.
+    pub fn open(
+        store: &Store,
+        realm: &str,
+        nonce_ttl_secs: u64,
+        nonce_capacity: usize,
+    ) -> Result<Security, SecurityError> {
+        let mut opaque = [0u8; 16];
+        rand::fill(&mut opaque);
+        let sec = Security {
+            realm: realm.to_string(),
+            opaque: opaque.iter().map(|b| format!("{b:02x}")).collect(),
+            users: RwLock::new(HashMap::new()),
+            nonces: NonceTable::new(nonce_ttl_secs, nonce_capacity),
+        };
+        for rec in load_users(store)? {
+            if rec.realm != realm {
+                tracing::warn!(user = %rec.name, stored = %rec.realm, realm,
+                    "user's password was set for another realm; reset it to log in");
+            }
+            sec.remember(&rec)?;
+        }
+        Ok(sec)
+    }
+
+    fn remember(&self, rec: &UserRecord) -> Result<(), SecurityError> {
+        let roles = parse_roles(&rec.roles)?;
+        let mut h = [0u8; 32];
+        if rec.ha1.len() == 32 {
+            h.copy_from_slice(rec.ha1.as_bytes());
+        }
+        self.users
+            .write()
+            .insert(rec.name.clone(), Arc::new(UserEntry { roles, ha1: h }));
+        Ok(())
+    }
+
+    pub fn realm(&self) -> &str {
+        &self.realm
+    }
+
+    /// The two `WWW-Authenticate` values of a 401, Digest first.
+    pub fn challenges(&self, stale: bool) -> [String; 2] {
+        let nonce = self.nonces.issue();
+        let digest = if stale {
+            format!(
+                "Digest realm=\"{}\", qop=\"auth\", nonce=\"{}\", opaque=\"{}\", algorithm=MD5, stale=true",
+                self.realm, nonce, self.opaque
+            )
+        } else {
+            format!(
+                "Digest realm=\"{}\", qop=\"auth\", nonce=\"{}\", opaque=\"{}\", algorithm=MD5",
+                self.realm, nonce, self.opaque
+            )
+        };
+        [digest, format!("Basic realm=\"{}\"", self.realm)]
+    }
+
+    /// Check the `Authorization` header of a request.
+    /// `target` is the request target as sent (path and query).
+    pub fn authenticate(&self, method: &str, target: &str, header: Option<&str>) -> AuthOutcome {
+        let Some(header) = header else {
+            return AuthOutcome::Challenge { stale: false };
+        };
+        let header = header.trim_start();
+        let (scheme, rest) = header.split_once(' ').unwrap_or((header, ""));
+        if scheme.eq_ignore_ascii_case("digest") {
+            self.digest(method, target, rest)
+        } else if scheme.eq_ignore_ascii_case("basic") {
+            self.basic(rest.trim())
+        } else {
+            AuthOutcome::Challenge { stale: false }
+        }
+    }
+
+    fn digest(&self, method: &str, target: &str, params: &str) -> AuthOutcome {
+        let fail = AuthOutcome::Challenge { stale: false };
+        let Some(r) = parse_digest(params) else {
+            return fail;
+        };
+        if r.realm != self.realm
+            || r.opaque.is_some_and(|o| o != self.opaque)
+            || r.algorithm.is_some_and(|a| !a.eq_ignore_ascii_case("md5"))
+        {
+            return fail;
+        }
+        // The digest covers the URI the client meant; it must be this request's.
+        if r.uri != target && target.split('?').next() != Some(r.uri) {
+            return fail;
+        }
+        let Some(user) = self.users.read().get(r.username).cloned() else {
+            return fail;
+        };
+        let Some(want) = expected_response(&user.ha1, method, &r) else {
+            return fail;
+        };
+        if !digest::constant_time_eq(&want, r.response.as_bytes()) {
+            return fail;
+        }
+        match self.nonces.check(r.nonce, r.nc.unwrap_or("")) {
+            NonceCheck::Fresh => AuthOutcome::Authenticated(Caller::new(r.username, user.roles)),
+            // Right password, old or foreign nonce: let the client retry transparently.
+            NonceCheck::Stale | NonceCheck::Unknown => AuthOutcome::Challenge { stale: true },
+            NonceCheck::Replayed => fail,
+        }
+    }
+
+    fn basic(&self, token: &str) -> AuthOutcome {
+        let fail = AuthOutcome::Challenge { stale: false };
+        let Ok(decoded) = STANDARD.decode(token) else {
+            return fail;
+        };
+        let Ok(text) = std::str::from_utf8(&decoded) else {
+            return fail;
+        };
+        let Some((name, password)) = digest::split_basic(text) else {
+            return fail;
+        };
+        let Some(user) = self.users.read().get(name).cloned() else {
+            return fail;
+        };
+        if digest::constant_time_eq(&ha1(name, &self.realm, password), &user.ha1) {
+            AuthOutcome::Authenticated(Caller::new(name, user.roles))
+        } else {
+            fail
+        }
+    }
+
+    /// Create a user (admin only, through the store's check). Fails if it exists.
+    pub async fn create_user(
+        &self,
+        store: &Store,
+        caller: &Caller,
+        name: &str,
+        password: &str,
+        roles: &[String],
+    ) -> Result<(), SecurityError> {
+        let rec = make_record(name, password, roles, &self.realm)?;
+        if self.users.read().contains_key(name) || store.get_record(Table::Users, name)?.is_some() {
+            return Err(SecurityError::UserExists(name.to_string()));
+        }
+        store.write(caller, vec![record_op(&rec)]).await?;
+        self.remember(&rec)
+    }
+
+    /// Change a user's password and/or roles (admin only).
+    pub async fn update_user(
+        &self,
+        store: &Store,
+        caller: &Caller,
+        name: &str,
+        password: Option<&str>,
+        roles: Option<&[String]>,
+    ) -> Result<(), SecurityError> {
+        let bytes = store
+            .get_record(Table::Users, name)?
+            .ok_or_else(|| SecurityError::NoSuchUser(name.to_string()))?;
+        let mut rec: UserRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| SecurityError::InvalidUser(format!("stored user {name}: {e}")))?;
+        if let Some(roles) = roles {
+            parse_roles(roles)?;
+            rec.roles = roles.to_vec();
+        }
+        if let Some(password) = password {
+            rec = make_record(name, password, &rec.roles, &self.realm)?;
+        }
+        store.write(caller, vec![record_op(&rec)]).await?;
+        self.remember(&rec)
+    }
+
+    pub async fn remove_user(
+        &self,
+        store: &Store,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(), SecurityError> {
+        if store.get_record(Table::Users, name)?.is_none() {
+            return Err(SecurityError::NoSuchUser(name.to_string()));
+        }
+        store
+            .write(
+                caller,
+                vec![Op::DeleteRecord {
+                    table: Table::Users,
+                    key: name.to_string(),
+                }],
+            )
+            .await?;
+        self.users.write().remove(name);
+        Ok(())
+    }
+
+    pub fn list_users(&self, store: &Store) -> Result<Vec<UserRecord>, SecurityError> {
+        load_users(store)
+    }
+}
+
+/// Offline administration on a stopped server's store: add or replace a user.
+pub fn put_user_offline(
+    store: &Store,
+    name: &str,
+    password: &str,
+    roles: &[String],
+    realm: &str,
+) -> Result<bool, SecurityError> {
+    let rec = make_record(name, password, roles, realm)?;
+    let existed = store.get_record(Table::Users, name)?.is_some();
+    store.write_blocking(&Caller::system(), vec![record_op(&rec)])?;
+    Ok(!existed)
+}
+
+pub fn remove_user_offline(store: &Store, name: &str) -> Result<(), SecurityError> {
+    if store.get_record(Table::Users, name)?.is_none() {
+        return Err(SecurityError::NoSuchUser(name.to_string()));
+    }
+    store.write_blocking(
+        &Caller::system(),
+        vec![Op::DeleteRecord {
+            table: Table::Users,
+            key: name.to_string(),
+        }],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreOptions;
+
+    fn digest_header(
+        user: &str,
+        pass: &str,
+        realm: &str,
+        method: &str,
+        uri: &str,
+        challenge: &str,
+        nc: u32,
+    ) -> String {
+        let nonce = challenge
+            .split("nonce=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let opaque = challenge
+            .split("opaque=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let h1 = ha1(user, realm, pass);
+        let nc = format!("{nc:08x}");
+        let r = DigestResponse {
+            username: user,
+            realm,
+            nonce,
+            uri,
+            response: "",
+            qop: Some("auth"),
+            nc: Some(&nc),
+            cnonce: Some("abc"),
+            opaque: Some(opaque),
+            algorithm: None,
+        };
+        let resp = expected_response(&h1, method, &r).unwrap();
+        format!(
+            "Digest username=\"{user}\", realm=\"{realm}\", nonce=\"{nonce}\", uri=\"{uri}\", qop=auth, nc={nc}, cnonce=\"abc\", response=\"{}\", opaque=\"{opaque}\"",
+            String::from_utf8_lossy(&resp)
+        )
+    }
+
+    #[test]
+    fn digest_basic_and_password_change() {
+        let dir = crate::store::tests::tempdir();
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        put_user_offline(&store, "ann", "secret", &["rest-reader".into()], "public").unwrap();
+        let sec = Security::open(&store, "public", 60, 100).unwrap();
+        let ch = sec.challenges(false);
+        assert!(ch[0].starts_with("Digest realm=\"public\", qop=\"auth\", nonce=\""));
+        assert_eq!(ch[1], "Basic realm=\"public\"");
+
+        let h = digest_header("ann", "secret", "public", "GET", "/v1/ping", &ch[0], 1);
+        let out = sec.authenticate("GET", "/v1/ping", Some(&h));
+        let AuthOutcome::Authenticated(caller) = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(caller.name(), "ann");
+        assert!(caller.has(Role::RestReader));
+        // Same nc again: replay.
+        assert_eq!(
+            sec.authenticate("GET", "/v1/ping", Some(&h)),
+            AuthOutcome::Challenge { stale: false }
+        );
+        // Wrong password, and a digest for another URI.
+        let bad = digest_header("ann", "nope", "public", "GET", "/v1/ping", &ch[0], 2);
+        assert_eq!(
+            sec.authenticate("GET", "/v1/ping", Some(&bad)),
+            AuthOutcome::Challenge { stale: false }
+        );
+        let other = digest_header("ann", "secret", "public", "GET", "/x", &ch[0], 3);
+        assert_eq!(
+            sec.authenticate("GET", "/v1/ping", Some(&other)),
+            AuthOutcome::Challenge { stale: false }
+        );
+
+        let basic = format!("Basic {}", STANDARD.encode("ann:secret"));
+        assert!(matches!(
+            sec.authenticate("GET", "/", Some(&basic)),
+            AuthOutcome::Authenticated(_)
+        ));
+        let basic_bad = format!("Basic {}", STANDARD.encode("ann:secreT"));
+        assert_eq!(
+            sec.authenticate("GET", "/", Some(&basic_bad)),
+            AuthOutcome::Challenge { stale: false }
+        );
+        assert_eq!(
+            sec.authenticate("GET", "/", Some("Bearer x")),
+            AuthOutcome::Challenge { stale: false }
+        );
+
+        // A password change takes effect at once.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(sec.update_user(&store, &Caller::system(), "ann", Some("new"), None))
+            .unwrap();
+        assert_eq!(
+            sec.authenticate("GET", "/", Some(&basic)),
+            AuthOutcome::Challenge { stale: false }
+        );
+        let basic_new = format!("Basic {}", STANDARD.encode("ann:new"));
+        assert!(matches!(
+            sec.authenticate("GET", "/", Some(&basic_new)),
+            AuthOutcome::Authenticated(_)
+        ));
+        // Nothing stored contains the password.
+        let stored = store.get_record(Table::Users, "ann").unwrap().unwrap();
+        let text = String::from_utf8(stored).unwrap();
+        assert!(
+            !text.contains("\"new\"") && !text.contains("secret"),
+            "{text}"
+        );
+        store.shutdown_blocking();
+    }
+
+    #[test]
+    fn unknown_roles_are_refused() {
+        assert!(matches!(
+            make_record("a", "p", &["superuser".into()], "public"),
+            Err(SecurityError::UnknownRole(r)) if r == "superuser"
+        ));
+        assert!(make_record("a:b", "p", &[], "public").is_err());
+        assert!(make_record("a", "", &[], "public").is_err());
+    }
+}

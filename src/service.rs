@@ -1,0 +1,97 @@
+//! Starting and stopping the whole service: configuration, logging, the signal that stops
+//! it, and the demo. The CLI in `main.rs` is a thin layer over these functions.
+
+use std::future::Future;
+use std::path::Path;
+
+use crate::config::{Config, ConfigError};
+use crate::http::{App, Server, StartError};
+
+/// Build the configuration: defaults < file < `GEOSHARD_*` environment < `flags`.
+pub fn load_config(
+    file: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    flags: impl FnOnce(&mut Config) -> Result<(), ConfigError>,
+) -> Result<Config, ConfigError> {
+    let mut config = Config::default();
+    if let Some(path) = file {
+        config.apply_file(path)?;
+    }
+    config.apply_env(env)?;
+    flags(&mut config)?;
+    Ok(config)
+}
+
+/// Log through `tracing` with the configured filter (`RUST_LOG` wins when set).
+pub fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("SIGINT received"),
+        _ = term => tracing::info!("SIGTERM received"),
+    }
+}
+
+/// Open everything, bind, and serve until `shutdown`. Calls `ready` with the bound address
+/// once the server accepts connections.
+pub async fn serve(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+    ready: impl FnOnce(&App, std::net::SocketAddr),
+) -> Result<(), StartError> {
+    let app = tokio::task::block_in_place(|| App::open(config))?;
+    let server = Server::bind(app.clone()).await?;
+    let addr = server.local_addr();
+    tracing::info!(%addr, data_dir = %app.config.data_dir.display(), "listening");
+    ready(&app, addr);
+    server.run(shutdown).await;
+    Ok(())
+}
+
+/// The demo user's credentials.
+pub const DEMO_USER: &str = "demo";
+pub const DEMO_PASSWORD: &str = "demo-password";
+
+/// What the demo prints once it listens.
+pub fn demo_banner(addr: std::net::SocketAddr, data_dir: &Path) -> String {
+    let base = format!("http://{addr}");
+    let auth = format!("--digest -u {DEMO_USER}:{DEMO_PASSWORD}");
+    format!(
+        "geoshard demo is running on {base}\n\
+         data directory: {dir}\n\
+         user: {DEMO_USER}   password: {DEMO_PASSWORD}   (roles: admin and every built-in role)\n\
+         \n\
+         Try:\n\
+         \x20 curl -s {base}/health\n\
+         \x20 curl -s {auth} -X PUT -H 'Content-Type: application/json' \\\n\
+         \x20      -d '{{\"hello\":\"world\"}}' '{base}/v1/documents?uri=/hello.json&collection=demo'\n\
+         \x20 curl -s {auth} '{base}/v1/documents?uri=/hello.json'\n\
+         \x20 curl -s {auth} '{base}/v1/documents?uri=/hello.json&category=metadata'\n\
+         \x20 curl -s {auth} '{base}/manage/v2/users'\n\
+         \n\
+         Press Ctrl-C to stop.\n",
+        dir = data_dir.display(),
+    )
+}

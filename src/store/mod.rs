@@ -1,0 +1,910 @@
+//! The durable document store: documents (content, format, collections, permissions) and
+//! the service's own records (users, deployed flows, traces) in one redb file.
+//!
+//! Writes go through one writer thread that commits in groups: it takes every request that
+//! is waiting, applies them in one transaction, fsyncs once, runs the commit hook (derived
+//! indexes), and only then answers each request. An answer therefore means the write is on
+//! disk and visible to queries. Permission checks happen here, inside the transaction that
+//! writes, so no caller can get around them. This module knows nothing of views or HTTP.
+
+mod codec;
+pub mod content;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::acl::{Caller, Capability, Permissions, Role};
+use crate::error::{ApiError, ErrorCode};
+
+const DOCUMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("documents");
+
+/// The service's own record tables, apart from documents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// User name -> user record (roles, Digest HA1).
+    Users,
+    /// Small settings the service keeps for itself.
+    Meta,
+    /// Deployed flow key -> flow definition and modules.
+    Flows,
+    /// `job-id/trace-id` -> trace record.
+    Traces,
+}
+
+impl Table {
+    fn definition(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
+        match self {
+            Table::Users => TableDefinition::new("users"),
+            Table::Meta => TableDefinition::new("meta"),
+            Table::Flows => TableDefinition::new("flows"),
+            Table::Traces => TableDefinition::new("traces"),
+        }
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    #[error("storage failure: {0}")]
+    Storage(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("{user} has no {capability} permission on {uri}")]
+    Forbidden {
+        user: String,
+        capability: &'static str,
+        uri: String,
+    },
+    #[error("{0}")]
+    Rejected(String),
+    #[error("the store is shutting down")]
+    ShuttingDown,
+    #[error("cannot open the store at {path}: {message}")]
+    Open { path: String, message: String },
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        let code = match &e {
+            StoreError::Storage(_) => ErrorCode::Internal,
+            StoreError::Corrupt(_) => ErrorCode::Internal,
+            StoreError::Forbidden { .. } => ErrorCode::SecPermDenied,
+            StoreError::Rejected(_) => ErrorCode::InvalidRequest,
+            StoreError::ShuttingDown => ErrorCode::Unavailable,
+            StoreError::Open { .. } => ErrorCode::Internal,
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
+fn storage<E: fmt::Display>(e: E) -> StoreError {
+    StoreError::Storage(e.to_string())
+}
+
+/// How a document's content is interpreted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Format {
+    Json = 0,
+    Xml = 1,
+    Text = 2,
+    Binary = 3,
+}
+
+impl Format {
+    pub fn from_u8(b: u8) -> Option<Format> {
+        match b {
+            0 => Some(Format::Json),
+            1 => Some(Format::Xml),
+            2 => Some(Format::Text),
+            3 => Some(Format::Binary),
+            _ => None,
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Format> {
+        match name {
+            "json" => Some(Format::Json),
+            "xml" => Some(Format::Xml),
+            "text" => Some(Format::Text),
+            "binary" => Some(Format::Binary),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Xml => "xml",
+            Format::Text => "text",
+            Format::Binary => "binary",
+        }
+    }
+
+    pub fn mime_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Xml => "application/xml",
+            Format::Text => "text/plain; charset=utf-8",
+            Format::Binary => "application/octet-stream",
+        }
+    }
+}
+
+/// A stored document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Document {
+    pub uri: String,
+    pub format: Format,
+    pub collections: Vec<String>,
+    pub permissions: Permissions,
+    pub content: Bytes,
+}
+
+impl Document {
+    pub fn in_collection(&self, name: &str) -> bool {
+        self.collections.iter().any(|c| c == name)
+    }
+}
+
+/// A document write as a client asks for it.
+#[derive(Debug, Clone)]
+pub struct PutDocument {
+    pub uri: String,
+    pub content: Bytes,
+    pub format: Format,
+    /// `Some` replaces the collections; `None` keeps them on update (none on create).
+    pub collections: Option<Vec<String>>,
+    /// `Some` replaces the permissions; `None` keeps them on update.
+    pub permissions: Option<Permissions>,
+    /// What a new document written without explicit permissions gets.
+    pub default_permissions: Permissions,
+}
+
+/// One operation of a write request. A request's operations are checked together and
+/// applied together: either all of them land or none does.
+#[derive(Debug, Clone)]
+pub enum Op {
+    PutDocument(PutDocument),
+    DeleteDocument {
+        uri: String,
+    },
+    PutRecord {
+        table: Table,
+        key: String,
+        value: Vec<u8>,
+    },
+    DeleteRecord {
+        table: Table,
+        key: String,
+    },
+    /// Replace every record of a table (an atomic redeploy).
+    ReplaceTable {
+        table: Table,
+        entries: Vec<(String, Vec<u8>)>,
+    },
+}
+
+/// What happened to one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    Replaced,
+    Deleted,
+    /// A delete of something that was not there.
+    Absent,
+    Done,
+}
+
+/// A committed change to a document, handed to the commit hook. `doc` is `None` for a delete.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub uri: String,
+    pub doc: Option<Arc<Document>>,
+}
+
+/// What the layers above the store attach to the write path.
+pub trait CommitHook: Send + Sync {
+    /// Runs in the write transaction before a document lands; an `Err` rejects that
+    /// request with a 400 and the message.
+    fn validate(&self, doc: &Document) -> Result<(), String>;
+    /// Runs after a commit is durable and before any writer is answered, in commit order.
+    fn committed(&self, changes: &[Change]);
+}
+
+/// Counters for the operator and the throughput report.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Durable commits (fsyncs) so far.
+    pub commits: AtomicU64,
+    /// Write requests answered by those commits.
+    pub writes: AtomicU64,
+}
+
+struct WriteRequest {
+    /// Whose rights the checks use.
+    caller: Caller,
+    ops: Vec<Op>,
+    reply: oneshot::Sender<Result<Vec<Outcome>, StoreError>>,
+}
+
+enum Message {
+    Write(WriteRequest),
+    Shutdown(oneshot::Sender<()>),
+}
+
+type HookSlot = Arc<RwLock<Option<Arc<dyn CommitHook>>>>;
+
+/// The store. Cheap to share behind an `Arc`.
+pub struct Store {
+    /// Readers open their own transactions on it; only the writer thread writes.
+    db: Arc<Database>,
+    /// The group-commit queue; bounded, so writers wait when the disk cannot keep up.
+    queue: mpsc::Sender<Message>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    hook: HookSlot,
+    stats: Arc<StoreStats>,
+    path: PathBuf,
+}
+
+/// Settings of the store, from `Config`.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOptions {
+    pub commit_batch_max: usize,
+    pub write_queue: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            commit_batch_max: 2048,
+            write_queue: 16_384,
+        }
+    }
+}
+
+impl Store {
+    /// Open (or create) the store in `dir`, recovering whatever the last run committed.
+    pub fn open(dir: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
+            path: dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let path = dir.join("geoshard.redb");
+        let db = Database::create(&path).map_err(|e| StoreError::Open {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        // Create every table once, so readers never meet a missing one.
+        let txn = db.begin_write().map_err(storage)?;
+        {
+            txn.open_table(DOCUMENTS).map_err(storage)?;
+            for t in [Table::Users, Table::Meta, Table::Flows, Table::Traces] {
+                txn.open_table(t.definition()).map_err(storage)?;
+            }
+        }
+        txn.commit().map_err(storage)?;
+
+        let db = Arc::new(db);
+        let (queue, rx) = mpsc::channel(options.write_queue.max(1));
+        let hook: HookSlot = Arc::new(RwLock::new(None));
+        let stats = Arc::new(StoreStats::default());
+        let writer = {
+            let db = db.clone();
+            let hook = hook.clone();
+            let stats = stats.clone();
+            let batch_max = options.commit_batch_max.max(1);
+            std::thread::Builder::new()
+                .name("store-writer".into())
+                .spawn(move || writer_loop(db, rx, hook, stats, batch_max))
+                .map_err(storage)?
+        };
+        Ok(Store {
+            db,
+            queue,
+            writer: Mutex::new(Some(writer)),
+            hook,
+            stats,
+            path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    /// Attach the commit hook (views and spatial indexes). One hook; a second replaces it.
+    pub fn set_hook(&self, hook: Arc<dyn CommitHook>) {
+        *self.hook.write() = Some(hook);
+    }
+
+    /// Submit a write request and wait until it is durable.
+    pub async fn write(&self, caller: &Caller, ops: Vec<Op>) -> Result<Vec<Outcome>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let req = WriteRequest {
+            caller: caller.clone(),
+            ops,
+            reply,
+        };
+        self.queue
+            .send(Message::Write(req))
+            .await
+            .map_err(|_| StoreError::ShuttingDown)?;
+        answer.await.map_err(|_| StoreError::ShuttingDown)?
+    }
+
+    /// [`Store::write`] for threads outside the async runtime (offline tools, tests).
+    pub fn write_blocking(
+        &self,
+        caller: &Caller,
+        ops: Vec<Op>,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let req = WriteRequest {
+            caller: caller.clone(),
+            ops,
+            reply,
+        };
+        self.queue
+            .blocking_send(Message::Write(req))
+            .map_err(|_| StoreError::ShuttingDown)?;
+        answer
+            .blocking_recv()
+            .map_err(|_| StoreError::ShuttingDown)?
+    }
+
+    /// A document, if it exists and `caller` may read it. Unreadable is the same as absent.
+    pub fn get(&self, caller: &Caller, uri: &str) -> Result<Option<Document>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
+        let Some(value) = table.get(uri).map_err(storage)? else {
+            return Ok(None);
+        };
+        let doc = codec::decode(uri, value.value())?;
+        if !caller.may(&doc.permissions, Capability::Read) {
+            return Ok(None);
+        }
+        Ok(Some(doc))
+    }
+
+    /// Every document, in URI order, for the service's own rebuilds (no permission filter:
+    /// derived indexes keep each document's permissions and check them at query time).
+    pub fn scan_documents(
+        &self,
+        mut f: impl FnMut(Document) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
+        for entry in table.iter().map_err(storage)? {
+            let (k, v) = entry.map_err(storage)?;
+            f(codec::decode(k.value(), v.value())?)?;
+        }
+        Ok(())
+    }
+
+    pub fn count_documents(&self) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
+        table.len().map_err(storage)
+    }
+
+    pub fn get_record(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let t = txn.open_table(table.definition()).map_err(storage)?;
+        Ok(t.get(key).map_err(storage)?.map(|v| v.value().to_vec()))
+    }
+
+    /// Records of a table whose keys start with `prefix`, in key order.
+    pub fn records(
+        &self,
+        table: Table,
+        prefix: &str,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let t = txn.open_table(table.definition()).map_err(storage)?;
+        let mut out = Vec::new();
+        for entry in t.range(prefix..).map_err(storage)? {
+            let (k, v) = entry.map_err(storage)?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push((k.value().to_string(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Stop the writer after everything queued before this call is committed.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.queue.send(Message::Shutdown(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+        self.join_writer();
+    }
+
+    /// [`Store::shutdown`] outside the async runtime.
+    pub fn shutdown_blocking(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.queue.blocking_send(Message::Shutdown(tx)).is_ok() {
+            let _ = rx.blocking_recv();
+        }
+        self.join_writer();
+    }
+
+    fn join_writer(&self) {
+        if let Some(handle) = self.writer.lock().take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // The writer ends when its queue closes; the queue closes when `self.queue` drops.
+        // Joining here would deadlock if the last `Store` dropped inside the runtime while
+        // the writer waits on it, so the writer is left to finish on its own.
+    }
+}
+
+fn writer_loop(
+    db: Arc<Database>,
+    mut rx: mpsc::Receiver<Message>,
+    hook: HookSlot,
+    stats: Arc<StoreStats>,
+    batch_max: usize,
+) {
+    let mut batch: Vec<WriteRequest> = Vec::with_capacity(batch_max);
+    loop {
+        let mut shutdown = None;
+        match rx.blocking_recv() {
+            None => break,
+            Some(Message::Shutdown(done)) => shutdown = Some(done),
+            Some(Message::Write(req)) => batch.push(req),
+        }
+        while shutdown.is_none() && batch.len() < batch_max {
+            match rx.try_recv() {
+                Ok(Message::Write(req)) => batch.push(req),
+                Ok(Message::Shutdown(done)) => shutdown = Some(done),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            let hook = hook.read().clone();
+            commit_batch(&db, &mut batch, hook.as_deref(), &stats);
+        }
+        if let Some(done) = shutdown {
+            rx.close();
+            // Anything that raced in after the shutdown request is refused, not dropped.
+            while let Ok(msg) = rx.try_recv() {
+                match msg {
+                    Message::Write(req) => {
+                        let _ = req.reply.send(Err(StoreError::ShuttingDown));
+                    }
+                    Message::Shutdown(other) => {
+                        let _ = other.send(());
+                    }
+                }
+            }
+            let _ = done.send(());
+            break;
+        }
+    }
+}
+
+/// What pass one decided for one operation, applied in pass two.
+enum Planned {
+    Document {
+        uri: String,
+        doc: Option<Arc<Document>>,
+    },
+    Record {
+        table: Table,
+        key: String,
+        value: Option<Vec<u8>>,
+    },
+    Replace {
+        table: Table,
+        entries: Vec<(String, Vec<u8>)>,
+    },
+}
+
+fn commit_batch(
+    db: &Database,
+    batch: &mut Vec<WriteRequest>,
+    hook: Option<&dyn CommitHook>,
+    stats: &StoreStats,
+) {
+    let mut answers: Vec<Result<Vec<Outcome>, StoreError>> = Vec::with_capacity(batch.len());
+    let mut changes: Vec<Change> = Vec::new();
+    let result = (|| -> Result<(), StoreError> {
+        let txn = db.begin_write().map_err(storage)?;
+        {
+            let mut docs = txn.open_table(DOCUMENTS).map_err(storage)?;
+            for req in batch.iter_mut() {
+                let ops = std::mem::take(&mut req.ops);
+                let answer = match plan_request(&docs, &req.caller, ops, hook) {
+                    Err(e) => Err(e),
+                    Ok((planned, outcomes)) => {
+                        apply_plan(&txn, &mut docs, planned, &mut changes)?;
+                        Ok(outcomes)
+                    }
+                };
+                answers.push(answer);
+            }
+        }
+        txn.commit().map_err(storage)?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            stats.commits.fetch_add(1, Ordering::Relaxed);
+            stats
+                .writes
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            if let Some(hook) = hook
+                && !changes.is_empty()
+            {
+                let hooked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    hook.committed(&changes)
+                }));
+                if hooked.is_err() {
+                    tracing::error!(changes = changes.len(), "commit hook panicked");
+                }
+            }
+            for (req, answer) in batch.drain(..).zip(answers) {
+                let _ = req.reply.send(answer);
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, requests = batch.len(), "group commit failed");
+            for req in batch.drain(..) {
+                let _ = req.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+type DocTable<'t> = redb::Table<'t, &'static str, &'static [u8]>;
+
+/// Pass one: check every operation of a request against the state it will apply to.
+fn plan_request(
+    docs: &DocTable<'_>,
+    caller: &Caller,
+    ops: Vec<Op>,
+    hook: Option<&dyn CommitHook>,
+) -> Result<(Vec<Planned>, Vec<Outcome>), StoreError> {
+    // Earlier operations of the same request are visible to later ones.
+    let mut overlay: std::collections::HashMap<String, Option<(Permissions, Vec<String>)>> =
+        std::collections::HashMap::new();
+    let mut planned = Vec::with_capacity(ops.len());
+    let mut outcomes = Vec::with_capacity(ops.len());
+    for op in ops {
+        match op {
+            Op::PutDocument(put) => {
+                let existing = match overlay.get(&put.uri) {
+                    Some(state) => state.clone(),
+                    None => read_meta(docs, &put.uri)?,
+                };
+                let (permissions, collections, outcome) = match existing {
+                    Some((perms, colls)) => {
+                        if !caller.may(&perms, Capability::Update) {
+                            return Err(StoreError::Forbidden {
+                                user: caller.name().to_string(),
+                                capability: "update",
+                                uri: put.uri,
+                            });
+                        }
+                        (
+                            put.permissions.unwrap_or(perms),
+                            put.collections.unwrap_or(colls),
+                            Outcome::Replaced,
+                        )
+                    }
+                    None => {
+                        if !may_create(caller) {
+                            return Err(StoreError::Forbidden {
+                                user: caller.name().to_string(),
+                                capability: "insert",
+                                uri: put.uri,
+                            });
+                        }
+                        (
+                            put.permissions.unwrap_or(put.default_permissions),
+                            put.collections.unwrap_or_default(),
+                            Outcome::Created,
+                        )
+                    }
+                };
+                let doc = Document {
+                    uri: put.uri,
+                    format: put.format,
+                    collections,
+                    permissions,
+                    content: put.content,
+                };
+                if let Some(hook) = hook {
+                    hook.validate(&doc).map_err(StoreError::Rejected)?;
+                }
+                overlay.insert(
+                    doc.uri.clone(),
+                    Some((doc.permissions, doc.collections.clone())),
+                );
+                outcomes.push(outcome);
+                planned.push(Planned::Document {
+                    uri: doc.uri.clone(),
+                    doc: Some(Arc::new(doc)),
+                });
+            }
+            Op::DeleteDocument { uri } => {
+                let existing = match overlay.get(&uri) {
+                    Some(state) => state.clone(),
+                    None => read_meta(docs, &uri)?,
+                };
+                match existing {
+                    None => outcomes.push(Outcome::Absent),
+                    Some((perms, _)) => {
+                        if !caller.may(&perms, Capability::Update) {
+                            return Err(StoreError::Forbidden {
+                                user: caller.name().to_string(),
+                                capability: "update",
+                                uri,
+                            });
+                        }
+                        overlay.insert(uri.clone(), None);
+                        outcomes.push(Outcome::Deleted);
+                        planned.push(Planned::Document { uri, doc: None });
+                    }
+                }
+            }
+            Op::PutRecord { table, key, value } => {
+                require_admin(caller, table)?;
+                outcomes.push(Outcome::Done);
+                planned.push(Planned::Record {
+                    table,
+                    key,
+                    value: Some(value),
+                });
+            }
+            Op::DeleteRecord { table, key } => {
+                require_admin(caller, table)?;
+                outcomes.push(Outcome::Done);
+                planned.push(Planned::Record {
+                    table,
+                    key,
+                    value: None,
+                });
+            }
+            Op::ReplaceTable { table, entries } => {
+                require_admin(caller, table)?;
+                outcomes.push(Outcome::Done);
+                planned.push(Planned::Replace { table, entries });
+            }
+        }
+    }
+    Ok((planned, outcomes))
+}
+
+/// Creating a document needs `rest-writer`; replacing or deleting one needs `update` on it.
+fn may_create(caller: &Caller) -> bool {
+    caller.has(Role::RestWriter) || caller.has(Role::Admin)
+}
+
+/// The service's own tables are written by the service (system caller) or an admin; traces
+/// are written on behalf of any caller whose flow ran.
+fn require_admin(caller: &Caller, table: Table) -> Result<(), StoreError> {
+    if table == Table::Traces || caller.has(Role::Admin) {
+        return Ok(());
+    }
+    Err(StoreError::Forbidden {
+        user: caller.name().to_string(),
+        capability: "admin",
+        uri: format!("{table:?}"),
+    })
+}
+
+fn read_meta(
+    docs: &DocTable<'_>,
+    uri: &str,
+) -> Result<Option<(Permissions, Vec<String>)>, StoreError> {
+    let Some(value) = docs.get(uri).map_err(storage)? else {
+        return Ok(None);
+    };
+    let (_, perms, colls, _) = codec::decode_meta(uri, value.value())?;
+    Ok(Some((perms, colls)))
+}
+
+/// Pass two: write what pass one decided.
+fn apply_plan(
+    txn: &redb::WriteTransaction,
+    docs: &mut DocTable<'_>,
+    planned: Vec<Planned>,
+    changes: &mut Vec<Change>,
+) -> Result<(), StoreError> {
+    for p in planned {
+        match p {
+            Planned::Document { uri, doc } => {
+                match &doc {
+                    Some(d) => {
+                        docs.insert(uri.as_str(), codec::encode(d).as_slice())
+                            .map_err(storage)?;
+                    }
+                    None => {
+                        docs.remove(uri.as_str()).map_err(storage)?;
+                    }
+                }
+                changes.push(Change { uri, doc });
+            }
+            Planned::Record { table, key, value } => {
+                let mut t = txn.open_table(table.definition()).map_err(storage)?;
+                match value {
+                    Some(v) => {
+                        t.insert(key.as_str(), v.as_slice()).map_err(storage)?;
+                    }
+                    None => {
+                        t.remove(key.as_str()).map_err(storage)?;
+                    }
+                }
+            }
+            Planned::Replace { table, entries } => {
+                let mut t = txn.open_table(table.definition()).map_err(storage)?;
+                t.retain(|_, _| false).map_err(storage)?;
+                for (k, v) in entries {
+                    t.insert(k.as_str(), v.as_slice()).map_err(storage)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::acl::RoleSet;
+
+    fn put(uri: &str, body: &str) -> Op {
+        Op::PutDocument(PutDocument {
+            uri: uri.into(),
+            content: Bytes::copy_from_slice(body.as_bytes()),
+            format: Format::Json,
+            collections: None,
+            permissions: None,
+            default_permissions: Permissions::document_default(),
+        })
+    }
+
+    fn writer() -> Caller {
+        Caller::new("w", RoleSet::from_roles([Role::RestWriter]))
+    }
+
+    #[test]
+    fn create_replace_delete_and_reopen() {
+        let dir = tempdir();
+        {
+            let store = Store::open(&dir, StoreOptions::default()).unwrap();
+            let w = writer();
+            assert_eq!(
+                store.write_blocking(&w, vec![put("/a", "1")]).unwrap(),
+                vec![Outcome::Created]
+            );
+            assert_eq!(
+                store.write_blocking(&w, vec![put("/a", "2")]).unwrap(),
+                vec![Outcome::Replaced]
+            );
+            assert_eq!(
+                store.write_blocking(&w, vec![put("/b", "3")]).unwrap(),
+                vec![Outcome::Created]
+            );
+            assert_eq!(
+                store
+                    .write_blocking(&w, vec![Op::DeleteDocument { uri: "/b".into() }])
+                    .unwrap(),
+                vec![Outcome::Deleted]
+            );
+            assert_eq!(
+                store
+                    .write_blocking(&w, vec![Op::DeleteDocument { uri: "/b".into() }])
+                    .unwrap(),
+                vec![Outcome::Absent]
+            );
+            store.shutdown_blocking();
+        }
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        let doc = store.get(&writer(), "/a").unwrap().unwrap();
+        assert_eq!(&doc.content[..], b"2");
+        assert!(store.get(&writer(), "/b").unwrap().is_none());
+        store.shutdown_blocking();
+    }
+
+    #[test]
+    fn update_needs_update_permission_and_request_is_atomic() {
+        let dir = tempdir();
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        let admin = Caller::system();
+        let mut only_geo = Permissions::new();
+        only_geo.grant(Role::GeoReader, Capability::Read);
+        let op = Op::PutDocument(PutDocument {
+            uri: "/locked".into(),
+            content: Bytes::from_static(b"{}"),
+            format: Format::Json,
+            collections: Some(vec!["c".into()]),
+            permissions: Some(only_geo),
+            default_permissions: Permissions::document_default(),
+        });
+        store.write_blocking(&admin, vec![op]).unwrap();
+        let w = writer();
+        // The writer can neither read nor replace it; a request mixing a good and a
+        // forbidden operation lands neither.
+        assert!(store.get(&w, "/locked").unwrap().is_none());
+        let err = store
+            .write_blocking(&w, vec![put("/fresh", "1"), put("/locked", "2")])
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Forbidden { .. }));
+        assert!(store.get(&admin, "/fresh").unwrap().is_none());
+        // Collections are kept on an update that does not name them.
+        store
+            .write_blocking(&admin, vec![put("/locked", "3")])
+            .unwrap();
+        let doc = store.get(&admin, "/locked").unwrap().unwrap();
+        assert_eq!(doc.collections, vec!["c".to_string()]);
+        assert_eq!(doc.permissions, only_geo);
+        store.shutdown_blocking();
+    }
+
+    #[test]
+    fn records_by_prefix() {
+        let dir = tempdir();
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        let sys = Caller::system();
+        let rec = |k: &str| Op::PutRecord {
+            table: Table::Traces,
+            key: k.into(),
+            value: k.as_bytes().to_vec(),
+        };
+        store
+            .write_blocking(&sys, vec![rec("j1/a"), rec("j1/b"), rec("j2/a")])
+            .unwrap();
+        let got: Vec<String> = store
+            .records(Table::Traces, "j1/")
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(got, vec!["j1/a", "j1/b"]);
+        // Non-admins may not touch the user table.
+        let err = store
+            .write_blocking(
+                &writer(),
+                vec![Op::PutRecord {
+                    table: Table::Users,
+                    key: "x".into(),
+                    value: vec![],
+                }],
+            )
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Forbidden { .. }));
+        store.shutdown_blocking();
+    }
+
+    pub(crate) fn tempdir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "geoshard-store-test-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
