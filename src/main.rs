@@ -127,7 +127,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .block_on(service::serve(
             config,
             service::shutdown_signal(),
-            |_, _| {},
+            // Machine-readable, for scripts that start the server on port 0.
+            |_, addr| println!("geoshard listening on http://{addr}"),
         ))
         .map_err(|e| e.to_string())
 }

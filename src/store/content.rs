@@ -52,21 +52,13 @@ fn check_xml(bytes: &[u8]) -> Result<(), ContentError> {
             .map_err(|e| err(format!("XML is not well-formed at byte {pos}: {e}")))?;
         match event {
             Event::Start(_) => {
-                if depth == 0 {
-                    roots += 1;
-                }
+                roots += usize::from(depth == 0);
                 depth += 1;
             }
             Event::End(_) => depth = depth.saturating_sub(1),
-            Event::Empty(_) => {
-                if depth == 0 {
-                    roots += 1;
-                }
-            }
-            Event::Text(t) => {
-                if depth == 0 && !t.chars().all(char::is_whitespace) {
-                    return Err(err(format!("text outside the root element at byte {pos}")));
-                }
+            Event::Empty(_) => roots += usize::from(depth == 0),
+            Event::Text(t) if depth == 0 && !t.chars().all(char::is_whitespace) => {
+                return Err(err(format!("text outside the root element at byte {pos}")));
             }
             Event::CData(_) | Event::GeneralRef(_) if depth == 0 => {
                 return Err(err(format!(

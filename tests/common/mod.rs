@@ -1,0 +1,441 @@
+//! Shared test harness: a real server on 127.0.0.1:0 and a small HTTP/1.1 client over a raw
+//! keep-alive TCP connection. Digest responses are computed by the independent `digest_auth`
+//! crate, not by the server's own code.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use geoshard::config::Config;
+use geoshard::store::{Store, StoreOptions};
+
+pub const ADMIN: (&str, &str) = ("admin", "admin-pw");
+pub const WRITER: (&str, &str) = ("writer", "writer-pw");
+pub const READER: (&str, &str) = ("reader", "reader-pw");
+pub const GEO: (&str, &str) = ("geo", "geo-pw");
+pub const GEO_READER: (&str, &str) = ("georeader", "georeader-pw");
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "geoshard-it-{tag}-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The users every test server has.
+pub fn seed_users(dir: &Path) {
+    let store = Store::open(dir, StoreOptions::default()).unwrap();
+    let users: [(&str, &str, &[&str]); 5] = [
+        (ADMIN.0, ADMIN.1, &["admin"]),
+        (WRITER.0, WRITER.1, &["rest-writer"]),
+        (READER.0, READER.1, &["rest-reader"]),
+        (
+            GEO.0,
+            GEO.1,
+            &[
+                "geo-data-services-writer",
+                "rest-extension-user",
+                "rest-writer",
+            ],
+        ),
+        (
+            GEO_READER.0,
+            GEO_READER.1,
+            &["geo-data-services-reader", "rest-reader"],
+        ),
+    ];
+    for (name, pass, roles) in users {
+        let roles: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
+        geoshard::security::put_user_offline(&store, name, pass, &roles, "public").unwrap();
+    }
+    store.shutdown_blocking();
+}
+
+/// A server running in this process on its own runtime thread.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        let dir = temp_dir("srv");
+        seed_users(&dir);
+        TestServer::start_in(&dir, |_| {})
+    }
+
+    pub fn start_with(configure: impl FnOnce(&mut Config)) -> TestServer {
+        let dir = temp_dir("srv");
+        seed_users(&dir);
+        TestServer::start_in(&dir, configure)
+    }
+
+    /// Start on an existing data directory (for restart tests).
+    pub fn start_in(dir: &Path, configure: impl FnOnce(&mut Config)) -> TestServer {
+        let mut config = Config {
+            data_dir: dir.to_path_buf(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            shutdown_grace_secs: 5,
+            ..Config::default()
+        };
+        configure(&mut config);
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            let result = rt.block_on(geoshard::service::serve(
+                config,
+                async {
+                    let _ = stop_rx.await;
+                },
+                |_, addr| {
+                    let _ = addr_tx.send(Ok(addr));
+                },
+            ));
+            if let Err(e) = result {
+                let _ = addr_tx.send(Err(e.to_string()));
+            }
+        });
+        let addr = addr_rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("server did not start")
+            .expect("server failed to start");
+        TestServer {
+            addr,
+            data_dir: dir.to_path_buf(),
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn client(&self, user: (&str, &str)) -> Client {
+        Client::new(self.addr, Auth::Digest(user.0.into(), user.1.into()))
+    }
+
+    pub fn anonymous(&self) -> Client {
+        Client::new(self.addr, Auth::None)
+    }
+
+    /// Stop gracefully and wait until the store is closed.
+    pub fn stop(mut self) -> PathBuf {
+        self.shutdown();
+        self.data_dir.clone()
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[derive(Clone)]
+pub enum Auth {
+    None,
+    Basic(String, String),
+    Digest(String, String),
+}
+
+/// A response as the client saw it.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn headers_named(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {:?}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The `errorResponse` members, asserting the shape of REFERENCE §1.
+    pub fn error(&self) -> (u64, String, String) {
+        let v = self.json();
+        let e = &v["errorResponse"];
+        assert_eq!(
+            e["statusCode"].as_u64(),
+            Some(self.status as u64),
+            "statusCode member: {v}"
+        );
+        assert!(e["status"].is_string(), "status member: {v}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json"),
+            "error content type"
+        );
+        (
+            e["statusCode"].as_u64().unwrap(),
+            e["messageCode"].as_str().unwrap_or("").to_string(),
+            e["message"].as_str().unwrap_or("").to_string(),
+        )
+    }
+}
+
+/// One keep-alive connection with an authentication mode.
+pub struct Client {
+    addr: SocketAddr,
+    auth: Auth,
+    conn: Option<BufReader<TcpStream>>,
+    challenge: Option<digest_auth::WwwAuthenticateHeader>,
+    /// Connections opened so far (keep-alive checks).
+    pub connects: usize,
+}
+
+impl Client {
+    pub fn new(addr: SocketAddr, auth: Auth) -> Client {
+        Client {
+            addr,
+            auth,
+            conn: None,
+            challenge: None,
+            connects: 0,
+        }
+    }
+
+    fn connection(&mut self) -> &mut BufReader<TcpStream> {
+        if self.conn.is_none() {
+            let s = TcpStream::connect(self.addr).unwrap();
+            s.set_nodelay(true).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            self.conn = Some(BufReader::new(s));
+            self.connects += 1;
+        }
+        self.conn.as_mut().unwrap()
+    }
+
+    pub fn get(&mut self, target: &str) -> Response {
+        self.request("GET", target, &[], b"")
+    }
+
+    pub fn delete(&mut self, target: &str) -> Response {
+        self.request("DELETE", target, &[], b"")
+    }
+
+    pub fn put_json(&mut self, target: &str, body: &str) -> Response {
+        self.request(
+            "PUT",
+            target,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        )
+    }
+
+    pub fn post_json(&mut self, target: &str, body: &str) -> Response {
+        self.request(
+            "POST",
+            target,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        )
+    }
+
+    fn authorization(&mut self, method: &str, target: &str) -> Option<String> {
+        match &self.auth {
+            Auth::None => None,
+            Auth::Basic(u, p) => {
+                use base64::Engine as _;
+                Some(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+                ))
+            }
+            Auth::Digest(u, p) => {
+                let (u, p) = (u.clone(), p.clone());
+                let ch = self.challenge.as_mut()?;
+                let ctx = digest_auth::AuthContext::new_with_method(
+                    u.as_str(),
+                    p.as_str(),
+                    target,
+                    Option::<&[u8]>::None,
+                    digest_auth::HttpMethod(method.to_string().into()),
+                );
+                Some(ch.respond(&ctx).unwrap().to_header_string())
+            }
+        }
+    }
+
+    /// Send a request, negotiating Digest when challenged (and once more on `stale=true`).
+    pub fn request(
+        &mut self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Response {
+        for _ in 0..3 {
+            let auth = self.authorization(method, target);
+            let mut all: Vec<(String, String)> = headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            if let Some(a) = auth {
+                all.push(("Authorization".into(), a));
+            }
+            let resp = self.send(method, target, &all, body);
+            if resp.status == 401
+                && let Auth::Digest(..) = self.auth
+            {
+                let digest = resp
+                    .headers_named("www-authenticate")
+                    .into_iter()
+                    .find(|v| v.starts_with("Digest"))
+                    .map(|v| digest_auth::parse(v).unwrap());
+                let retry = match (&self.challenge, &digest) {
+                    (None, Some(_)) => true,
+                    (Some(_), Some(d)) => d.stale,
+                    _ => false,
+                };
+                if retry {
+                    self.challenge = digest;
+                    continue;
+                }
+            }
+            return resp;
+        }
+        panic!("authentication did not settle");
+    }
+
+    /// Send exactly these headers (plus Host and Content-Length) and read the reply.
+    pub fn send(
+        &mut self,
+        method: &str,
+        target: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Response {
+        let mut head = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\n", self.addr);
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+        let mut wire = head.into_bytes();
+        wire.extend_from_slice(body);
+        self.send_raw(&wire, method == "HEAD")
+    }
+
+    /// Write raw bytes and read one response. Reconnects once if the server had closed.
+    pub fn send_raw(&mut self, wire: &[u8], head_request: bool) -> Response {
+        for attempt in 0..2 {
+            let conn = self.connection();
+            if conn.get_mut().write_all(wire).is_ok()
+                && let Some(r) = read_response(conn, head_request)
+            {
+                if r.header("connection")
+                    .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+                {
+                    self.conn = None;
+                }
+                return r;
+            }
+            self.conn = None;
+            assert_eq!(attempt, 0, "server closed the connection twice");
+        }
+        unreachable!()
+    }
+}
+
+/// Read one HTTP/1.1 response; `None` when the connection was closed before a status line.
+pub fn read_response(r: &mut BufReader<TcpStream>, head_request: bool) -> Option<Response> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let status: u16 = line.split_whitespace().nth(1)?.parse().ok()?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':')?;
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _): &&(String, String)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if head_request || status == 204 || status == 304 {
+        // no body
+    } else if find("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size).ok()?;
+            let n = usize::from_str_radix(size.trim(), 16).ok()?;
+            let mut chunk = vec![0; n + 2];
+            r.read_exact(&mut chunk).ok()?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else if let Some(len) = find("content-length") {
+        let n: usize = len.parse().ok()?;
+        body.resize(n, 0);
+        r.read_exact(&mut body).ok()?;
+    }
+    Some(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// Percent-encode a query value.
+pub fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// The shared data folder beside the project root.
+pub fn shared_data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data")
+}
