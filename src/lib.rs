@@ -10,6 +10,8 @@
 //! - [`store`]: the durable redb document store with group commit; permission checks on
 //!   every read and write.
 //! - [`security`]: users, Digest and Basic verification; no HTTP types.
+//! - [`spatial`]: the H3-sharded R-tree engine with exact predicates; no documents, no HTTP.
+//! - [`cpu`]: the one bridge from async code to rayon.
 //! - [`http`]: the hyper front end, the only module that knows HTTP.
 //! - [`service`]: starting and stopping the whole service (serve, demo).
 
@@ -17,10 +19,12 @@
 
 pub mod acl;
 pub mod config;
+pub mod cpu;
 pub mod error;
 pub mod http;
 pub mod security;
 pub mod service;
+pub mod spatial;
 pub mod store;
 
 /// mimalloc for every binary, test and bench that links the crate: the request path

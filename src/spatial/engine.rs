@@ -1,0 +1,411 @@
+//! The engine: features partitioned by H3 cell across shards, each with its R-trees, and the
+//! query paths over them.
+//!
+//! - A point query computes its cell, visits that one shard on the calling thread, and tests
+//!   the candidates exactly. No thread hop, no allocation beyond the answer.
+//! - A region query covers its box with cells, groups them by shard, collects candidates from
+//!   those shards in parallel on rayon, de-duplicates shapes referenced from several shards,
+//!   and runs the exact tests in parallel. [`Engine::query_async`] submits it once per
+//!   request and awaits it, so a tokio handler never blocks on it.
+//! - Writers take one engine-wide lock (one writer at a time) and each shard's write lock only
+//!   for the moment of the change; bulk loads build new trees outside the lock and swap them
+//!   in. Readers hold a shard's read lock for one query.
+
+use std::sync::Arc;
+
+use geo::Geometry;
+use parking_lot::{Mutex, RwLock};
+use rayon::prelude::*;
+
+use super::FeatureId;
+use super::partition::Partitioner;
+use super::pip::Location;
+use super::predicate::{Query, Relation, Shape, point_fast_path};
+use super::shard::{PartEntry, PointEntry, ShardIndex, WHOLE};
+
+/// What the engine indexes for one id: enough to find and remove it.
+#[derive(Debug, Clone, Default)]
+enum Slot {
+    #[default]
+    Empty,
+    Point([f64; 2]),
+    MultiPoint(Arc<[[f64; 2]]>),
+    Shape(Arc<Shape>),
+}
+
+/// Settings of one engine.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    pub shards: usize,
+    pub resolution: u8,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            shards: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            resolution: 3,
+        }
+    }
+}
+
+/// New entries for one shard, in a bulk load.
+#[derive(Default)]
+struct ShardBatch {
+    points: Vec<PointEntry>,
+    parts: Vec<PartEntry>,
+    envelopes: Vec<PartEntry>,
+}
+
+/// What one shard contributes to a region query: matching point ids, and candidate shapes
+/// still to be tested exactly.
+type ShardCandidates = (Vec<FeatureId>, Vec<(FeatureId, Arc<Shape>)>);
+
+/// Entries of one feature, by shard.
+#[derive(Default)]
+struct Built {
+    points: Vec<(usize, PointEntry)>,
+    parts: Vec<(usize, PartEntry)>,
+    envelopes: Vec<(usize, PartEntry)>,
+}
+
+pub struct Engine {
+    partitioner: Partitioner,
+    shards: Box<[RwLock<ShardIndex>]>,
+    /// Id -> what is indexed; its lock also makes writers take turns.
+    registry: Mutex<Vec<Slot>>,
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Result<Engine, String> {
+        let partitioner = Partitioner::new(config.resolution, config.shards)?;
+        let shards = (0..config.shards)
+            .map(|_| RwLock::new(ShardIndex::new()))
+            .collect();
+        Ok(Engine {
+            partitioner,
+            shards,
+            registry: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn partitioner(&self) -> &Partitioner {
+        &self.partitioner
+    }
+
+    /// Features indexed.
+    pub fn len(&self) -> usize {
+        self.registry
+            .lock()
+            .iter()
+            .filter(|s| !matches!(s, Slot::Empty))
+            .count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Entries per shard: (points, parts, envelopes).
+    pub fn shard_sizes(&self) -> Vec<(usize, usize, usize)> {
+        self.shards.iter().map(|s| s.read().len()).collect()
+    }
+
+    /// What to keep for a geometry: points inline, anything else as a prepared shape.
+    fn slot_for(geometry: Geometry<f64>) -> Slot {
+        match geometry {
+            Geometry::Point(pt) => Slot::Point([pt.x(), pt.y()]),
+            Geometry::MultiPoint(mp) => {
+                let mut pts: Vec<[f64; 2]> = mp.0.iter().map(|p| [p.x(), p.y()]).collect();
+                pts.sort_by(|a, b| a[0].total_cmp(&b[0]).then(a[1].total_cmp(&b[1])));
+                pts.dedup();
+                Slot::MultiPoint(pts.into())
+            }
+            other => Shape::new(other).map_or(Slot::Empty, |s| Slot::Shape(Arc::new(s))),
+        }
+    }
+
+    /// The entries a slot puts in the shards. Partitioning is deterministic, so removal
+    /// recomputes them instead of remembering them.
+    fn entries(&self, id: FeatureId, slot: &Slot) -> Built {
+        let mut b = Built::default();
+        let p = &self.partitioner;
+        let point = |xy: &[f64; 2]| (p.shard_of_point(xy[0], xy[1]), PointEntry { xy: *xy, id });
+        match slot {
+            Slot::Empty => {}
+            Slot::Point(xy) => b.points.push(point(xy)),
+            Slot::MultiPoint(pts) => b.points.extend(pts.iter().map(point)),
+            Slot::Shape(shape) => {
+                let entry = |bbox, part| PartEntry {
+                    bbox,
+                    shape: shape.clone(),
+                    part,
+                    id,
+                };
+                if shape.is_polygonal() {
+                    for (i, part) in shape.parts.iter().enumerate() {
+                        for s in p.shards_for_bbox(&part.bbox).iter() {
+                            b.parts.push((s, entry(part.bbox, i as u32)));
+                        }
+                    }
+                }
+                for s in p.shards_for_bbox(&shape.bbox).iter() {
+                    if !shape.is_polygonal() {
+                        b.parts.push((s, entry(shape.bbox, WHOLE)));
+                    }
+                    b.envelopes.push((s, entry(shape.bbox, WHOLE)));
+                }
+            }
+        }
+        b
+    }
+
+    fn remove_locked(&self, registry: &mut [Slot], id: FeatureId) -> bool {
+        let Some(slot) = registry.get_mut(id as usize) else {
+            return false;
+        };
+        let old = std::mem::take(slot);
+        if matches!(old, Slot::Empty) {
+            return false;
+        }
+        let b = self.entries(id, &old);
+        for (s, e) in b.points {
+            self.shards[s].write().points.remove(&e);
+        }
+        for (s, e) in b.parts {
+            self.shards[s].write().parts.remove(&e);
+        }
+        for (s, e) in b.envelopes {
+            self.shards[s].write().envelopes.remove(&e);
+        }
+        true
+    }
+
+    fn apply(&self, b: Built) {
+        for (s, e) in b.points {
+            self.shards[s].write().points.insert(e);
+        }
+        for (s, e) in b.parts {
+            self.shards[s].write().parts.insert(e);
+        }
+        for (s, e) in b.envelopes {
+            self.shards[s].write().envelopes.insert(e);
+        }
+    }
+
+    /// Index a feature, replacing whatever the id had. The geometry must be valid (see
+    /// [`super::geometry::parse_geojson`]).
+    pub fn insert(&self, id: FeatureId, geometry: Geometry<f64>) {
+        let slot = Self::slot_for(geometry);
+        let built = self.entries(id, &slot);
+        let mut registry = self.registry.lock();
+        self.remove_locked(&mut registry, id);
+        if registry.len() <= id as usize {
+            registry.resize(id as usize + 1, Slot::Empty);
+        }
+        registry[id as usize] = slot;
+        self.apply(built);
+    }
+
+    /// Remove a feature; `false` if the id had nothing.
+    pub fn remove(&self, id: FeatureId) -> bool {
+        let mut registry = self.registry.lock();
+        self.remove_locked(&mut registry, id)
+    }
+
+    /// Index many features at once: entries are built in parallel and each shard's trees are
+    /// bulk-loaded (existing entries included) and swapped in. Replaces existing ids.
+    pub fn bulk_load(&self, items: Vec<(FeatureId, Geometry<f64>)>) {
+        let built: Vec<(FeatureId, Slot, Built)> = items
+            .into_par_iter()
+            .map(|(id, g)| {
+                let slot = Self::slot_for(g);
+                let b = self.entries(id, &slot);
+                (id, slot, b)
+            })
+            .collect();
+        let mut registry = self.registry.lock();
+        let mut batches: Vec<ShardBatch> = (0..self.shards.len())
+            .map(|_| ShardBatch::default())
+            .collect();
+        for (id, slot, b) in built {
+            self.remove_locked(&mut registry, id);
+            if registry.len() <= id as usize {
+                registry.resize(id as usize + 1, Slot::Empty);
+            }
+            registry[id as usize] = slot;
+            for (s, e) in b.points {
+                batches[s].points.push(e);
+            }
+            for (s, e) in b.parts {
+                batches[s].parts.push(e);
+            }
+            for (s, e) in b.envelopes {
+                batches[s].envelopes.push(e);
+            }
+        }
+        batches.into_par_iter().enumerate().for_each(|(s, b)| {
+            if b.points.is_empty() && b.parts.is_empty() && b.envelopes.is_empty() {
+                return;
+            }
+            // Readers keep using the old trees while the new ones are built.
+            let fresh = self.shards[s]
+                .read()
+                .rebuilt_with(b.points, b.parts, b.envelopes);
+            *self.shards[s].write() = fresh;
+        });
+    }
+
+    /// The ids of the features that stand in relation `rel` to `q`, ascending and unique.
+    pub fn query(&self, q: &Query, rel: Relation) -> Vec<FeatureId> {
+        if let Some((x, y)) = q.as_point() {
+            return self.query_point(q, x, y, rel);
+        }
+        self.query_region(q, rel)
+    }
+
+    fn query_point(&self, q: &Query, x: f64, y: f64, rel: Relation) -> Vec<FeatureId> {
+        let shard = self.shards[self.partitioner.shard_of_point(x, y)].read();
+        let mut out = Vec::new();
+        shard.points_at(x, y, |id| out.push(id));
+        if rel == Relation::EnvelopeIntersects {
+            shard.parts_in(&[x, y, x, y], true, |e| out.push(e.id));
+        } else {
+            // Candidates of one id arrive as several parts; combine their locations.
+            let mut cands: Vec<(FeatureId, Location, &PartEntry)> = Vec::new();
+            shard.parts_at(x, y, |e| {
+                let loc = if e.part == WHOLE {
+                    e.shape.locate(x, y)
+                } else {
+                    e.shape.parts[e.part as usize].locate(x, y)
+                };
+                cands.push((e.id, loc, e));
+            });
+            if cands.len() > 1 {
+                cands.sort_unstable_by_key(|c| (c.0, std::cmp::Reverse(c.1)));
+                cands.dedup_by_key(|c| c.0);
+            }
+            for (id, loc, e) in cands {
+                let hit = match point_fast_path(loc, rel) {
+                    Some(b) => b,
+                    None => q.matches_shape(&e.shape, rel),
+                };
+                if hit {
+                    out.push(id);
+                }
+            }
+        }
+        drop(shard);
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    fn query_region(&self, q: &Query, rel: Relation) -> Vec<FeatureId> {
+        let bbox = *q.bbox();
+        if bbox[0] > bbox[2] {
+            return Vec::new();
+        }
+        let cover = self.partitioner.shards_for_bbox(&bbox);
+        let shards: Vec<usize> = cover.iter().collect();
+        let envelopes = rel == Relation::EnvelopeIntersects;
+        // Phase 1, per shard: points tested at once, shapes collected as candidates.
+        let collected: Vec<ShardCandidates> = shards
+            .par_iter()
+            .map(|&s| {
+                let idx = self.shards[s].read();
+                let mut ids = Vec::new();
+                idx.points_in(&bbox, |e| {
+                    if q.matches_point(e.xy[0], e.xy[1], rel) {
+                        ids.push(e.id);
+                    }
+                });
+                let mut shapes: Vec<(FeatureId, Arc<Shape>)> = Vec::new();
+                idx.parts_in(&bbox, envelopes, |e| shapes.push((e.id, e.shape.clone())));
+                (ids, shapes)
+            })
+            .collect();
+        let mut ids: Vec<FeatureId> = Vec::new();
+        let mut shapes: Vec<(FeatureId, Arc<Shape>)> = Vec::new();
+        for (i, s) in collected {
+            ids.extend(i);
+            shapes.extend(s);
+        }
+        shapes.sort_unstable_by_key(|c| c.0);
+        shapes.dedup_by_key(|c| c.0);
+        // Phase 2: exact tests, each shape once.
+        if envelopes {
+            ids.extend(shapes.iter().map(|c| c.0));
+        } else if shapes.len() < 64 {
+            ids.extend(
+                shapes
+                    .iter()
+                    .filter(|c| q.matches_shape(&c.1, rel))
+                    .map(|c| c.0),
+            );
+        } else {
+            let hits: Vec<FeatureId> = shapes
+                .par_iter()
+                .filter(|c| q.matches_shape(&c.1, rel))
+                .map(|c| c.0)
+                .collect();
+            ids.extend(hits);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// [`Engine::query`] for async callers: a point query runs here (one shard, no hop); a
+    /// region query is submitted once to rayon and awaited. If the caller goes away first,
+    /// the work is skipped.
+    pub async fn query_async(self: Arc<Self>, q: Arc<Query>, rel: Relation) -> Vec<FeatureId> {
+        if q.as_point().is_some() {
+            return self.query(&q, rel);
+        }
+        crate::cpu::run_cpu_intensive(move || self.query(&q, rel))
+            .await
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geo::{point, polygon};
+
+    #[test]
+    fn insert_replace_remove() {
+        let e = Engine::new(EngineConfig {
+            shards: 4,
+            resolution: 3,
+        })
+        .unwrap();
+        e.insert(1, Geometry::Point(point!(x: 10.0, y: 10.0)));
+        e.insert(
+            2,
+            Geometry::Polygon(polygon![(x: 0., y: 0.), (x: 20., y: 0.), (x: 20., y: 20.), (x: 0., y: 20.), (x: 0., y: 0.)]),
+        );
+        let at = |x: f64, y: f64| e.query(&Query::point(x, y), Relation::Contains);
+        assert_eq!(at(10.0, 10.0), vec![1, 2]);
+        assert_eq!(at(5.0, 5.0), vec![2]);
+        // Replace the polygon with one elsewhere; move the point.
+        e.insert(
+            2,
+            Geometry::Polygon(
+                polygon![(x: 30., y: 30.), (x: 40., y: 30.), (x: 40., y: 40.), (x: 30., y: 30.)],
+            ),
+        );
+        e.insert(1, Geometry::Point(point!(x: 35.0, y: 32.0)));
+        assert_eq!(at(10.0, 10.0), Vec::<FeatureId>::new());
+        assert_eq!(at(35.0, 32.0), vec![1, 2]);
+        assert!(e.remove(2));
+        assert!(!e.remove(2));
+        assert_eq!(at(35.0, 32.0), vec![1]);
+        assert_eq!(e.len(), 1);
+        let sizes: usize = e.shard_sizes().iter().map(|s| s.0 + s.1 + s.2).sum();
+        assert_eq!(sizes, 1, "removal leaves no stray entries");
+    }
+}

@@ -1,0 +1,24 @@
+//! The spatial engine: features (an id and a geometry) partitioned by H3 cell across shards
+//! with per-shard R-trees, and exact predicates on top. Knows nothing of documents or HTTP.
+//!
+//! - [`geometry`]: GeoJSON <-> `geo` types, validation with the place of the fault.
+//! - [`pip`]: exact point location with striped, banded edge indexes.
+//! - [`predicate`]: relations (intersects, contains, ...), prepared shapes and queries.
+//! - [`partition`]: H3 cells -> shards; the cover of a box.
+//! - [`shard`]: one shard's R-trees.
+//! - [`engine`]: insert/remove/bulk load, point and region queries, the async bridge.
+
+pub mod engine;
+pub mod geometry;
+pub mod partition;
+pub mod pip;
+pub mod predicate;
+pub mod shard;
+
+/// A feature's id in one engine. Dense ids keep the engine's registry small.
+pub type FeatureId = u32;
+
+pub use engine::{Engine, EngineConfig};
+pub use geometry::{GeometryError, ParseOptions, parse_geojson, parse_geojson_with, to_geojson};
+pub use pip::Location;
+pub use predicate::{Query, Relation, Shape};

@@ -1,0 +1,438 @@
+//! Exact point location in polygons, fast on real boundaries.
+//!
+//! A polygon's edges are bucketed into horizontal stripes, so locating a point tests only the
+//! edges of one stripe, not all of them. Polygons with many edges are also cut into
+//! horizontal bands ("parts"), each with its own tight bounding box and its own stripes:
+//! the R-tree then hands only the band that holds the point to the exact test, and a band's
+//! stripes stay short. No clipping is involved, so there are no artificial edges and no
+//! rounding at the cuts: a band simply holds every edge that overlaps its y-range.
+//!
+//! The test is the ray-crossing rule of GEOS's `RayCrossingCounter` (half-open in y, exact
+//! orientation from the `robust` crate), with every ring of one polygon counted together,
+//! so answers match GEOS's `IndexedPointInAreaLocator`, including on self-intersecting
+//! rings. A point on an edge or vertex is `Boundary`.
+
+use geo::{Coord, LineString, Polygon};
+
+/// Where a point lies relative to a geometry. Ordered so that `max` combines the answers of
+/// several parts: interior anywhere wins, then boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Location {
+    Exterior,
+    Boundary,
+    Interior,
+}
+
+/// An edge as `[x0, y0, x1, y1]`.
+type Edge = [f64; 4];
+
+/// Below this many edges a band is one stripe: a plain scan is as fast.
+const SCAN_EDGES: usize = 16;
+/// Polygons above this many edges are cut into bands of about this many.
+pub const BAND_EDGES: usize = 256;
+
+#[inline]
+fn orient(ax: f64, ay: f64, bx: f64, by: f64, px: f64, py: f64) -> f64 {
+    robust::orient2d(
+        robust::Coord { x: ax, y: ay },
+        robust::Coord { x: bx, y: by },
+        robust::Coord { x: px, y: py },
+    )
+}
+
+/// Crossing-number test of `(px, py)` against a list of edges that contains every edge
+/// whose y-range includes `py`. Returns on the first boundary hit.
+#[inline]
+fn locate_in_edges(edges: &[Edge], px: f64, py: f64) -> Location {
+    let mut inside = false;
+    for &[ax, ay, bx, by] in edges {
+        let a_above = ay > py;
+        let b_above = by > py;
+        if a_above != b_above {
+            // The edge straddles the horizontal line through p (half-open in y).
+            if ax > px && bx > px {
+                inside = !inside; // wholly to the right: the rightward ray crosses it
+                continue;
+            }
+            if ax < px && bx < px {
+                continue; // wholly to the left
+            }
+            let o = orient(ax, ay, bx, by, px, py);
+            if o == 0.0 {
+                return Location::Boundary;
+            }
+            if (o > 0.0) == (by > ay) {
+                inside = !inside;
+            }
+        } else if !a_above {
+            // Both ends at or below p: p can only touch a horizontal edge at its height,
+            // or the edge's upper vertex.
+            if ay == py && by == py {
+                if (ax <= px && px <= bx) || (bx <= px && px <= ax) {
+                    return Location::Boundary;
+                }
+            } else if (ay == py && ax == px) || (by == py && bx == px) {
+                return Location::Boundary;
+            }
+        }
+    }
+    if inside {
+        Location::Interior
+    } else {
+        Location::Exterior
+    }
+}
+
+/// Edges bucketed by horizontal stripes over `[y0, y0 + n / inv_h]`.
+#[derive(Debug, Clone)]
+struct Stripes {
+    y0: f64,
+    inv_h: f64,
+    /// `offsets[k]..offsets[k+1]` are the edges of stripe `k`.
+    offsets: Box<[u32]>,
+    edges: Box<[Edge]>,
+}
+
+impl Stripes {
+    fn build(edges: &[Edge], ylo: f64, yhi: f64) -> Stripes {
+        let n = if edges.len() <= SCAN_EDGES || yhi <= ylo {
+            1
+        } else {
+            edges.len().div_ceil(2)
+        };
+        let height = (yhi - ylo).max(f64::MIN_POSITIVE);
+        let inv_h = n as f64 / height;
+        // Stripe k covers [ylo + k/inv_h, ylo + (k+1)/inv_h]; edges go to every stripe their
+        // closed y-range meets, widened by a hair so a query's rounding of k cannot miss one.
+        let pad = height * 1e-9 + 1e-12;
+        let stripe_of = |y: f64| -> usize {
+            let k = ((y - ylo) * inv_h).floor();
+            if k <= 0.0 { 0 } else { (k as usize).min(n - 1) }
+        };
+        let mut counts = vec![0u32; n + 1];
+        let span = |e: &Edge| {
+            let (lo, hi) = if e[1] <= e[3] {
+                (e[1], e[3])
+            } else {
+                (e[3], e[1])
+            };
+            (stripe_of(lo - pad), stripe_of(hi + pad))
+        };
+        for e in edges {
+            let (a, b) = span(e);
+            for c in &mut counts[a..=b] {
+                *c += 1;
+            }
+        }
+        let mut offsets = vec![0u32; n + 1];
+        for k in 0..n {
+            offsets[k + 1] = offsets[k] + counts[k];
+        }
+        let mut fill = offsets.clone();
+        let mut out = vec![[0.0; 4]; offsets[n] as usize];
+        for e in edges {
+            let (a, b) = span(e);
+            for f in &mut fill[a..=b] {
+                out[*f as usize] = *e;
+                *f += 1;
+            }
+        }
+        Stripes {
+            y0: ylo,
+            inv_h,
+            offsets: offsets.into_boxed_slice(),
+            edges: out.into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    fn locate(&self, px: f64, py: f64) -> Location {
+        let n = self.offsets.len() - 1;
+        let k = ((py - self.y0) * self.inv_h).floor();
+        let k = if k <= 0.0 { 0 } else { (k as usize).min(n - 1) };
+        let (a, b) = (self.offsets[k] as usize, self.offsets[k + 1] as usize);
+        locate_in_edges(&self.edges[a..b], px, py)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.offsets.len() * 4 + self.edges.len() * std::mem::size_of::<Edge>()
+    }
+}
+
+/// An axis-aligned box `[xmin, ymin, xmax, ymax]`.
+pub type BBox = [f64; 4];
+
+pub fn bbox_contains(b: &BBox, x: f64, y: f64) -> bool {
+    b[0] <= x && x <= b[2] && b[1] <= y && y <= b[3]
+}
+
+pub fn bbox_intersects(a: &BBox, b: &BBox) -> bool {
+    a[0] <= b[2] && b[0] <= a[2] && a[1] <= b[3] && b[1] <= a[3]
+}
+
+/// One band of one polygon: the unit the R-tree indexes.
+#[derive(Debug, Clone)]
+pub struct PolygonPart {
+    /// Box of the polygon within the band (every point of the polygon in the band is in it).
+    pub bbox: BBox,
+    /// Which polygon of a multipolygon this band belongs to.
+    pub element: u32,
+    stripes: Stripes,
+}
+
+impl PolygonPart {
+    /// Location relative to this part's polygon; exact for points inside `bbox`.
+    #[inline]
+    pub fn locate(&self, x: f64, y: f64) -> Location {
+        if !bbox_contains(&self.bbox, x, y) {
+            return Location::Exterior;
+        }
+        self.stripes.locate(x, y)
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.stripes.heap_bytes()
+    }
+}
+
+fn ring_edges(ring: &LineString<f64>, out: &mut Vec<Edge>) {
+    for w in ring.0.windows(2) {
+        out.push([w[0].x, w[0].y, w[1].x, w[1].y]);
+    }
+}
+
+/// Cut one polygon (shell and holes together) into banded, striped parts.
+pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
+    let mut edges = Vec::new();
+    ring_edges(poly.exterior(), &mut edges);
+    for hole in poly.interiors() {
+        ring_edges(hole, &mut edges);
+    }
+    if edges.is_empty() {
+        return Vec::new();
+    }
+    let (ylo, yhi) = edges
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), e| {
+            (lo.min(e[1]).min(e[3]), hi.max(e[1]).max(e[3]))
+        });
+    // Band boundaries at quantiles of the edges' lower ends, so bands hold similar counts.
+    let bands = edges.len().div_ceil(BAND_EDGES).max(1);
+    let mut cuts = vec![ylo];
+    if bands > 1 {
+        let mut lows: Vec<f64> = edges.iter().map(|e| e[1].min(e[3])).collect();
+        lows.sort_by(f64::total_cmp);
+        for b in 1..bands {
+            let y = lows[b * lows.len() / bands];
+            if y > *cuts.last().unwrap_or(&ylo) && y < yhi {
+                cuts.push(y);
+            }
+        }
+    }
+    cuts.push(yhi);
+    let mut parts = Vec::with_capacity(cuts.len() - 1);
+    let mut band_edges = Vec::new();
+    for w in cuts.windows(2) {
+        let (b0, b1) = (w[0], w[1]);
+        band_edges.clear();
+        let (mut xmin, mut xmax) = (f64::INFINITY, f64::NEG_INFINITY);
+        for e in &edges {
+            let (lo, hi) = if e[1] <= e[3] {
+                (e[1], e[3])
+            } else {
+                (e[3], e[1])
+            };
+            if hi < b0 || lo > b1 {
+                continue;
+            }
+            band_edges.push(*e);
+            // The edge's x-extent within the band: clip it to [b0, b1].
+            let (x0, x1) = clip_x(e, b0, b1);
+            xmin = xmin.min(x0);
+            xmax = xmax.max(x1);
+        }
+        if band_edges.is_empty() {
+            continue;
+        }
+        // A hair of padding: the clipped extents are computed in floating point.
+        let pad = 1e-9;
+        parts.push(PolygonPart {
+            bbox: [xmin - pad, b0, xmax + pad, b1],
+            element,
+            stripes: Stripes::build(&band_edges, b0, b1),
+        });
+    }
+    parts
+}
+
+/// The x-range of the piece of an edge with y in `[y0, y1]`.
+fn clip_x(e: &Edge, y0: f64, y1: f64) -> (f64, f64) {
+    let [ax, ay, bx, by] = *e;
+    if ay == by {
+        return (ax.min(bx), ax.max(bx));
+    }
+    let at = |y: f64| ax + (bx - ax) * ((y - ay) / (by - ay));
+    let (lo, hi) = if ay <= by { (ay, by) } else { (by, ay) };
+    let ya = y0.max(lo);
+    let yb = y1.min(hi);
+    let (xa, xb) = (at(ya), at(yb));
+    // Endpoints inside the band are exact vertices; use them as they are.
+    let xa = if ya == ay {
+        ax
+    } else if ya == by {
+        bx
+    } else {
+        xa
+    };
+    let xb = if yb == ay {
+        ax
+    } else if yb == by {
+        bx
+    } else {
+        xb
+    };
+    (xa.min(xb), xa.max(xb))
+}
+
+/// Location of a point relative to a set of parts (one polygon or a multipolygon's
+/// elements): interior of any element wins, then boundary.
+pub fn locate_in_parts(parts: &[PolygonPart], x: f64, y: f64) -> Location {
+    let mut best = Location::Exterior;
+    for p in parts {
+        let l = p.locate(x, y);
+        if l == Location::Interior {
+            return l;
+        }
+        best = best.max(l);
+    }
+    best
+}
+
+/// Location of a point relative to lines, as GEOS's `PointLocator` has it: an endpoint of
+/// an open line counts once per line, and an odd count is `Boundary` (the mod-2 rule);
+/// anywhere else on a line is `Interior`.
+pub fn locate_on_lines(lines: &[LineString<f64>], x: f64, y: f64) -> Location {
+    let p = Coord { x, y };
+    let mut ends = 0usize;
+    let mut on = false;
+    for l in lines {
+        let (Some(first), Some(last)) = (l.0.first(), l.0.last()) else {
+            continue;
+        };
+        if first != last && (p == *first || p == *last) {
+            ends += 1;
+            continue;
+        }
+        on = on
+            || l.0.windows(2).any(|w| {
+                let (a, b) = (w[0], w[1]);
+                a.x.min(b.x) <= x
+                    && x <= a.x.max(b.x)
+                    && a.y.min(b.y) <= y
+                    && y <= a.y.max(b.y)
+                    && orient(a.x, a.y, b.x, b.y, x, y) == 0.0
+            });
+    }
+    if ends % 2 == 1 {
+        Location::Boundary
+    } else if ends > 0 || on {
+        Location::Interior
+    } else {
+        Location::Exterior
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geo::{Contains, Intersects, coord, polygon};
+
+    fn square_with_hole() -> Polygon<f64> {
+        polygon!(
+            exterior: [(x: 0., y: 0.), (x: 10., y: 0.), (x: 10., y: 10.), (x: 0., y: 10.), (x: 0., y: 0.)],
+            interiors: [[(x: 4., y: 4.), (x: 6., y: 4.), (x: 6., y: 6.), (x: 4., y: 6.), (x: 4., y: 4.)]],
+        )
+    }
+
+    #[test]
+    fn boundary_cases() {
+        let parts = polygon_parts(0, &square_with_hole());
+        let at = |x, y| locate_in_parts(&parts, x, y);
+        assert_eq!(at(1.0, 1.0), Location::Interior);
+        assert_eq!(at(5.0, 5.0), Location::Exterior); // in the hole
+        assert_eq!(at(11.0, 5.0), Location::Exterior);
+        assert_eq!(at(0.0, 5.0), Location::Boundary); // on an edge
+        assert_eq!(at(10.0, 10.0), Location::Boundary); // on a vertex
+        assert_eq!(at(5.0, 0.0), Location::Boundary); // on a horizontal edge
+        assert_eq!(at(4.0, 5.0), Location::Boundary); // on the hole's edge
+        assert_eq!(at(6.0, 6.0), Location::Boundary); // the hole's vertex
+        assert_eq!(at(-1.0, 0.0), Location::Exterior); // level with a horizontal edge
+        assert_eq!(at(3.0, 4.0), Location::Interior); // level with the hole's bottom
+    }
+
+    #[test]
+    fn banded_polygon_agrees_with_geo() {
+        // A star with many spikes: several bands, many stripes.
+        let n = 1500;
+        let mut pts = Vec::new();
+        for i in 0..n {
+            let a = i as f64 / n as f64 * std::f64::consts::TAU;
+            let r = if i % 2 == 0 {
+                10.0
+            } else {
+                4.0 + (i % 7) as f64 * 0.5
+            };
+            pts.push(coord! { x: r * a.cos(), y: r * a.sin() });
+        }
+        pts.push(pts[0]);
+        let poly = Polygon::new(LineString(pts), vec![]);
+        let parts = polygon_parts(0, &poly);
+        assert!(parts.len() >= 5, "{} parts", parts.len());
+        let mut state = 12345u64;
+        let mut rnd = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 11) as f64 / (1u64 << 53) as f64) * 24.0 - 12.0
+        };
+        for _ in 0..20_000 {
+            let (x, y) = (rnd(), rnd());
+            let p = geo::Point::new(x, y);
+            let want = if poly.contains(&p) {
+                Location::Interior
+            } else if poly.intersects(&p) {
+                Location::Boundary
+            } else {
+                Location::Exterior
+            };
+            assert_eq!(locate_in_parts(&parts, x, y), want, "({x}, {y})");
+        }
+        // Every vertex is on the boundary.
+        for c in poly.exterior().0.iter() {
+            assert_eq!(locate_in_parts(&parts, c.x, c.y), Location::Boundary);
+        }
+    }
+
+    #[test]
+    fn collapsed_ring_point_is_boundary() {
+        let poly = Polygon::new(LineString(vec![coord! {x: 1., y: 1.}; 4]), vec![]);
+        let parts = polygon_parts(0, &poly);
+        assert_eq!(locate_in_parts(&parts, 1.0, 1.0), Location::Boundary);
+        assert_eq!(locate_in_parts(&parts, 1.0, 1.5), Location::Exterior);
+    }
+
+    #[test]
+    fn lines_and_endpoints() {
+        let l = LineString(vec![
+            coord! {x: 0., y: 0.},
+            coord! {x: 2., y: 0.},
+            coord! {x: 2., y: 2.},
+        ]);
+        let ls = [l];
+        assert_eq!(locate_on_lines(&ls, 1.0, 0.0), Location::Interior);
+        assert_eq!(locate_on_lines(&ls, 2.0, 0.0), Location::Interior); // inner vertex
+        assert_eq!(locate_on_lines(&ls, 0.0, 0.0), Location::Boundary);
+        assert_eq!(locate_on_lines(&ls, 2.0, 2.0), Location::Boundary);
+        assert_eq!(locate_on_lines(&ls, 1.0, 1.0), Location::Exterior);
+    }
+}

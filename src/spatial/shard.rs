@@ -1,0 +1,147 @@
+//! One shard: R-trees over the features whose cells the shard owns.
+//!
+//! - `points`: point features (and each point of a multipoint), stored inline: 24 bytes.
+//! - `parts`: polygon bands and whole lines, each referring to its shared [`Shape`].
+//! - `envelopes`: the whole bounding box of each polygon, for `envelope-intersects` only.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use rstar::{AABB, RStarInsertionStrategy, RTree, RTreeObject, RTreeParams};
+
+use super::FeatureId;
+use super::pip::BBox;
+use super::predicate::Shape;
+
+/// Node sizes tuned for read-mostly use: wider nodes make a shallower tree.
+pub struct Params;
+
+impl RTreeParams for Params {
+    const MIN_SIZE: usize = 4;
+    const MAX_SIZE: usize = 12;
+    const REINSERTION_COUNT: usize = 3;
+    type DefaultInsertionStrategy = RStarInsertionStrategy;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PointEntry {
+    pub xy: [f64; 2],
+    pub id: FeatureId,
+}
+
+impl RTreeObject for PointEntry {
+    type Envelope = AABB<[f64; 2]>;
+    fn envelope(&self) -> Self::Envelope {
+        AABB::from_point(self.xy)
+    }
+}
+
+/// Part number of an entry that stands for a whole shape (a line, or an envelope entry).
+pub const WHOLE: u32 = u32::MAX;
+
+#[derive(Debug, Clone)]
+pub struct PartEntry {
+    pub bbox: BBox,
+    pub shape: Arc<Shape>,
+    /// Index into `shape.parts`, or [`WHOLE`].
+    pub part: u32,
+    pub id: FeatureId,
+}
+
+impl PartialEq for PartEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id && self.part == other.part && Arc::ptr_eq(&self.shape, &other.shape)
+    }
+}
+
+impl RTreeObject for PartEntry {
+    type Envelope = AABB<[f64; 2]>;
+    fn envelope(&self) -> Self::Envelope {
+        AABB::from_corners([self.bbox[0], self.bbox[1]], [self.bbox[2], self.bbox[3]])
+    }
+}
+
+pub fn aabb(b: &BBox) -> AABB<[f64; 2]> {
+    AABB::from_corners([b[0], b[1]], [b[2], b[3]])
+}
+
+#[derive(Default)]
+pub struct ShardIndex {
+    pub points: RTree<PointEntry, Params>,
+    pub parts: RTree<PartEntry, Params>,
+    pub envelopes: RTree<PartEntry, Params>,
+}
+
+impl ShardIndex {
+    pub fn new() -> ShardIndex {
+        ShardIndex {
+            points: RTree::new_with_params(),
+            parts: RTree::new_with_params(),
+            envelopes: RTree::new_with_params(),
+        }
+    }
+
+    /// Rebuild with the current entries plus `points`/`parts`/`envelopes`, by bulk loading.
+    pub fn rebuilt_with(
+        &self,
+        mut points: Vec<PointEntry>,
+        mut parts: Vec<PartEntry>,
+        mut envelopes: Vec<PartEntry>,
+    ) -> ShardIndex {
+        points.extend(self.points.iter().copied());
+        parts.extend(self.parts.iter().cloned());
+        envelopes.extend(self.envelopes.iter().cloned());
+        ShardIndex {
+            points: RTree::bulk_load_with_params(points),
+            parts: RTree::bulk_load_with_params(parts),
+            envelopes: RTree::bulk_load_with_params(envelopes),
+        }
+    }
+
+    /// Point features exactly at `(x, y)`.
+    #[inline]
+    pub fn points_at(&self, x: f64, y: f64, mut f: impl FnMut(FeatureId)) {
+        let _ = self
+            .points
+            .locate_in_envelope_intersecting_int(AABB::from_point([x, y]), |e| {
+                f(e.id);
+                ControlFlow::<()>::Continue(())
+            });
+    }
+
+    /// Parts whose box contains `(x, y)`.
+    #[inline]
+    pub fn parts_at<'a>(&'a self, x: f64, y: f64, mut f: impl FnMut(&'a PartEntry)) {
+        let _ = self
+            .parts
+            .locate_in_envelope_intersecting_int(AABB::from_point([x, y]), |e| {
+                f(e);
+                ControlFlow::<()>::Continue(())
+            });
+    }
+
+    pub fn points_in<'a>(&'a self, b: &BBox, mut f: impl FnMut(&'a PointEntry)) {
+        let _ = self
+            .points
+            .locate_in_envelope_intersecting_int(aabb(b), |e| {
+                f(e);
+                ControlFlow::<()>::Continue(())
+            });
+    }
+
+    pub fn parts_in<'a>(&'a self, b: &BBox, envelopes: bool, mut f: impl FnMut(&'a PartEntry)) {
+        let tree = if envelopes {
+            &self.envelopes
+        } else {
+            &self.parts
+        };
+        let _ = tree.locate_in_envelope_intersecting_int(aabb(b), |e| {
+            f(e);
+            ControlFlow::<()>::Continue(())
+        });
+    }
+
+    pub fn len(&self) -> (usize, usize, usize) {
+        (self.points.size(), self.parts.size(), self.envelopes.size())
+    }
+}
