@@ -8,9 +8,11 @@
 //! rounding at the cuts: a band simply holds every edge that overlaps its y-range.
 //!
 //! The test is the ray-crossing rule of GEOS's `RayCrossingCounter` (half-open in y, exact
-//! orientation from the `robust` crate), with every ring of one polygon counted together,
-//! so answers match GEOS's `IndexedPointInAreaLocator`, including on self-intersecting
-//! rings. A point on an edge or vertex is `Boundary`.
+//! orientation from the `robust` crate), applied ring by ring as GEOS's
+//! `SimplePointInAreaLocator` does: a point is inside a polygon when it is inside the shell
+//! and inside no hole, holes taken in order. For valid polygons that is plain parity; for
+//! invalid ones (self-intersecting rings, a hole sticking out of its shell) it gives GEOS's
+//! answers. A point on an edge or vertex is `Boundary`.
 
 use geo::{Coord, LineString, Polygon};
 
@@ -40,10 +42,10 @@ fn orient(ax: f64, ay: f64, bx: f64, by: f64, px: f64, py: f64) -> f64 {
     )
 }
 
-/// Crossing-number test of `(px, py)` against a list of edges that contains every edge
-/// whose y-range includes `py`. Returns on the first boundary hit.
+/// Crossing-number test of `(px, py)` against one ring's edges (every edge of the ring
+/// whose y-range includes `py` must be there).
 #[inline]
-fn locate_in_edges(edges: &[Edge], px: f64, py: f64) -> Location {
+fn locate_in_ring(edges: &[Edge], px: f64, py: f64) -> Location {
     let mut inside = false;
     for &[ax, ay, bx, by] in edges {
         let a_above = ay > py;
@@ -83,6 +85,41 @@ fn locate_in_edges(edges: &[Edge], px: f64, py: f64) -> Location {
     }
 }
 
+/// Shell first, then holes in order. `rings[i]` is the ring of `edges[i]` (ascending); an
+/// empty `rings` means every edge is the shell's.
+#[inline]
+fn locate_in_rings(edges: &[Edge], rings: &[u32], px: f64, py: f64) -> Location {
+    if rings.is_empty() {
+        return locate_in_ring(edges, px, py);
+    }
+    let mut start = 0;
+    let mut first = true;
+    while start < edges.len() {
+        let ring = rings[start];
+        let end = start + rings[start..].iter().take_while(|r| **r == ring).count();
+        let loc = locate_in_ring(&edges[start..end], px, py);
+        if first {
+            // No shell edge at this height means the point is outside the shell.
+            if ring != 0 || loc != Location::Interior {
+                return if ring == 0 { loc } else { Location::Exterior };
+            }
+            first = false;
+        } else {
+            match loc {
+                Location::Boundary => return Location::Boundary,
+                Location::Interior => return Location::Exterior,
+                Location::Exterior => {}
+            }
+        }
+        start = end;
+    }
+    if first {
+        Location::Exterior
+    } else {
+        Location::Interior
+    }
+}
+
 /// Edges bucketed by horizontal stripes over `[y0, y0 + n / inv_h]`.
 #[derive(Debug, Clone)]
 struct Stripes {
@@ -91,10 +128,13 @@ struct Stripes {
     /// `offsets[k]..offsets[k+1]` are the edges of stripe `k`.
     offsets: Box<[u32]>,
     edges: Box<[Edge]>,
+    /// The ring of each edge (0 = shell), parallel to `edges`; empty when there are no holes.
+    rings: Box<[u32]>,
 }
 
 impl Stripes {
-    fn build(edges: &[Edge], ylo: f64, yhi: f64) -> Stripes {
+    /// `edges` in ring order; `rings` parallel to it, or empty for a shell alone.
+    fn build(edges: &[Edge], rings: &[u32], ylo: f64, yhi: f64) -> Stripes {
         let n = if edges.len() <= SCAN_EDGES || yhi <= ylo {
             1
         } else {
@@ -130,10 +170,15 @@ impl Stripes {
         }
         let mut fill = offsets.clone();
         let mut out = vec![[0.0; 4]; offsets[n] as usize];
-        for e in edges {
+        let mut out_rings = vec![0u32; if rings.is_empty() { 0 } else { out.len() }];
+        // Edges arrive in ring order, so each stripe's edges stay in ring order.
+        for (i, e) in edges.iter().enumerate() {
             let (a, b) = span(e);
             for f in &mut fill[a..=b] {
                 out[*f as usize] = *e;
+                if !rings.is_empty() {
+                    out_rings[*f as usize] = rings[i];
+                }
                 *f += 1;
             }
         }
@@ -142,6 +187,7 @@ impl Stripes {
             inv_h,
             offsets: offsets.into_boxed_slice(),
             edges: out.into_boxed_slice(),
+            rings: out_rings.into_boxed_slice(),
         }
     }
 
@@ -151,11 +197,18 @@ impl Stripes {
         let k = ((py - self.y0) * self.inv_h).floor();
         let k = if k <= 0.0 { 0 } else { (k as usize).min(n - 1) };
         let (a, b) = (self.offsets[k] as usize, self.offsets[k + 1] as usize);
-        locate_in_edges(&self.edges[a..b], px, py)
+        let rings = if self.rings.is_empty() {
+            &[][..]
+        } else {
+            &self.rings[a..b]
+        };
+        locate_in_rings(&self.edges[a..b], rings, px, py)
     }
 
     fn heap_bytes(&self) -> usize {
-        self.offsets.len() * 4 + self.edges.len() * std::mem::size_of::<Edge>()
+        self.offsets.len() * 4
+            + self.edges.len() * std::mem::size_of::<Edge>()
+            + self.rings.len() * 4
     }
 }
 
@@ -195,19 +248,22 @@ impl PolygonPart {
     }
 }
 
-fn ring_edges(ring: &LineString<f64>, out: &mut Vec<Edge>) {
+fn ring_edges(ring: &LineString<f64>, index: u32, out: &mut Vec<Edge>, rings: &mut Vec<u32>) {
     for w in ring.0.windows(2) {
         out.push([w[0].x, w[0].y, w[1].x, w[1].y]);
+        rings.push(index);
     }
 }
 
 /// Cut one polygon (shell and holes together) into banded, striped parts.
 pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
     let mut edges = Vec::new();
-    ring_edges(poly.exterior(), &mut edges);
-    for hole in poly.interiors() {
-        ring_edges(hole, &mut edges);
+    let mut rings = Vec::new();
+    ring_edges(poly.exterior(), 0, &mut edges, &mut rings);
+    for (i, hole) in poly.interiors().iter().enumerate() {
+        ring_edges(hole, i as u32 + 1, &mut edges, &mut rings);
     }
+    let has_holes = !poly.interiors().is_empty();
     if edges.is_empty() {
         return Vec::new();
     }
@@ -232,11 +288,13 @@ pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
     cuts.push(yhi);
     let mut parts = Vec::with_capacity(cuts.len() - 1);
     let mut band_edges = Vec::new();
+    let mut band_rings = Vec::new();
     for w in cuts.windows(2) {
         let (b0, b1) = (w[0], w[1]);
         band_edges.clear();
+        band_rings.clear();
         let (mut xmin, mut xmax) = (f64::INFINITY, f64::NEG_INFINITY);
-        for e in &edges {
+        for (e, r) in edges.iter().zip(&rings) {
             let (lo, hi) = if e[1] <= e[3] {
                 (e[1], e[3])
             } else {
@@ -246,6 +304,9 @@ pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
                 continue;
             }
             band_edges.push(*e);
+            if has_holes {
+                band_rings.push(*r);
+            }
             // The edge's x-extent within the band: clip it to [b0, b1].
             let (x0, x1) = clip_x(e, b0, b1);
             xmin = xmin.min(x0);
@@ -259,7 +320,7 @@ pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
         parts.push(PolygonPart {
             bbox: [xmin - pad, b0, xmax + pad, b1],
             element,
-            stripes: Stripes::build(&band_edges, b0, b1),
+            stripes: Stripes::build(&band_edges, &band_rings, b0, b1),
         });
     }
     parts
@@ -434,5 +495,40 @@ mod tests {
         assert_eq!(locate_on_lines(&ls, 0.0, 0.0), Location::Boundary);
         assert_eq!(locate_on_lines(&ls, 2.0, 2.0), Location::Boundary);
         assert_eq!(locate_on_lines(&ls, 1.0, 1.0), Location::Exterior);
+    }
+}
+
+#[cfg(test)]
+mod ring_rule_tests {
+    use super::*;
+    use geo::coord;
+
+    fn ring(pts: &[(f64, f64)]) -> LineString<f64> {
+        LineString(pts.iter().map(|&(x, y)| coord! {x: x, y: y}).collect())
+    }
+
+    /// A hole outside its shell (as in a real Antarctica): GEOS's rule says outside the
+    /// shell is exterior, whatever the hole; parity over all rings would say interior.
+    #[test]
+    fn hole_outside_shell_is_exterior() {
+        let shell = ring(&[(0., 0.), (1., 0.), (1., 1.), (0., 1.), (0., 0.)]);
+        let stray = ring(&[(5., 5.), (6., 5.), (6., 6.), (5., 6.), (5., 5.)]);
+        let parts = polygon_parts(0, &Polygon::new(shell, vec![stray]));
+        assert_eq!(locate_in_parts(&parts, 5.5, 5.5), Location::Exterior);
+        assert_eq!(locate_in_parts(&parts, 0.5, 0.5), Location::Interior);
+        // On the stray hole's edge, outside the shell: still exterior.
+        assert_eq!(locate_in_parts(&parts, 5.0, 5.5), Location::Exterior);
+    }
+
+    #[test]
+    fn overlapping_holes_take_the_first() {
+        let shell = ring(&[(0., 0.), (10., 0.), (10., 10.), (0., 10.), (0., 0.)]);
+        let h1 = ring(&[(2., 2.), (6., 2.), (6., 6.), (2., 6.), (2., 2.)]);
+        let h2 = ring(&[(4., 4.), (8., 4.), (8., 8.), (4., 8.), (4., 4.)]);
+        let parts = polygon_parts(0, &Polygon::new(shell, vec![h1, h2]));
+        assert_eq!(locate_in_parts(&parts, 5.0, 5.0), Location::Exterior);
+        assert_eq!(locate_in_parts(&parts, 7.0, 7.0), Location::Exterior);
+        assert_eq!(locate_in_parts(&parts, 9.0, 9.0), Location::Interior);
+        assert_eq!(locate_in_parts(&parts, 6.0, 5.0), Location::Boundary);
     }
 }

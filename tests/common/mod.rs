@@ -439,3 +439,16 @@ pub fn enc(s: &str) -> String {
 pub fn shared_data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data")
 }
+
+/// The real-data folder: `$GEOSHARD_DATA_DIR`, else `../shared/data` beside the project root,
+/// else the repository's own copy in `data/`.
+pub fn data_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("GEOSHARD_DATA_DIR") {
+        return PathBuf::from(d);
+    }
+    let shared = shared_data();
+    if shared.join("real").is_dir() {
+        return shared;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data")
+}
