@@ -288,3 +288,70 @@ fn boundary_points_through_the_engine() {
         );
     }
 }
+
+#[derive(Debug, Clone)]
+enum PointOp {
+    /// Put feature `id` at a grid point (insert or move).
+    Put(u32, (f64, f64)),
+    Remove(u32),
+    /// Bulk-load a batch of features at once.
+    Bulk(Vec<(u32, (f64, f64))>),
+}
+
+fn point_op() -> impl Strategy<Value = PointOp> {
+    let id = 0u32..200;
+    let at = ((-8i32..8), (-8i32..8)).prop_map(|(x, y)| (x as f64 * 0.25, y as f64 * 0.25));
+    prop_oneof![
+        6 => (id.clone(), at.clone()).prop_map(|(i, p)| PointOp::Put(i, p)),
+        2 => id.clone().prop_map(PointOp::Remove),
+        1 => prop::collection::vec((id, at), 1..60).prop_map(PointOp::Bulk),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Many points in a small area, so buckets fill, split and empty: the engine stays in
+    /// step with a plain map of id -> position (the model), as redb's fuzzer does with a
+    /// BTreeMap.
+    #[test]
+    fn point_buckets_follow_a_model(
+        ops in prop::collection::vec(point_op(), 1..400),
+        shards in prop::sample::select(vec![1usize, 2, 5]),
+    ) {
+        let engine = Engine::new(EngineConfig { shards, resolution: 6 }).unwrap();
+        let mut model: std::collections::BTreeMap<u32, (f64, f64)> = Default::default();
+        for op in &ops {
+            match op {
+                PointOp::Put(id, p) => {
+                    engine.insert(*id, Geometry::Point(Point::new(p.0, p.1)));
+                    model.insert(*id, *p);
+                }
+                PointOp::Remove(id) => {
+                    prop_assert_eq!(engine.remove(*id), model.remove(id).is_some());
+                }
+                PointOp::Bulk(items) => {
+                    let mut last: std::collections::BTreeMap<u32, (f64, f64)> = Default::default();
+                    for (id, p) in items {
+                        last.insert(*id, *p);
+                    }
+                    engine.bulk_load(last.iter().map(|(id, p)| (*id, Geometry::Point(Point::new(p.0, p.1)))).collect());
+                    model.extend(last);
+                }
+            }
+        }
+        prop_assert_eq!(engine.len(), model.len());
+        for x in -8..8 {
+            for y in -8..8 {
+                let p = (x as f64 * 0.25, y as f64 * 0.25);
+                let got = engine.query(&Query::point(p.0, p.1), Relation::Contains);
+                let want: Vec<u32> = model.iter().filter(|(_, q)| **q == p).map(|(id, _)| *id).collect();
+                prop_assert_eq!(got, want, "at {:?}", p);
+            }
+        }
+        let all = Query::new(Geometry::Polygon(Polygon::new(rect_ring(-2.0, -2.0, 2.0, 2.0), vec![])));
+        let got = engine.query(&all, Relation::Intersects);
+        let want: Vec<u32> = model.keys().copied().collect();
+        prop_assert_eq!(got, want);
+    }
+}

@@ -1,6 +1,7 @@
 //! One shard: R-trees over the features whose cells the shard owns.
 //!
-//! - `points`: point features (and each point of a multipoint), stored inline: 24 bytes.
+//! - `points`: point features (and each point of a multipoint), 24 bytes each, in buckets
+//!   (see [`super::buckets`]).
 //! - `parts`: polygon bands and whole lines, each referring to its shared [`Shape`].
 //! - `envelopes`: the whole bounding box of each polygon, for `envelope-intersects` only.
 
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use rstar::{AABB, RStarInsertionStrategy, RTree, RTreeObject, RTreeParams};
 
 use super::FeatureId;
+use super::buckets::PointIndex;
 use super::pip::BBox;
 use super::predicate::Shape;
 
@@ -67,7 +69,7 @@ pub fn aabb(b: &BBox) -> AABB<[f64; 2]> {
 
 #[derive(Default)]
 pub struct ShardIndex {
-    pub points: RTree<PointEntry, Params>,
+    pub points: PointIndex,
     pub parts: RTree<PartEntry, Params>,
     pub envelopes: RTree<PartEntry, Params>,
 }
@@ -75,7 +77,7 @@ pub struct ShardIndex {
 impl ShardIndex {
     pub fn new() -> ShardIndex {
         ShardIndex {
-            points: RTree::new_with_params(),
+            points: PointIndex::default(),
             parts: RTree::new_with_params(),
             envelopes: RTree::new_with_params(),
         }
@@ -92,7 +94,7 @@ impl ShardIndex {
         parts.extend(self.parts.iter().cloned());
         envelopes.extend(self.envelopes.iter().cloned());
         ShardIndex {
-            points: RTree::bulk_load_with_params(points),
+            points: PointIndex::bulk(points),
             parts: RTree::bulk_load_with_params(parts),
             envelopes: RTree::bulk_load_with_params(envelopes),
         }
@@ -100,13 +102,8 @@ impl ShardIndex {
 
     /// Point features exactly at `(x, y)`.
     #[inline]
-    pub fn points_at(&self, x: f64, y: f64, mut f: impl FnMut(FeatureId)) {
-        let _ = self
-            .points
-            .locate_in_envelope_intersecting_int(AABB::from_point([x, y]), |e| {
-                f(e.id);
-                ControlFlow::<()>::Continue(())
-            });
+    pub fn points_at(&self, x: f64, y: f64, f: impl FnMut(FeatureId)) {
+        self.points.at(x, y, f);
     }
 
     /// Parts whose box contains `(x, y)`.
@@ -120,13 +117,8 @@ impl ShardIndex {
             });
     }
 
-    pub fn points_in<'a>(&'a self, b: &BBox, mut f: impl FnMut(&'a PointEntry)) {
-        let _ = self
-            .points
-            .locate_in_envelope_intersecting_int(aabb(b), |e| {
-                f(e);
-                ControlFlow::<()>::Continue(())
-            });
+    pub fn points_in<'a>(&'a self, b: &BBox, f: impl FnMut(&'a PointEntry)) {
+        self.points.within(b, f);
     }
 
     pub fn parts_in<'a>(&'a self, b: &BBox, envelopes: bool, mut f: impl FnMut(&'a PartEntry)) {
@@ -142,6 +134,6 @@ impl ShardIndex {
     }
 
     pub fn len(&self) -> (usize, usize, usize) {
-        (self.points.size(), self.parts.size(), self.envelopes.size())
+        (self.points.len(), self.parts.size(), self.envelopes.size())
     }
 }

@@ -1,0 +1,459 @@
+//! The point index of one shard: every point stored once, reached by range or by value.
+//!
+//! - An arena holds the entries (coordinates and id, 24 bytes), in Hilbert-curve order after
+//!   a bulk load, so neighbouring points sit together in memory.
+//! - Buckets of up to [`SPLIT_AT`] arena slots form the leaf level of an R-tree. An rstar
+//!   entry costs as much as an internal node (~64 bytes) however small the object, so the
+//!   tree indexes buckets, not points. A bulk load cuts the Hilbert order into buckets of
+//!   [`BULK_FILL`]; a single insert joins the nearest bucket (splitting it on its longer axis
+//!   when full); a removal takes the slot out of its bucket and drops the bucket when empty.
+//!   A bucket's box may outgrow its points after removals, which only costs some filtering.
+//! - Exact-point lookups (a point query on a point layer) do not walk the tree: an
+//!   open-addressing table of arena slots, keyed by the exact coordinates, answers in one or
+//!   two cache misses, where a walk over a million points costs several (measured: ~0.4 µs
+//!   against ~1.5 µs). Several features at one location are just further probes.
+
+use std::ops::ControlFlow;
+
+use rstar::{AABB, PointDistance, RTree, RTreeObject};
+
+use super::FeatureId;
+use super::pip::{BBox, bbox_contains};
+use super::shard::{Params, PointEntry, aabb};
+
+/// Points per bucket after a bulk load.
+pub const BULK_FILL: usize = 16;
+/// A bucket this full splits in two on the next insert.
+pub const SPLIT_AT: usize = 32;
+
+/// Marks a free arena slot.
+const DEAD: FeatureId = FeatureId::MAX;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    pub bbox: BBox,
+    /// Arena slots.
+    pub slots: Vec<u32>,
+}
+
+impl RTreeObject for Bucket {
+    type Envelope = AABB<[f64; 2]>;
+    fn envelope(&self) -> Self::Envelope {
+        aabb(&self.bbox)
+    }
+}
+
+impl PointDistance for Bucket {
+    fn distance_2(&self, point: &[f64; 2]) -> f64 {
+        self.envelope().distance_2(point)
+    }
+}
+
+fn bucket(slots: Vec<u32>, arena: &[PointEntry]) -> Bucket {
+    let mut bbox = [
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NEG_INFINITY,
+    ];
+    for &s in &slots {
+        let p = arena[s as usize].xy;
+        bbox[0] = bbox[0].min(p[0]);
+        bbox[1] = bbox[1].min(p[1]);
+        bbox[2] = bbox[2].max(p[0]);
+        bbox[3] = bbox[3].max(p[1]);
+    }
+    Bucket { bbox, slots }
+}
+
+/// Position along a Hilbert curve over the lon/lat plane (2^16 cells a side).
+fn hilbert(x: f64, y: f64) -> u64 {
+    const N: u32 = 1 << 16;
+    let to_grid = |v: f64, lo: f64, span: f64| -> u32 {
+        (((v - lo) / span) * (N - 1) as f64).clamp(0.0, (N - 1) as f64) as u32
+    };
+    let (mut x, mut y) = (to_grid(x, -180.0, 360.0), to_grid(y, -90.0, 180.0));
+    let mut d: u64 = 0;
+    let mut s = N / 2;
+    while s > 0 {
+        let rx = u32::from(x & s > 0);
+        let ry = u32::from(y & s > 0);
+        d += s as u64 * s as u64 * ((3 * rx) ^ ry) as u64;
+        if ry == 0 {
+            if rx == 1 {
+                x = N - 1 - x;
+                y = N - 1 - y;
+            }
+            std::mem::swap(&mut x, &mut y);
+        }
+        s /= 2;
+    }
+    d
+}
+
+/// Hash of exact coordinates; `+ 0.0` makes -0.0 and 0.0 one key, as `==` has them.
+#[inline]
+fn coord_hash(xy: [f64; 2]) -> u64 {
+    let a = (xy[0] + 0.0).to_bits();
+    let b = (xy[1] + 0.0).to_bits();
+    let h = (a.rotate_left(29) ^ b).wrapping_mul(0x9e3779b97f4a7c15);
+    h ^ (h >> 31)
+}
+
+const EMPTY: u32 = u32::MAX;
+const TOMB: u32 = u32::MAX - 1;
+
+/// Open addressing (linear probing) over arena slots, keyed by the slot's coordinates.
+#[derive(Default)]
+struct ExactTable {
+    /// Arena slot, [`EMPTY`] or [`TOMB`]; length a power of two (or zero).
+    table: Vec<u32>,
+    /// Live entries plus tombstones: what the probe lengths depend on.
+    used: usize,
+    live: usize,
+}
+
+impl ExactTable {
+    fn rebuild(&mut self, arena: &[PointEntry], capacity: usize) {
+        let cap = (capacity * 2).next_power_of_two().max(16);
+        self.table = vec![EMPTY; cap];
+        self.used = 0;
+        self.live = 0;
+        for (slot, e) in arena.iter().enumerate() {
+            if e.id != DEAD {
+                self.place(slot as u32, e.xy);
+            }
+        }
+    }
+
+    fn place(&mut self, slot: u32, xy: [f64; 2]) {
+        let mask = self.table.len() - 1;
+        let mut i = coord_hash(xy) as usize & mask;
+        loop {
+            let t = self.table[i];
+            if t == EMPTY || t == TOMB {
+                if t == EMPTY {
+                    self.used += 1;
+                }
+                self.table[i] = slot;
+                self.live += 1;
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn insert(&mut self, slot: u32, arena: &[PointEntry]) {
+        if (self.used + 1) * 4 > self.table.len() * 3 {
+            self.rebuild(arena, self.live + 1);
+            // `rebuild` placed every live arena slot, this one included.
+            return;
+        }
+        self.place(slot, arena[slot as usize].xy);
+    }
+
+    fn remove(&mut self, slot: u32, xy: [f64; 2]) {
+        if self.table.is_empty() {
+            return;
+        }
+        let mask = self.table.len() - 1;
+        let mut i = coord_hash(xy) as usize & mask;
+        loop {
+            match self.table[i] {
+                EMPTY => return,
+                t if t == slot => {
+                    self.table[i] = TOMB;
+                    self.live -= 1;
+                    return;
+                }
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    #[inline]
+    fn for_each_at(&self, xy: [f64; 2], arena: &[PointEntry], mut f: impl FnMut(u32, &PointEntry)) {
+        if self.table.is_empty() {
+            return;
+        }
+        let mask = self.table.len() - 1;
+        let mut i = coord_hash(xy) as usize & mask;
+        loop {
+            match self.table[i] {
+                EMPTY => return,
+                TOMB => {}
+                s => {
+                    let e = &arena[s as usize];
+                    if e.xy[0] == xy[0] && e.xy[1] == xy[1] {
+                        f(s, e);
+                    }
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+}
+
+/// The point index of one shard.
+#[derive(Default)]
+pub struct PointIndex {
+    /// Every point once; dead slots have id [`DEAD`] and are reused.
+    arena: Vec<PointEntry>,
+    free: Vec<u32>,
+    tree: RTree<Bucket, Params>,
+    exact: ExactTable,
+    len: usize,
+}
+
+impl PointIndex {
+    /// Build from scratch (the caller includes any existing content).
+    pub fn bulk(mut points: Vec<PointEntry>) -> PointIndex {
+        points.sort_by_cached_key(|p| hilbert(p.xy[0], p.xy[1]));
+        let len = points.len();
+        let buckets: Vec<Bucket> = (0..len as u32)
+            .collect::<Vec<u32>>()
+            .chunks(BULK_FILL)
+            .map(|c| bucket(c.to_vec(), &points))
+            .collect();
+        let mut exact = ExactTable::default();
+        exact.rebuild(&points, len);
+        PointIndex {
+            arena: points,
+            free: Vec::new(),
+            tree: RTree::bulk_load_with_params(buckets),
+            exact,
+            len,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn buckets(&self) -> usize {
+        self.tree.size()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &PointEntry> {
+        self.arena.iter().filter(|e| e.id != DEAD)
+    }
+
+    pub fn insert(&mut self, e: PointEntry) {
+        debug_assert_ne!(e.id, DEAD);
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.arena[s as usize] = e;
+                s
+            }
+            None => {
+                self.arena.push(e);
+                (self.arena.len() - 1) as u32
+            }
+        };
+        self.len += 1;
+        self.exact.insert(slot, &self.arena);
+        let Some(nearest) = self.tree.nearest_neighbor(e.xy).cloned() else {
+            self.tree.insert(bucket(vec![slot], &self.arena));
+            return;
+        };
+        // The bucket's box changes, so it leaves the tree and comes back.
+        let mut slots = self
+            .tree
+            .remove(&nearest)
+            .map(|b| b.slots)
+            .unwrap_or_default();
+        slots.push(slot);
+        if slots.len() < SPLIT_AT {
+            self.tree.insert(bucket(slots, &self.arena));
+            return;
+        }
+        // Split on the longer axis at the median.
+        let b = bucket(slots, &self.arena);
+        let axis = usize::from(b.bbox[3] - b.bbox[1] > b.bbox[2] - b.bbox[0]);
+        let mut slots = b.slots;
+        let arena = &self.arena;
+        slots.sort_by(|p, q| arena[*p as usize].xy[axis].total_cmp(&arena[*q as usize].xy[axis]));
+        let right = slots.split_off(slots.len() / 2);
+        self.tree.insert(bucket(slots, &self.arena));
+        self.tree.insert(bucket(right, &self.arena));
+    }
+
+    /// Remove one entry; `false` if it was not there.
+    pub fn remove(&mut self, e: &PointEntry) -> bool {
+        let mut found = None;
+        self.exact.for_each_at(e.xy, &self.arena, |s, p| {
+            if p.id == e.id && found.is_none() {
+                found = Some(s);
+            }
+        });
+        let Some(slot) = found else {
+            return false;
+        };
+        self.exact.remove(slot, e.xy);
+        let mut emptied = None;
+        let _ = self
+            .tree
+            .locate_in_envelope_intersecting_int_mut(AABB::from_point(e.xy), |b| {
+                if let Some(i) = b.slots.iter().position(|s| *s == slot) {
+                    b.slots.swap_remove(i);
+                    if b.slots.is_empty() {
+                        emptied = Some(b.bbox);
+                    }
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
+            });
+        if let Some(bbox) = emptied {
+            self.tree.remove_with_selection_function(EmptyAt(bbox));
+        }
+        self.arena[slot as usize].id = DEAD;
+        self.free.push(slot);
+        self.len -= 1;
+        true
+    }
+
+    /// Ids of the points exactly at `(x, y)`.
+    #[inline]
+    pub fn at(&self, x: f64, y: f64, mut f: impl FnMut(FeatureId)) {
+        self.exact.for_each_at([x, y], &self.arena, |_, e| f(e.id));
+    }
+
+    /// Points inside or on `bbox`.
+    pub fn within<'a>(&'a self, bbox: &BBox, mut f: impl FnMut(&'a PointEntry)) {
+        let arena = &self.arena;
+        let _ = self
+            .tree
+            .locate_in_envelope_intersecting_int(aabb(bbox), |b| {
+                for &s in &b.slots {
+                    let p = &arena[s as usize];
+                    if bbox_contains(bbox, p.xy[0], p.xy[1]) {
+                        f(p);
+                    }
+                }
+                ControlFlow::<()>::Continue(())
+            });
+    }
+}
+
+/// Selects the (one) empty bucket with this box, for removal.
+struct EmptyAt(BBox);
+
+impl rstar::SelectionFunction<Bucket> for EmptyAt {
+    fn should_unpack_parent(&self, envelope: &AABB<[f64; 2]>) -> bool {
+        rstar::Envelope::contains_envelope(envelope, &aabb(&self.0))
+    }
+    fn should_unpack_leaf(&self, leaf: &Bucket) -> bool {
+        leaf.slots.is_empty() && leaf.bbox == self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(x: f64, y: f64, id: u32) -> PointEntry {
+        PointEntry { xy: [x, y], id }
+    }
+
+    #[test]
+    fn insert_split_remove_query() {
+        let mut idx = PointIndex::default();
+        for i in 0..500u32 {
+            idx.insert(e((i % 25) as f64, (i / 25) as f64, i));
+        }
+        assert_eq!(idx.len(), 500);
+        assert!(idx.buckets() >= 500 / SPLIT_AT, "{} buckets", idx.buckets());
+        let mut got = Vec::new();
+        idx.at(3.0, 4.0, |id| got.push(id));
+        assert_eq!(got, vec![4 * 25 + 3]);
+        let mut n = 0;
+        idx.within(&[0.0, 0.0, 4.0, 1.0], |_| n += 1);
+        assert_eq!(n, 10);
+        for i in 0..500u32 {
+            assert!(idx.remove(&e((i % 25) as f64, (i / 25) as f64, i)));
+        }
+        assert!(!idx.remove(&e(0.0, 0.0, 0)));
+        assert_eq!(idx.len(), 0);
+        assert_eq!(idx.buckets(), 0, "empty buckets are dropped");
+        // Freed slots are reused.
+        idx.insert(e(1.0, 1.0, 9));
+        assert_eq!(idx.arena.len(), 500);
+    }
+
+    #[test]
+    fn bulk_then_incremental() {
+        let pts: Vec<PointEntry> = (0..1000u32)
+            .map(|i| e((i as f64 * 0.37) % 50.0, (i as f64 * 0.11) % 20.0, i))
+            .collect();
+        let mut idx = PointIndex::bulk(pts.clone());
+        assert_eq!(idx.buckets(), 1000usize.div_ceil(BULK_FILL));
+        idx.insert(e(1.5, 1.5, 5000));
+        for p in &pts {
+            let mut hit = false;
+            idx.at(p.xy[0], p.xy[1], |id| hit |= id == p.id);
+            assert!(hit, "{p:?}");
+        }
+        let mut got = Vec::new();
+        idx.at(1.5, 1.5, |id| got.push(id));
+        assert!(got.contains(&5000));
+    }
+
+    #[test]
+    fn shared_locations() {
+        let mut idx = PointIndex::default();
+        for id in 0..5 {
+            idx.insert(e(-0.0, 1.0, id));
+        }
+        let mut got = Vec::new();
+        idx.at(0.0, 1.0, |id| got.push(id));
+        got.sort();
+        assert_eq!(got, vec![0, 1, 2, 3, 4]);
+        for id in [0, 2, 4, 1] {
+            assert!(idx.remove(&e(-0.0, 1.0, id)));
+        }
+        let mut got = Vec::new();
+        idx.at(0.0, 1.0, |id| got.push(id));
+        assert_eq!(got, vec![3]);
+        let bulk = PointIndex::bulk(vec![e(2.0, 2.0, 7), e(2.0, 2.0, 8), e(3.0, 3.0, 9)]);
+        let mut got = Vec::new();
+        bulk.at(2.0, 2.0, |id| got.push(id));
+        got.sort();
+        assert_eq!(got, vec![7, 8]);
+    }
+
+    #[test]
+    fn table_survives_growth_and_tombstones() {
+        let mut idx = PointIndex::default();
+        for round in 0..5u32 {
+            for i in 0..300u32 {
+                idx.insert(e(i as f64, round as f64, round * 1000 + i));
+            }
+            for i in (0..300u32).step_by(2) {
+                assert!(idx.remove(&e(i as f64, round as f64, round * 1000 + i)));
+            }
+        }
+        for round in 0..5u32 {
+            for i in 0..300u32 {
+                let mut got = Vec::new();
+                idx.at(i as f64, round as f64, |id| got.push(id));
+                let want = if i % 2 == 1 {
+                    vec![round * 1000 + i]
+                } else {
+                    vec![]
+                };
+                assert_eq!(got, want);
+            }
+        }
+        assert_eq!(idx.len(), 5 * 150);
+    }
+
+    #[test]
+    fn hilbert_endpoints() {
+        assert_ne!(hilbert(0.0, 0.0), hilbert(180.0, 90.0));
+        assert_eq!(hilbert(-180.0, -90.0), 0);
+    }
+}
