@@ -177,6 +177,21 @@ impl Permissions {
         self.holders.iter().all(|s| s.is_empty())
     }
 
+    /// Whether effective `roles` may read a document whose readers are `readers` (the
+    /// holders of `read`): the one check derived indexes keep per row.
+    #[inline]
+    pub fn readable_by(readers: RoleSet, roles: RoleSet) -> bool {
+        roles.contains(Role::Admin) || readers.0 & roles.0 != 0
+    }
+
+    /// Default permissions of a feature-service descriptor (INTERFACE §2.4 rule 2).
+    pub fn descriptor_default() -> Permissions {
+        let mut p = Permissions::new();
+        p.grant(Role::GeoReader, Capability::Read);
+        p.grant(Role::GeoWriter, Capability::Update);
+        p
+    }
+
     /// `(role, capability)` pairs, ordered by role then capability.
     pub fn pairs(&self) -> Vec<(Role, Capability)> {
         let mut out = Vec::new();

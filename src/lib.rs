@@ -10,6 +10,7 @@
 //! - [`store`]: the durable redb document store with group commit; permission checks on
 //!   every read and write.
 //! - [`security`]: users, Digest and Basic verification; no HTTP types.
+//! - [`features`]: templates, views, descriptors, the where language, geoQueryService.
 //! - [`spatial`]: the H3-sharded R-tree engine with exact predicates; no documents, no HTTP.
 //! - [`cpu`]: the one bridge from async code to rayon.
 //! - [`http`]: the hyper front end, the only module that knows HTTP.
@@ -21,6 +22,7 @@ pub mod acl;
 pub mod config;
 pub mod cpu;
 pub mod error;
+pub mod features;
 pub mod http;
 pub mod security;
 pub mod service;

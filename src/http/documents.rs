@@ -43,12 +43,26 @@ pub(super) async fn put(app: &App, ctx: &Ctx, body: Incoming) -> Result<Resp, Ap
         uri: uri.clone(),
         content: body,
         format,
+        default_permissions: default_permissions(collections.as_deref()),
         collections,
         permissions,
-        default_permissions: Permissions::document_default(),
     });
     let outcomes = app.store.write(&ctx.caller, vec![op]).await?;
     Ok(written(&uri, outcomes.first().copied()))
+}
+
+/// What a new document written without `perm:` gets: descriptors are readable by the
+/// feature-service roles (INTERFACE §2.4), everything else by the REST roles.
+pub(super) fn default_permissions(collections: Option<&[String]>) -> Permissions {
+    let is_descriptor = collections.is_some_and(|c| {
+        c.iter()
+            .any(|c| c == crate::features::descriptor::DESCRIPTOR_COLLECTION)
+    });
+    if is_descriptor {
+        Permissions::descriptor_default()
+    } else {
+        Permissions::document_default()
+    }
 }
 
 /// 201 with `Location` for a new document, 204 for a replaced one.

@@ -6,6 +6,7 @@
 //! a panic in a handler becomes a 500, never a dropped connection.
 
 mod documents;
+mod features;
 mod manage;
 pub mod params;
 pub mod response;
@@ -32,7 +33,9 @@ use tokio::sync::Semaphore;
 use crate::acl::{Caller, Role};
 use crate::config::Config;
 use crate::error::{ApiError, ErrorCode};
+use crate::features::{FeatureHook, FeatureSettings, Features};
 use crate::security::Security;
+use crate::spatial::EngineConfig;
 use crate::store::{Store, StoreOptions};
 
 /// Everything a request handler can reach. One per running service.
@@ -40,6 +43,7 @@ pub struct App {
     pub config: Config,
     pub store: Arc<Store>,
     pub security: Security,
+    pub features: Arc<Features>,
     /// For `/health`.
     pub started: Instant,
 }
@@ -73,10 +77,22 @@ impl App {
             config.nonce_ttl_secs,
             config.nonce_capacity,
         )?;
+        let features = Features::open(
+            store.clone(),
+            FeatureSettings {
+                engine: EngineConfig {
+                    shards: config.shards,
+                    resolution: config.h3_resolution,
+                },
+                max_record_count: config.max_record_count,
+            },
+        )?;
+        store.set_hook(Arc::new(FeatureHook(features.clone())));
         Ok(Arc::new(App {
             config,
             store,
             security,
+            features,
             started: Instant::now(),
         }))
     }

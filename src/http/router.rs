@@ -9,7 +9,7 @@ use hyper::{Method, Request};
 
 use super::params::Params;
 use super::response::{self, Resp};
-use super::{App, documents, manage};
+use super::{App, documents, features, manage};
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::AuthOutcome;
@@ -23,6 +23,8 @@ enum Route {
     Users,
     User(String),
     UserProperties(String),
+    ModelService,
+    GeoQueryService,
     NotFound,
 }
 
@@ -33,6 +35,8 @@ impl Route {
             "/v1/ping" => Route::Ping,
             "/v1/documents" => Route::Documents,
             "/manage/v2/users" => Route::Users,
+            "/v1/resources/modelService" => Route::ModelService,
+            "/v1/resources/geoQueryService" => Route::GeoQueryService,
             _ => {
                 if let Some(rest) = path.strip_prefix("/manage/v2/users/") {
                     let decode = |s: &str| {
@@ -62,6 +66,8 @@ impl Route {
             Route::Users => &[Method::GET, Method::POST],
             Route::User(_) => &[Method::GET, Method::DELETE],
             Route::UserProperties(_) => &[Method::GET, Method::PUT],
+            Route::ModelService => &[Method::GET],
+            Route::GeoQueryService => &[Method::POST],
             Route::NotFound => &[],
         }
     }
@@ -142,6 +148,8 @@ pub(super) async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Resp {
             Method::PUT => manage::update_user(app, &ctx, &name, body).await,
             _ => manage::get_user(app, &ctx, &name),
         },
+        Route::ModelService => features::model_service(app, &ctx),
+        Route::GeoQueryService => features::geo_query(app, &ctx, body).await,
     };
     result.unwrap_or_else(|e| {
         if e.status() >= 500 {

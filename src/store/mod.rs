@@ -447,6 +447,9 @@ impl Store {
         if let Some(handle) = self.writer.lock().take() {
             let _ = handle.join();
         }
+        // The hook holds what holds the store: drop it so the store (and its file lock)
+        // can go.
+        *self.hook.write() = None;
     }
 }
 

@@ -1,0 +1,540 @@
+//! The feature service's data: templates and the views they define, service descriptors and
+//! their layers, and a spatial index per view and geometry path that some layer uses.
+//!
+//! Everything here is derived from the store and rebuilt from it at start-up. After that it
+//! follows the store through its commit hook, on the writer thread, in commit order:
+//!
+//! - a document in a template's collections gets its rows (re)extracted and its geometry
+//!   (re)indexed; a deleted one loses them;
+//! - a template write rebuilds its views from every stored document (so documents stored
+//!   before the template count); a descriptor write rebuilds the indexes its layers need.
+//!
+//! Templates and descriptors are validated before they land (a 400 naming the fault). This
+//! module knows nothing of HTTP; [`query`] runs the geoQueryService queries.
+
+pub mod descriptor;
+pub mod path;
+pub mod query;
+pub mod sql;
+pub mod template;
+pub mod view;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use rayon::prelude::*;
+use serde_json::Value;
+
+use crate::acl::{Capability, RoleSet};
+use crate::spatial::{Engine, EngineConfig, parse_geojson};
+use crate::store::{Change, CommitHook, Document, Format, Store, StoreError};
+use descriptor::{DESCRIPTOR_COLLECTION, Descriptor, parse_descriptor};
+use path::Path;
+use template::{TEMPLATE_COLLECTION, Template, ViewDef, ViewKey, extract_rows, parse_template};
+use view::{GeometryOut, NewRow, ViewData};
+
+pub use query::{FeatureError, FeatureRequest};
+
+/// Settings of the feature service, from `Config`.
+#[derive(Debug, Clone, Copy)]
+pub struct FeatureSettings {
+    pub engine: EngineConfig,
+    pub max_record_count: usize,
+}
+
+/// One view: its rows and its spatial indexes.
+pub struct ViewState {
+    pub def: Arc<ViewDef>,
+    pub template: Arc<Template>,
+    pub data: RwLock<ViewData>,
+    /// The geometry paths some layer reads from this view's documents (fixed per build).
+    pub paths: BTreeMap<String, Path>,
+    /// Geometry path -> index over the rows' geometries at that path.
+    pub indexes: RwLock<BTreeMap<String, Arc<Engine>>>,
+}
+
+#[derive(Default)]
+struct Catalog {
+    /// By document URI.
+    templates: BTreeMap<String, Arc<Template>>,
+    /// By document URI.
+    descriptors: BTreeMap<String, Arc<Descriptor>>,
+    views: HashMap<ViewKey, Arc<ViewState>>,
+}
+
+impl Catalog {
+    /// Geometry paths each view needs, from the layers of every descriptor.
+    fn needed_paths(&self) -> HashMap<ViewKey, BTreeMap<String, Path>> {
+        let mut out: HashMap<ViewKey, BTreeMap<String, Path>> = HashMap::new();
+        for d in self.descriptors.values() {
+            for l in &d.layers {
+                out.entry(l.view.clone())
+                    .or_default()
+                    .insert(l.geometry_path.text().to_string(), l.geometry_path.clone());
+            }
+        }
+        out
+    }
+
+    fn template_of(&self, key: &ViewKey) -> Option<(Arc<Template>, Arc<ViewDef>)> {
+        self.templates.values().find_map(|t| {
+            t.views
+                .iter()
+                .find(|v| v.key() == *key)
+                .map(|v| (t.clone(), v.clone()))
+        })
+    }
+}
+
+pub struct Features {
+    store: Arc<Store>,
+    settings: FeatureSettings,
+    catalog: RwLock<Catalog>,
+}
+
+/// A document's JSON, parsed once for all the views it feeds.
+fn parse_json(doc: &Document) -> Option<Value> {
+    if doc.format != Format::Json {
+        return None;
+    }
+    serde_json::from_slice(&doc.content).ok()
+}
+
+/// The geometry of a document at a layer's path: for the index, and as the response writes it.
+fn geometry_at(uri: &str, doc: &Value, path: &Path) -> Option<Located> {
+    let v = path.first(doc)?;
+    match parse_geojson(v) {
+        Ok(g) => {
+            let out = match &g {
+                geo::Geometry::Point(p) => GeometryOut::Point(p.x(), p.y()),
+                _ => GeometryOut::Json(Arc::from(serde_json::to_vec(v).unwrap_or_default())),
+            };
+            Some((g, out))
+        }
+        Err(e) => {
+            tracing::warn!(uri, path = path.text(), error = %e, "document geometry is not usable; its rows have no geometry");
+            None
+        }
+    }
+}
+
+/// A geometry to index, and the same geometry as responses write it.
+type Located = (geo::Geometry<f64>, GeometryOut);
+
+/// Per geometry path, the (slot, geometry) pairs to bulk-load into that path's index.
+type IndexItems = BTreeMap<String, Vec<(u32, geo::Geometry<f64>)>>;
+
+/// A view to build: its template, its definition, and the geometry paths it needs.
+type BuildTarget = (Arc<Template>, Arc<ViewDef>, BTreeMap<String, Path>);
+
+/// What one document contributes to one view.
+struct Extracted {
+    rows: Vec<NewRow>,
+    /// Per geometry path, the geometry to index for each of the rows.
+    index: Vec<(String, geo::Geometry<f64>)>,
+}
+
+fn extract(
+    uri: &str,
+    doc: &Value,
+    template: &Template,
+    def: &ViewDef,
+    paths: &BTreeMap<String, Path>,
+) -> Extracted {
+    let cells = extract_rows(template, def, doc);
+    if cells.is_empty() {
+        return Extracted {
+            rows: Vec::new(),
+            index: Vec::new(),
+        };
+    }
+    let geoms: Vec<(String, Option<Located>)> = paths
+        .iter()
+        .map(|(text, p)| (text.clone(), geometry_at(uri, doc, p)))
+        .collect();
+    let rows = cells
+        .into_iter()
+        .map(|cells| NewRow {
+            cells,
+            geometries: geoms
+                .iter()
+                .map(|(t, g)| (t.clone(), g.as_ref().map(|g| g.1.clone())))
+                .collect(),
+        })
+        .collect();
+    let index = geoms
+        .into_iter()
+        .filter_map(|(t, g)| g.map(|g| (t, g.0)))
+        .collect();
+    Extracted { rows, index }
+}
+
+fn readers_of(doc: &Document) -> RoleSet {
+    doc.permissions.holders(Capability::Read)
+}
+
+impl Features {
+    /// Load templates and descriptors from the store and build every view and index.
+    pub fn open(store: Arc<Store>, settings: FeatureSettings) -> Result<Arc<Features>, StoreError> {
+        let features = Arc::new(Features {
+            store,
+            settings,
+            catalog: RwLock::new(Catalog::default()),
+        });
+        let mut catalog = Catalog::default();
+        features.store.scan_documents(|doc| {
+            features.load_definition(&mut catalog, &doc);
+            Ok(())
+        })?;
+        let keys: Vec<ViewKey> = catalog
+            .templates
+            .values()
+            .flat_map(|t| t.views.iter().map(|v| v.key()))
+            .collect();
+        let built = features.build_views(&catalog, &keys)?;
+        catalog.views.extend(built);
+        tracing::info!(
+            templates = catalog.templates.len(),
+            descriptors = catalog.descriptors.len(),
+            views = catalog.views.len(),
+            rows = catalog
+                .views
+                .values()
+                .map(|v| v.data.read().len())
+                .sum::<usize>(),
+            "feature service loaded"
+        );
+        *features.catalog.write() = catalog;
+        Ok(features)
+    }
+
+    pub fn settings(&self) -> &FeatureSettings {
+        &self.settings
+    }
+
+    /// Record a template or descriptor found in the store (already validated when written).
+    fn load_definition(&self, catalog: &mut Catalog, doc: &Document) {
+        let is_template = doc.in_collection(TEMPLATE_COLLECTION);
+        let is_descriptor = doc.in_collection(DESCRIPTOR_COLLECTION);
+        if !is_template && !is_descriptor {
+            return;
+        }
+        let Some(json) = parse_json(doc) else {
+            tracing::warn!(uri = %doc.uri, "template or descriptor is not JSON; ignored");
+            return;
+        };
+        if is_template {
+            match parse_template(&doc.uri, &json) {
+                Ok(t) => {
+                    catalog.templates.insert(doc.uri.clone(), Arc::new(t));
+                }
+                Err(e) => tracing::warn!(uri = %doc.uri, error = %e, "stored template ignored"),
+            }
+        }
+        if is_descriptor {
+            match parse_descriptor(&doc.uri, &json, doc.permissions) {
+                Ok(d) => {
+                    catalog.descriptors.insert(doc.uri.clone(), Arc::new(d));
+                }
+                Err(e) => tracing::warn!(uri = %doc.uri, error = %e, "stored descriptor ignored"),
+            }
+        }
+    }
+
+    /// Build views from a full scan of the store: rows extracted in parallel, then each
+    /// view's spatial indexes bulk-loaded.
+    fn build_views(
+        &self,
+        catalog: &Catalog,
+        keys: &[ViewKey],
+    ) -> Result<Vec<(ViewKey, Arc<ViewState>)>, StoreError> {
+        let needed = catalog.needed_paths();
+        let targets: Vec<BuildTarget> = keys
+            .iter()
+            .filter_map(|k| catalog.template_of(k))
+            .map(|(t, v)| {
+                let paths = needed.get(&v.key()).cloned().unwrap_or_default();
+                (t, v, paths)
+            })
+            .collect();
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut data: Vec<ViewData> = targets.iter().map(|t| ViewData::new(t.1.clone())).collect();
+        let mut items: Vec<IndexItems> = vec![BTreeMap::new(); targets.len()];
+        let mut batch: Vec<Document> = Vec::with_capacity(4096);
+        let mut flush = |batch: &mut Vec<Document>| {
+            type DocRows = Vec<(usize, Extracted)>;
+            let extracted: Vec<(Arc<str>, RoleSet, DocRows)> = batch
+                .par_iter()
+                .filter(|d| {
+                    !d.in_collection(TEMPLATE_COLLECTION) && !d.in_collection(DESCRIPTOR_COLLECTION)
+                })
+                .filter(|d| targets.iter().any(|t| t.0.applies_to(&d.collections)))
+                .filter_map(|d| {
+                    let json = parse_json(d)?;
+                    let per_view = targets
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, t)| t.0.applies_to(&d.collections))
+                        .map(|(i, t)| (i, extract(&d.uri, &json, &t.0, &t.1, &t.2)))
+                        .filter(|(_, e)| !e.rows.is_empty())
+                        .collect::<Vec<_>>();
+                    Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
+                })
+                .collect();
+            for (uri, readers, per_view) in extracted {
+                for (i, e) in per_view {
+                    let slots = data[i].add_rows(&uri, readers, e.rows);
+                    for (path, g) in e.index {
+                        let v = items[i].entry(path).or_default();
+                        for s in &slots {
+                            v.push((*s, g.clone()));
+                        }
+                    }
+                }
+            }
+            batch.clear();
+        };
+        self.store.scan_documents(|doc| {
+            batch.push(doc);
+            if batch.len() == batch.capacity() {
+                flush(&mut batch);
+            }
+            Ok(())
+        })?;
+        flush(&mut batch);
+        let mut out = Vec::new();
+        for ((template, def, paths), (data, mut items)) in
+            targets.into_iter().zip(data.into_iter().zip(items))
+        {
+            let mut indexes = BTreeMap::new();
+            for path in paths.keys() {
+                let engine = Engine::new(self.settings.engine)
+                    .map_err(|e| StoreError::Corrupt(format!("spatial settings: {e}")))?;
+                engine.bulk_load(items.remove(path).unwrap_or_default());
+                indexes.insert(path.clone(), Arc::new(engine));
+            }
+            out.push((
+                def.key(),
+                Arc::new(ViewState {
+                    def,
+                    template,
+                    data: RwLock::new(data),
+                    paths,
+                    indexes: RwLock::new(indexes),
+                }),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Re-extract one document's rows in every view it feeds or fed.
+    fn apply_document(&self, catalog: &Catalog, uri: &str, doc: Option<&Document>) {
+        let json = doc.and_then(parse_json);
+        let uri: Arc<str> = Arc::from(uri);
+        for view in catalog.views.values() {
+            let applies = doc.is_some_and(|d| view.template.applies_to(&d.collections));
+            let had_rows = !view.data.read().slots_of(&uri).is_empty();
+            if !applies && !had_rows {
+                continue;
+            }
+            let extracted = match (&json, doc, applies) {
+                (Some(j), Some(_), true) => {
+                    extract(&uri, j, &view.template, &view.def, &view.paths)
+                }
+                _ => Extracted {
+                    rows: Vec::new(),
+                    index: Vec::new(),
+                },
+            };
+            let readers = doc.map(readers_of).unwrap_or_default();
+            // Rows switch atomically for attribute queries; the spatial indexes follow. A
+            // dead slot is reused only after every index has dropped it.
+            let (old, new) = {
+                let mut data = view.data.write();
+                let old = data.kill_rows(&uri);
+                let new = data.add_rows(&uri, readers, extracted.rows);
+                (old, new)
+            };
+            let indexes = view.indexes.read().clone();
+            for (path, engine) in &indexes {
+                for s in &old {
+                    engine.remove(*s);
+                }
+                if let Some((_, g)) = extracted.index.iter().find(|(p, _)| p == path) {
+                    for s in &new {
+                        engine.insert(*s, g.clone());
+                    }
+                }
+            }
+            view.data.write().release(&old);
+        }
+    }
+
+    fn apply_changes(&self, changes: &[Change]) {
+        let touches_definitions = |d: &Document| {
+            d.in_collection(TEMPLATE_COLLECTION) || d.in_collection(DESCRIPTOR_COLLECTION)
+        };
+        let mut rebuild = false;
+        {
+            let catalog = self.catalog.read();
+            for c in changes {
+                let was_definition = catalog.templates.contains_key(&c.uri)
+                    || catalog.descriptors.contains_key(&c.uri);
+                let is_definition = c.doc.as_deref().is_some_and(touches_definitions);
+                if was_definition || is_definition {
+                    rebuild = true;
+                    continue;
+                }
+                self.apply_document(&catalog, &c.uri, c.doc.as_deref());
+            }
+        }
+        if rebuild {
+            self.apply_definitions(changes);
+        }
+    }
+
+    /// Templates or descriptors changed: update them and rebuild the views whose
+    /// definition or needed geometry paths changed.
+    fn apply_definitions(&self, changes: &[Change]) {
+        let (next, rebuild) = {
+            let current = self.catalog.read();
+            let mut next = Catalog {
+                templates: current.templates.clone(),
+                descriptors: current.descriptors.clone(),
+                views: HashMap::new(),
+            };
+            for c in changes {
+                next.templates.remove(&c.uri);
+                next.descriptors.remove(&c.uri);
+                if let Some(doc) = &c.doc {
+                    self.load_definition(&mut next, doc);
+                }
+            }
+            let old_paths = current.needed_paths();
+            let new_paths = next.needed_paths();
+            let mut rebuild = Vec::new();
+            for t in next.templates.values() {
+                for v in &t.views {
+                    let key = v.key();
+                    let same_template = current
+                        .views
+                        .get(&key)
+                        .is_some_and(|s| Arc::ptr_eq(&s.template, t));
+                    let same_paths = old_paths.get(&key).map(|p| p.keys().collect::<Vec<_>>())
+                        == new_paths.get(&key).map(|p| p.keys().collect::<Vec<_>>());
+                    match current.views.get(&key) {
+                        Some(state) if same_template && same_paths => {
+                            next.views.insert(key, state.clone());
+                        }
+                        _ => rebuild.push(key),
+                    }
+                }
+            }
+            (next, rebuild)
+        };
+        let mut next = next;
+        match self.build_views(&next, &rebuild) {
+            Ok(built) => next.views.extend(built),
+            Err(e) => tracing::error!(error = %e, "rebuilding views failed"),
+        }
+        if !rebuild.is_empty() {
+            tracing::info!(views = ?rebuild.iter().map(|k| k.to_string()).collect::<Vec<_>>(), "views rebuilt");
+        }
+        *self.catalog.write() = next;
+    }
+
+    /// Validate a template or descriptor against the documents it would join.
+    fn validate_definition(&self, doc: &Document) -> Result<(), String> {
+        let is_template = doc.in_collection(TEMPLATE_COLLECTION);
+        let is_descriptor = doc.in_collection(DESCRIPTOR_COLLECTION);
+        if !is_template && !is_descriptor {
+            return Ok(());
+        }
+        if doc.format != Format::Json {
+            return Err(format!(
+                "{} must be JSON",
+                if is_template {
+                    "a template"
+                } else {
+                    "a descriptor"
+                }
+            ));
+        }
+        let json: Value =
+            serde_json::from_slice(&doc.content).map_err(|e| format!("invalid JSON: {e}"))?;
+        let catalog = self.catalog.read();
+        if is_template {
+            let t = parse_template(&doc.uri, &json)?;
+            for v in &t.views {
+                if let Some(other) = catalog
+                    .templates
+                    .values()
+                    .find(|o| o.uri != doc.uri && o.views.iter().any(|w| w.key() == v.key()))
+                {
+                    return Err(format!(
+                        "template: view {}.{} is already defined by template {}",
+                        v.schema, v.view, other.uri
+                    ));
+                }
+            }
+        }
+        if is_descriptor {
+            let d = parse_descriptor(&doc.uri, &json, doc.permissions)?;
+            if let Some(other) = catalog
+                .descriptors
+                .values()
+                .find(|o| o.uri != doc.uri && o.name == d.name)
+            {
+                return Err(format!(
+                    "descriptor: a service named {:?} already exists ({})",
+                    d.name, other.uri
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The descriptor named `name`, if `roles` may read it.
+    pub fn descriptor(&self, name: &str, roles: RoleSet) -> Option<Arc<Descriptor>> {
+        self.catalog
+            .read()
+            .descriptors
+            .values()
+            .find(|d| d.name == name && d.permissions.allows(roles, Capability::Read))
+            .cloned()
+    }
+
+    /// Every descriptor `roles` may read, by name.
+    pub fn descriptors(&self, roles: RoleSet) -> Vec<Arc<Descriptor>> {
+        let mut out: Vec<Arc<Descriptor>> = self
+            .catalog
+            .read()
+            .descriptors
+            .values()
+            .filter(|d| d.permissions.allows(roles, Capability::Read))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    pub fn view(&self, key: &ViewKey) -> Option<Arc<ViewState>> {
+        self.catalog.read().views.get(key).cloned()
+    }
+}
+
+/// The store's commit hook: validation before a write, derived data after it.
+pub struct FeatureHook(pub Arc<Features>);
+
+impl CommitHook for FeatureHook {
+    fn validate(&self, doc: &Document) -> Result<(), String> {
+        self.0.validate_definition(doc)
+    }
+
+    fn committed(&self, changes: &[Change]) {
+        self.0.apply_changes(changes);
+    }
+}

@@ -1,0 +1,1069 @@
+//! geoQueryService: the request as clients send it, its execution, and the GeoJSON response
+//! (REFERENCE §5).
+//!
+//! Requests are coerced the way Koop-style clients need: `layer` as a string or a number,
+//! booleans as `true`/`"true"`/`1`, statistics as an array or a JSON string, `gis`/`esri`
+//! prefixes in any case, and unknown members ignored. Execution order: spatial candidates
+//! (the layer's index) -> permission filter (only rows of documents the caller may read)
+//! -> objectIds, time and where -> statistics, count, ids, or order and page.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use thiserror::Error;
+
+use super::descriptor::{Descriptor, Layer, layer_id};
+use super::sql::{Row, V, Where, WhereError, compare};
+use super::template::{ViewDef, format_datetime};
+use super::view::{GeometryOut, ViewData};
+use super::{Features, ViewState};
+use crate::acl::Caller;
+use crate::error::{ApiError, ErrorCode};
+use crate::spatial::{Query, Relation, parse_geojson};
+
+#[derive(Debug, Error)]
+pub enum FeatureError {
+    #[error("Service {0} not found")]
+    ServiceNotFound(String),
+    #[error("Layer {0} not found")]
+    LayerNotFound(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Where(#[from] WhereError),
+}
+
+impl From<FeatureError> for ApiError {
+    fn from(e: FeatureError) -> ApiError {
+        let status = match &e {
+            FeatureError::ServiceNotFound(_) => 404,
+            FeatureError::LayerNotFound(_) => 404,
+            FeatureError::BadRequest(_) => 400,
+            FeatureError::Where(_) => 400,
+        };
+        ApiError::new(ErrorCode::Extension(status), e.to_string())
+    }
+}
+
+fn bad(msg: impl Into<String>) -> FeatureError {
+    FeatureError::BadRequest(msg.into())
+}
+
+/// A time window in milliseconds; either end may be open.
+pub type TimeWindow = (Option<i64>, Option<i64>);
+
+/// A statistic asked for in `outStatistics`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatSpec {
+    pub kind: StatKind,
+    pub field: String,
+    pub out_name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatKind {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+    Stddev,
+    Var,
+}
+
+impl StatKind {
+    fn parse(s: &str) -> Option<StatKind> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "count" => StatKind::Count,
+            "sum" => StatKind::Sum,
+            "min" => StatKind::Min,
+            "max" => StatKind::Max,
+            "avg" | "mean" => StatKind::Avg,
+            "stddev" => StatKind::Stddev,
+            "var" | "variance" => StatKind::Var,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            StatKind::Count => "count",
+            StatKind::Sum => "sum",
+            StatKind::Min => "min",
+            StatKind::Max => "max",
+            StatKind::Avg => "avg",
+            StatKind::Stddev => "stddev",
+            StatKind::Var => "var",
+        }
+    }
+}
+
+/// The query members, coerced.
+#[derive(Debug, Default)]
+pub struct QuerySpec {
+    pub where_text: Option<String>,
+    pub object_ids: Option<Vec<i64>>,
+    pub out_fields: Option<String>,
+    pub return_geometry: bool,
+    pub count_only: bool,
+    pub ids_only: bool,
+    pub order_by: Option<String>,
+    pub offset: usize,
+    pub limit: Option<usize>,
+    pub statistics: Option<Vec<StatSpec>>,
+    pub group_by: Option<Vec<String>>,
+    pub time: Option<TimeWindow>,
+    pub geometry: Option<(Arc<Query>, Relation)>,
+}
+
+/// A geoQueryService request.
+#[derive(Debug)]
+pub struct FeatureRequest {
+    pub service: String,
+    pub layer: Option<i64>,
+    /// The layer as sent, for the 404 message.
+    pub layer_text: Option<String>,
+    pub method: Option<String>,
+    pub query: QuerySpec,
+}
+
+fn boolish(v: &Value, name: &str) -> Result<bool, FeatureError> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::Number(n) => Ok(n.as_f64().is_some_and(|f| f != 0.0)),
+        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" => Ok(true),
+            "false" | "0" | "no" | "" => Ok(false),
+            _ => Err(bad(format!("{name} must be true or false, not {s:?}"))),
+        },
+        Value::Null => Ok(false),
+        _ => Err(bad(format!("{name} must be true or false"))),
+    }
+}
+
+fn count(v: &Value, name: &str) -> Result<Option<usize>, FeatureError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => n
+            .as_u64()
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+                    .map(|f| f as u64)
+            })
+            .map(|n| Some(n as usize))
+            .ok_or_else(|| bad(format!("{name} must be a non-negative integer"))),
+        Value::String(s) if s.trim().is_empty() => Ok(None),
+        Value::String(s) => s
+            .trim()
+            .parse::<usize>()
+            .map(Some)
+            .map_err(|_| bad(format!("{name} must be a non-negative integer, not {s:?}"))),
+        _ => Err(bad(format!("{name} must be a non-negative integer"))),
+    }
+}
+
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Strip a `gis`/`esri` prefix and a type word, case-insensitively: `esriSpatialRelContains`
+/// -> `contains`.
+fn enum_value(v: &str, kind: &str) -> Option<String> {
+    let l = v.to_ascii_lowercase();
+    let rest = l.strip_prefix("gis").or_else(|| l.strip_prefix("esri"))?;
+    rest.strip_prefix(kind).map(str::to_string)
+}
+
+fn parse_time(v: &Value) -> Result<Option<TimeWindow>, FeatureError> {
+    let one = |s: &str| -> Result<Option<i64>, FeatureError> {
+        let s = s.trim();
+        if s.is_empty() || s.eq_ignore_ascii_case("null") {
+            return Ok(None);
+        }
+        s.parse::<i64>()
+            .map(Some)
+            .map_err(|_| bad(format!("time: {s:?} is not milliseconds since the epoch")))
+    };
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => {
+            let t = n.as_i64().ok_or_else(|| bad("time must be milliseconds"))?;
+            Ok(Some((Some(t), Some(t))))
+        }
+        Value::String(s) if s.trim().is_empty() => Ok(None),
+        Value::String(s) => match s.split_once(',') {
+            Some((a, b)) => Ok(Some((one(a)?, one(b)?))),
+            None => {
+                let t = one(s)?;
+                Ok(Some((t, t)))
+            }
+        },
+        Value::Array(a) if a.len() == 2 => {
+            let part = |x: &Value| match x {
+                Value::Null => Ok(None),
+                Value::Number(n) => n
+                    .as_i64()
+                    .map(Some)
+                    .ok_or_else(|| bad("time must be milliseconds")),
+                Value::String(s) => one(s),
+                _ => Err(bad("time must be milliseconds")),
+            };
+            Ok(Some((part(&a[0])?, part(&a[1])?)))
+        }
+        _ => Err(bad("time must be \"start,end\" in milliseconds")),
+    }
+}
+
+fn parse_statistics(v: &Value) -> Result<Option<Vec<StatSpec>>, FeatureError> {
+    let parsed;
+    let list = match v {
+        Value::Null => return Ok(None),
+        Value::String(s) if s.trim().is_empty() => return Ok(None),
+        Value::String(s) => {
+            parsed = serde_json::from_str::<Value>(s)
+                .map_err(|e| bad(format!("outStatistics is not valid JSON: {e}")))?;
+            &parsed
+        }
+        other => other,
+    };
+    let items: Vec<&Value> = match list {
+        Value::Array(a) => a.iter().collect(),
+        Value::Object(_) => vec![list],
+        _ => {
+            return Err(bad(
+                "outStatistics must be an array of statistic definitions",
+            ));
+        }
+    };
+    let mut out = Vec::new();
+    for (i, s) in items.into_iter().enumerate() {
+        let kind_text = s
+            .get("statisticType")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(format!("outStatistics[{i}].statisticType is required")))?;
+        let kind = StatKind::parse(kind_text).ok_or_else(|| {
+            bad(format!(
+                "outStatistics[{i}].statisticType {kind_text:?} is not one of count, sum, min, max, avg, stddev, var"
+            ))
+        })?;
+        let field = s
+            .get("onStatisticField")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(format!("outStatistics[{i}].onStatisticField is required")))?
+            .to_string();
+        let out_name = s
+            .get("outStatisticFieldName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{field}_{}", kind.name()));
+        out.push(StatSpec {
+            kind,
+            field,
+            out_name,
+        });
+    }
+    Ok(Some(out))
+}
+
+impl FeatureRequest {
+    /// Coerce a request body. Unknown members are ignored, as clients send many.
+    pub fn from_json(body: &Value) -> Result<FeatureRequest, FeatureError> {
+        let params = body
+            .get("params")
+            .filter(|p| p.is_object())
+            .ok_or_else(|| bad("the request body has no \"params\" object"))?;
+        let service = params
+            .get("id")
+            .and_then(text_of)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| bad("params.id (the service name) is required"))?;
+        let (layer, layer_text) = match params.get("layer") {
+            None | Some(Value::Null) => (None, None),
+            Some(v) => {
+                let text = text_of(v).unwrap_or_else(|| v.to_string());
+                match layer_id(v) {
+                    Some(id) => (Some(id), Some(text)),
+                    None => return Err(FeatureError::LayerNotFound(text)),
+                }
+            }
+        };
+        let method = params.get("method").and_then(text_of);
+        let empty = Value::Object(Default::default());
+        let q = body
+            .get("query")
+            .filter(|q| q.is_object())
+            .unwrap_or(&empty);
+        let get = |k: &str| q.get(k).unwrap_or(&Value::Null);
+        let mut spec = QuerySpec {
+            where_text: get("where").as_str().map(str::to_string),
+            out_fields: text_of(get("outFields")),
+            return_geometry: boolish(get("returnGeometry"), "returnGeometry")?,
+            count_only: boolish(get("returnCountOnly"), "returnCountOnly")?,
+            ids_only: boolish(get("returnIdsOnly"), "returnIdsOnly")?,
+            order_by: get("orderByFields").as_str().map(str::to_string),
+            offset: count(get("resultOffset"), "resultOffset")?.unwrap_or(0),
+            limit: count(get("resultRecordCount"), "resultRecordCount")?,
+            statistics: parse_statistics(get("outStatistics"))?,
+            time: parse_time(get("time"))?,
+            ..QuerySpec::default()
+        };
+        spec.object_ids = match get("objectIds") {
+            Value::Null => None,
+            Value::Number(n) => Some(vec![
+                n.as_i64()
+                    .ok_or_else(|| bad("objectIds must be integers"))?,
+            ]),
+            Value::String(s) if s.trim().is_empty() => None,
+            Value::String(s) => Some(
+                s.split(',')
+                    .map(|p| p.trim().parse::<i64>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| bad(format!("objectIds {s:?} is not a list of integers")))?,
+            ),
+            Value::Array(a) => Some(
+                a.iter()
+                    .map(|x| {
+                        x.as_i64()
+                            .or_else(|| x.as_str().and_then(|s| s.trim().parse().ok()))
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| bad("objectIds must be integers"))?,
+            ),
+            _ => return Err(bad("objectIds must be \"1,2,3\" or a number")),
+        };
+        spec.group_by = match get("groupByFieldsForStatistics") {
+            Value::String(s) if !s.trim().is_empty() => {
+                Some(s.split(',').map(|f| f.trim().to_string()).collect())
+            }
+            Value::Array(a) => Some(
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect(),
+            ),
+            _ => None,
+        };
+        if let Some(gt) = get("geometryType").as_str().filter(|s| !s.is_empty()) {
+            let kind = enum_value(gt, "geometry")
+                .ok_or_else(|| bad(format!("unsupported geometryType {gt}")))?;
+            if !matches!(
+                kind.as_str(),
+                "point" | "multipoint" | "polyline" | "polygon" | "envelope"
+            ) {
+                return Err(bad(format!("unsupported geometryType {gt}")));
+            }
+        }
+        let relation = match get("spatialRel").as_str().filter(|s| !s.is_empty()) {
+            None => Relation::Intersects,
+            Some(r) => enum_value(r, "spatialrel")
+                .and_then(|n| Relation::parse(&n))
+                .ok_or_else(|| bad(format!("unsupported spatialRel {r}")))?,
+        };
+        if let Some(g) = q
+            .get("extension")
+            .and_then(|e| e.get("geometry"))
+            .filter(|g| !g.is_null())
+        {
+            let geometry = parse_geojson(g).map_err(|e| bad(format!("extension.geometry: {e}")))?;
+            spec.geometry = Some((Arc::new(Query::new(geometry)), relation));
+        }
+        Ok(FeatureRequest {
+            service,
+            layer,
+            layer_text,
+            method,
+            query: spec,
+        })
+    }
+
+    /// Small enough to answer on the calling task: a point query, or no query at all.
+    pub fn is_light(&self) -> bool {
+        self.method.as_deref() != Some("query")
+            || self
+                .query
+                .geometry
+                .as_ref()
+                .is_some_and(|(q, _)| q.as_point().is_some())
+    }
+}
+
+/// The JSON text of a value.
+fn write_value(out: &mut Vec<u8>, v: &V<'_>) {
+    match v {
+        V::Null => out.extend_from_slice(b"null"),
+        V::Int(i) => out.extend_from_slice(i.to_string().as_bytes()),
+        V::Float(f) if f.is_finite() => {
+            let _ = serde_json::to_writer(&mut *out, f);
+        }
+        V::Float(_) => out.extend_from_slice(b"null"),
+        V::Str(s) => {
+            let _ = serde_json::to_writer(&mut *out, s.as_ref());
+        }
+        V::Bool(b) => out.push(if *b { b'1' } else { b'0' }),
+        V::Date(ms) => {
+            let _ = serde_json::to_writer(&mut *out, &format_datetime(*ms));
+        }
+    }
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn write_geometry(out: &mut Vec<u8>, g: Option<&GeometryOut>) {
+    match g {
+        None => out.extend_from_slice(b"null"),
+        Some(GeometryOut::Point(x, y)) => {
+            out.extend_from_slice(b"{\"type\":\"Point\",\"coordinates\":[");
+            let _ = serde_json::to_writer(&mut *out, x);
+            out.push(b',');
+            let _ = serde_json::to_writer(&mut *out, y);
+            out.extend_from_slice(b"]}");
+        }
+        Some(GeometryOut::Json(bytes)) => out.extend_from_slice(bytes),
+    }
+}
+
+fn fields_json(def: &ViewDef) -> Vec<Value> {
+    def.columns
+        .iter()
+        .map(|c| {
+            let t = c.scalar.field_type();
+            if t == "String" {
+                serde_json::json!({"name": c.name, "type": t, "alias": c.name, "length": 1024})
+            } else {
+                serde_json::json!({"name": c.name, "type": t, "alias": c.name})
+            }
+        })
+        .collect()
+}
+
+/// `"$version"` and `"$timestamp"` as the first members of a response object.
+fn envelope_start(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"$version\":");
+    write_str(out, env!("CARGO_PKG_VERSION"));
+    out.extend_from_slice(b",\"$timestamp\":");
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    write_str(out, &format_datetime(ms));
+}
+
+struct Plan<'a> {
+    layer: &'a Layer,
+    view: Option<Arc<ViewState>>,
+}
+
+impl Features {
+    fn resolve<'d>(
+        &self,
+        req: &FeatureRequest,
+        descriptor: &'d Descriptor,
+    ) -> Result<Option<Plan<'d>>, FeatureError> {
+        let Some(id) = req.layer else {
+            return Ok(None);
+        };
+        let layer = descriptor.layer(id).ok_or_else(|| {
+            FeatureError::LayerNotFound(req.layer_text.clone().unwrap_or_else(|| id.to_string()))
+        })?;
+        Ok(Some(Plan {
+            layer,
+            view: self.view(&layer.view),
+        }))
+    }
+
+    /// Answer a geoQueryService request: the JSON response body.
+    pub fn execute(&self, caller: &Caller, req: &FeatureRequest) -> Result<Vec<u8>, FeatureError> {
+        let descriptor = self
+            .descriptor(&req.service, caller.roles())
+            .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
+        let plan = self.resolve(req, &descriptor)?;
+        let is_query = req
+            .method
+            .as_deref()
+            .is_some_and(|m| m.eq_ignore_ascii_case("query"));
+        match (plan, is_query) {
+            (None, _) => Ok(self.service_description(&descriptor)),
+            (Some(plan), false) => Ok(self.layer_description(&plan)),
+            (Some(plan), true) => self.run_query(caller, req, &descriptor, &plan),
+        }
+    }
+
+    fn service_description(&self, d: &Descriptor) -> Vec<u8> {
+        let mut out = Vec::new();
+        envelope_start(&mut out);
+        let listing = d.listing();
+        if let Value::Object(map) = listing {
+            for (k, v) in map {
+                out.push(b',');
+                write_str(&mut out, &k);
+                out.push(b':');
+                let _ = serde_json::to_writer(&mut out, &v);
+            }
+        }
+        out.push(b'}');
+        out
+    }
+
+    fn layer_description(&self, plan: &Plan<'_>) -> Vec<u8> {
+        let mut meta = serde_json::Map::new();
+        meta.insert(
+            "maxRecordCount".into(),
+            self.settings.max_record_count.into(),
+        );
+        for (k, v) in &plan.layer.raw {
+            if !matches!(k.as_str(), "schema" | "view" | "geometry") {
+                meta.insert(k.clone(), v.clone());
+            }
+        }
+        meta.entry("idField")
+            .or_insert_with(|| plan.layer.id_field.clone().into());
+        let fields = plan
+            .view
+            .as_ref()
+            .map(|v| fields_json(&v.def))
+            .unwrap_or_default();
+        meta.insert("fields".into(), Value::Array(fields));
+        let mut out = Vec::new();
+        envelope_start(&mut out);
+        out.extend_from_slice(b",\"metadata\":");
+        let _ = serde_json::to_writer(&mut out, &Value::Object(meta));
+        out.push(b'}');
+        out
+    }
+
+    fn run_query(
+        &self,
+        caller: &Caller,
+        req: &FeatureRequest,
+        descriptor: &Descriptor,
+        plan: &Plan<'_>,
+    ) -> Result<Vec<u8>, FeatureError> {
+        let q = &req.query;
+        let Some(view) = plan.view.as_ref() else {
+            // The layer's view has no template yet: a valid layer with no features.
+            return Ok(self.write_features(descriptor, plan, None, &[], &[], false, q));
+        };
+        let def = &view.def;
+        let resolve = |name: &str| def.column(name);
+        let filter = Where::parse(q.where_text.as_deref().unwrap_or(""), &resolve)?;
+        let field = |name: &str, member: &str| -> Result<usize, FeatureError> {
+            def.column(name)
+                .ok_or_else(|| bad(format!("unknown field {name} in {member}")))
+        };
+        let out_cols: Vec<usize> = match q.out_fields.as_deref().map(str::trim) {
+            None | Some("") | Some("*") => (0..def.columns.len()).collect(),
+            Some(list) => list
+                .split(',')
+                .map(|f| field(f.trim(), "outFields"))
+                .collect::<Result<_, _>>()?,
+        };
+        let mut order: Vec<(usize, bool)> = Vec::new();
+        if let Some(list) = q.order_by.as_deref() {
+            for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let mut words = part.split_whitespace();
+                let name = words.next().unwrap_or_default();
+                let desc = match words.next().map(str::to_ascii_uppercase).as_deref() {
+                    None | Some("ASC") => false,
+                    Some("DESC") => true,
+                    Some(other) => {
+                        return Err(bad(format!("orderByFields: {other} is not ASC or DESC")));
+                    }
+                };
+                order.push((field(name, "orderByFields")?, desc));
+            }
+        }
+        let time_cols = match (&q.time, &plan.layer.time_fields) {
+            (Some(_), Some((start, end))) => Some((
+                field(start, "timeInfo.startTimeField")?,
+                end.as_deref()
+                    .map(|e| field(e, "timeInfo.endTimeField"))
+                    .transpose()?,
+            )),
+            _ => None,
+        };
+        let stats = match &q.statistics {
+            None => None,
+            Some(specs) => {
+                let mut cols = Vec::new();
+                for s in specs {
+                    let c = if s.kind == StatKind::Count && s.field == "*" {
+                        None
+                    } else {
+                        Some(field(&s.field, "outStatistics")?)
+                    };
+                    cols.push(c);
+                }
+                let groups = q
+                    .group_by
+                    .clone()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|g| field(g, "groupByFieldsForStatistics"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some((cols, groups))
+            }
+        };
+        let object_ids: Option<std::collections::HashSet<i64>> =
+            q.object_ids.as_ref().map(|v| v.iter().copied().collect());
+
+        // Spatial candidates, or every row.
+        let candidates: Option<Vec<u32>> = match &q.geometry {
+            None => None,
+            Some((query, rel)) => {
+                let index = view
+                    .indexes
+                    .read()
+                    .get(plan.layer.geometry_path.text())
+                    .cloned();
+                Some(match index {
+                    Some(engine) => engine.query(query, *rel),
+                    None => Vec::new(),
+                })
+            }
+        };
+        let data = view.data.read();
+        let passes = |slot: u32| -> bool {
+            if !data.readable(caller, slot) {
+                return false;
+            }
+            if let Some(ids) = &object_ids
+                && !data.id_of(slot).is_some_and(|id| ids.contains(&id))
+            {
+                return false;
+            }
+            if let (Some((start, end)), Some((from, to))) = (time_cols, q.time) {
+                let row = data.row(slot);
+                let t0 = match row.get(start) {
+                    V::Date(ms) | V::Int(ms) => Some(ms),
+                    _ => None,
+                };
+                let t1 = end.map_or(t0, |e| match row.get(e) {
+                    V::Date(ms) | V::Int(ms) => Some(ms),
+                    _ => t0,
+                });
+                let Some(t0) = t0 else { return false };
+                let t1 = t1.unwrap_or(t0);
+                if from.is_some_and(|f| t1 < f) || to.is_some_and(|t| t0 > t) {
+                    return false;
+                }
+            }
+            filter.matches(&data.row(slot))
+        };
+        let mut rows: Vec<(i64, u32)> = match candidates {
+            Some(c) => c
+                .into_iter()
+                .filter(|s| passes(*s))
+                .filter_map(|s| data.id_of(s).map(|id| (id, s)))
+                .collect(),
+            None => data
+                .live_slots()
+                .filter(|s| passes(*s))
+                .filter_map(|s| data.id_of(s).map(|id| (id, s)))
+                .collect(),
+        };
+
+        if let Some((cols, groups)) = stats {
+            return Ok(self.write_statistics(descriptor, plan, &data, &rows, &cols, &groups, q));
+        }
+        if q.count_only {
+            let mut out = Vec::new();
+            envelope_start(&mut out);
+            out.extend_from_slice(b",\"count\":");
+            out.extend_from_slice(rows.len().to_string().as_bytes());
+            self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
+            out.extend_from_slice(b",\"features\":[]}");
+            return Ok(out);
+        }
+        if order.is_empty() {
+            rows.sort_unstable();
+        } else {
+            rows.sort_by(|a, b| {
+                for &(col, desc) in &order {
+                    let (va, vb) = (
+                        data.columns[col].get(a.1 as usize),
+                        data.columns[col].get(b.1 as usize),
+                    );
+                    let o = match (&va, &vb) {
+                        (V::Null, V::Null) => Ordering::Equal,
+                        (V::Null, _) => Ordering::Less,
+                        (_, V::Null) => Ordering::Greater,
+                        _ => compare(&va, &vb).unwrap_or(Ordering::Equal),
+                    };
+                    let o = if desc { o.reverse() } else { o };
+                    if o != Ordering::Equal {
+                        return o;
+                    }
+                }
+                a.0.cmp(&b.0)
+            });
+        }
+        if q.ids_only {
+            let mut out = Vec::new();
+            envelope_start(&mut out);
+            out.extend_from_slice(b",\"objectIdFieldName\":");
+            write_str(&mut out, &def.columns[def.id_column].name);
+            out.extend_from_slice(b",\"objectIds\":[");
+            for (i, (id, _)) in rows.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(id.to_string().as_bytes());
+            }
+            out.push(b']');
+            self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
+            out.extend_from_slice(b",\"features\":[");
+            let id_name = &def.columns[def.id_column].name;
+            for (i, (id, _)) in rows.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"type\":\"Feature\",\"id\":");
+                out.extend_from_slice(id.to_string().as_bytes());
+                out.extend_from_slice(b",\"properties\":{");
+                write_str(&mut out, id_name);
+                out.push(b':');
+                out.extend_from_slice(id.to_string().as_bytes());
+                out.extend_from_slice(b"},\"geometry\":null}");
+            }
+            out.extend_from_slice(b"]}");
+            return Ok(out);
+        }
+        let limit = q
+            .limit
+            .filter(|l| *l > 0)
+            .unwrap_or(self.settings.max_record_count)
+            .min(self.settings.max_record_count);
+        let start = q.offset.min(rows.len());
+        let end = (start + limit).min(rows.len());
+        let exceeded = end < rows.len();
+        let page: Vec<u32> = rows[start..end].iter().map(|r| r.1).collect();
+        Ok(self.write_features(descriptor, plan, Some(&data), &page, &out_cols, exceeded, q))
+    }
+
+    /// `"metadata"` and `"filtersApplied"`, after the leading members.
+    fn write_tail(
+        &self,
+        out: &mut Vec<u8>,
+        descriptor: &Descriptor,
+        plan: &Plan<'_>,
+        def: Option<&ViewDef>,
+        exceeded: bool,
+        with_type: bool,
+    ) {
+        if with_type {
+            out.extend_from_slice(b",\"type\":\"FeatureCollection\"");
+        }
+        out.extend_from_slice(b",\"metadata\":{\"name\":");
+        write_str(out, &descriptor.name);
+        out.extend_from_slice(b",\"maxRecordCount\":");
+        out.extend_from_slice(self.settings.max_record_count.to_string().as_bytes());
+        out.extend_from_slice(b",\"fields\":");
+        let fields = def.map(fields_json).unwrap_or_default();
+        let _ = serde_json::to_writer(&mut *out, &fields);
+        out.extend_from_slice(b",\"limitExceeded\":");
+        out.extend_from_slice(if exceeded { b"true" } else { b"false" });
+        out.extend_from_slice(b",\"idField\":");
+        write_str(out, &plan.layer.id_field);
+        if let Some(d) = &plan.layer.display_field {
+            out.extend_from_slice(b",\"displayField\":");
+            write_str(out, d);
+        }
+        out.extend_from_slice(
+            b"},\"filtersApplied\":{\"geometry\":true,\"where\":true,\"offset\":true,\"limit\":true}",
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_features(
+        &self,
+        descriptor: &Descriptor,
+        plan: &Plan<'_>,
+        data: Option<&ViewData>,
+        page: &[u32],
+        out_cols: &[usize],
+        exceeded: bool,
+        q: &QuerySpec,
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(512 + page.len() * 256);
+        envelope_start(&mut out);
+        self.write_tail(
+            &mut out,
+            descriptor,
+            plan,
+            data.map(|d| d.def.as_ref()),
+            exceeded,
+            true,
+        );
+        out.extend_from_slice(b",\"features\":[");
+        if let Some(data) = data {
+            let path = plan.layer.geometry_path.text();
+            for (i, &slot) in page.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"type\":\"Feature\",\"id\":");
+                write_value(&mut out, &data.id_of(slot).map_or(V::Null, V::Int));
+                out.extend_from_slice(b",\"properties\":{");
+                for (j, &c) in out_cols.iter().enumerate() {
+                    if j > 0 {
+                        out.push(b',');
+                    }
+                    write_str(&mut out, &data.def.columns[c].name);
+                    out.push(b':');
+                    write_value(&mut out, &data.columns[c].get(slot as usize));
+                }
+                out.extend_from_slice(b"},\"geometry\":");
+                let g = if q.return_geometry {
+                    data.geometry(path, slot)
+                } else {
+                    None
+                };
+                write_geometry(&mut out, g);
+                out.push(b'}');
+            }
+        }
+        out.extend_from_slice(b"]}");
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_statistics(
+        &self,
+        descriptor: &Descriptor,
+        plan: &Plan<'_>,
+        data: &ViewData,
+        rows: &[(i64, u32)],
+        cols: &[Option<usize>],
+        groups: &[usize],
+        q: &QuerySpec,
+    ) -> Vec<u8> {
+        let specs = q.statistics.as_deref().unwrap_or(&[]);
+        // Group rows by the group-by values (their JSON text is a total, printable key).
+        let mut grouped: BTreeMap<Vec<u8>, (Vec<u32>, Vec<u8>)> = BTreeMap::new();
+        for &(_, slot) in rows {
+            let mut key = Vec::new();
+            let mut members = Vec::new();
+            for (i, &g) in groups.iter().enumerate() {
+                let v = data.columns[g].get(slot as usize);
+                write_value(&mut key, &v);
+                key.push(0);
+                if i > 0 {
+                    members.push(b',');
+                }
+                write_str(&mut members, &data.def.columns[g].name);
+                members.push(b':');
+                write_value(&mut members, &v);
+            }
+            grouped
+                .entry(key)
+                .or_insert_with(|| (Vec::new(), members))
+                .0
+                .push(slot);
+        }
+        if groups.is_empty() && grouped.is_empty() {
+            grouped.insert(Vec::new(), (Vec::new(), Vec::new()));
+        }
+        let mut out = Vec::new();
+        envelope_start(&mut out);
+        self.write_tail(&mut out, descriptor, plan, Some(&data.def), false, true);
+        out.extend_from_slice(b",\"statistics\":[");
+        for (gi, (_, (slots, members))) in grouped.iter().enumerate() {
+            if gi > 0 {
+                out.push(b',');
+            }
+            out.push(b'{');
+            out.extend_from_slice(members);
+            let mut first = members.is_empty();
+            for (spec, col) in specs.iter().zip(cols) {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                write_str(&mut out, &spec.out_name);
+                out.push(b':');
+                write_value(&mut out, &statistic(spec.kind, *col, data, slots));
+            }
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"],\"features\":[]}");
+        out
+    }
+}
+
+/// One statistic over some rows. Nulls are skipped; `stddev` and `var` are the sample
+/// forms (n - 1), null below two values.
+fn statistic<'d>(kind: StatKind, col: Option<usize>, data: &'d ViewData, slots: &[u32]) -> V<'d> {
+    let Some(col) = col else {
+        return V::Int(slots.len() as i64);
+    };
+    let values: Vec<V<'d>> = slots
+        .iter()
+        .map(|s| data.columns[col].get(*s as usize))
+        .filter(|v| *v != V::Null)
+        .collect();
+    let nums = || {
+        values.iter().filter_map(|v| match v {
+            V::Int(i) => Some(*i as f64),
+            V::Float(f) => Some(*f),
+            V::Bool(b) => Some(f64::from(u8::from(*b))),
+            V::Date(d) => Some(*d as f64),
+            _ => None,
+        })
+    };
+    match kind {
+        StatKind::Count => V::Int(values.len() as i64),
+        StatKind::Min | StatKind::Max => values
+            .iter()
+            .cloned()
+            .reduce(|a, b| {
+                let o = compare(&a, &b).unwrap_or(Ordering::Equal);
+                let keep_a = if kind == StatKind::Min {
+                    o != Ordering::Greater
+                } else {
+                    o != Ordering::Less
+                };
+                if keep_a { a } else { b }
+            })
+            .unwrap_or(V::Null),
+        StatKind::Sum => {
+            if values.is_empty() {
+                return V::Null;
+            }
+            if values.iter().all(|v| matches!(v, V::Int(_))) {
+                return V::Int(
+                    values
+                        .iter()
+                        .map(|v| if let V::Int(i) = v { *i } else { 0 })
+                        .sum(),
+                );
+            }
+            V::Float(nums().sum())
+        }
+        StatKind::Avg => {
+            let n: Vec<f64> = nums().collect();
+            if n.is_empty() {
+                V::Null
+            } else {
+                V::Float(n.iter().sum::<f64>() / n.len() as f64)
+            }
+        }
+        StatKind::Var | StatKind::Stddev => {
+            let n: Vec<f64> = nums().collect();
+            if n.len() < 2 {
+                return V::Null;
+            }
+            let mean = n.iter().sum::<f64>() / n.len() as f64;
+            let var = n.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n.len() - 1) as f64;
+            V::Float(if kind == StatKind::Var {
+                var
+            } else {
+                var.sqrt()
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn coerces_what_koop_sends() {
+        let body = json!({
+            "params": {"id": "GDeltGKG", "layer": "3", "method": "query"},
+            "query": {
+                "f": "json", "inSR": 4326, "outSR": {"wkid": 4326},
+                "geometry": "{\"x\":1,\"y\":2}",
+                "returnGeometry": "true", "returnCountOnly": false,
+                "resultRecordCount": "10", "resultOffset": 5,
+                "outStatistics": "[{\"statisticType\":\"count\",\"onStatisticField\":\"OBJECTID\"}]",
+                "geometryType": "esriGeometryEnvelope",
+                "spatialRel": "esrispatialrelcontains",
+                "time": "1495605600000,null",
+                "objectIds": "1, 2,3",
+                "extension": {"geometry": {"type": "Polygon", "coordinates": [[[0,0],[1,0],[1,1],[0,1],[0,0]]], "spatialReference": {"wkid": 4326}}}
+            }
+        });
+        let r = FeatureRequest::from_json(&body).unwrap();
+        assert_eq!(r.layer, Some(3));
+        assert!(r.query.return_geometry);
+        assert_eq!(r.query.limit, Some(10));
+        assert_eq!(r.query.offset, 5);
+        assert_eq!(r.query.object_ids, Some(vec![1, 2, 3]));
+        assert_eq!(r.query.time, Some((Some(1_495_605_600_000), None)));
+        let stats = r.query.statistics.unwrap();
+        assert_eq!(stats[0].out_name, "OBJECTID_count");
+        assert_eq!(r.query.geometry.unwrap().1, Relation::Contains);
+    }
+
+    #[test]
+    fn refuses_bad_members() {
+        let base =
+            |q: Value| json!({"params": {"id": "s", "layer": 0, "method": "query"}, "query": q});
+        let cases = [
+            (
+                json!({"geometryType": "gisGeometryCircle"}),
+                "unsupported geometryType",
+            ),
+            (
+                json!({"spatialRel": "gisSpatialRelNear"}),
+                "unsupported spatialRel",
+            ),
+            (json!({"returnGeometry": "maybe"}), "returnGeometry"),
+            (json!({"resultRecordCount": -1}), "resultRecordCount"),
+            (json!({"objectIds": "1,x"}), "objectIds"),
+            (json!({"outStatistics": "[{"}), "outStatistics"),
+            (
+                json!({"outStatistics": [{"statisticType": "median", "onStatisticField": "a"}]}),
+                "median",
+            ),
+            (
+                json!({"extension": {"geometry": {"type": "Point", "coordinates": [500, 0]}}}),
+                "longitude 500",
+            ),
+        ];
+        for (q, needle) in cases {
+            let e = FeatureRequest::from_json(&base(q.clone()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{q}: {e}");
+        }
+        assert!(
+            FeatureRequest::from_json(&json!({"query": {}}))
+                .unwrap_err()
+                .to_string()
+                .contains("params")
+        );
+        assert!(matches!(
+            FeatureRequest::from_json(&json!({"params": {"id": "s", "layer": "abc"}})),
+            Err(FeatureError::LayerNotFound(_))
+        ));
+    }
+
+    #[test]
+    fn prefixes_in_any_case() {
+        assert_eq!(
+            enum_value("gisSpatialRelContains", "spatialrel").as_deref(),
+            Some("contains")
+        );
+        assert_eq!(
+            enum_value("ESRISPATIALRELWITHIN", "spatialrel").as_deref(),
+            Some("within")
+        );
+        assert_eq!(
+            enum_value("esriGeometryPoint", "geometry").as_deref(),
+            Some("point")
+        );
+        assert_eq!(enum_value("SpatialRelContains", "spatialrel"), None);
+    }
+}

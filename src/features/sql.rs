@@ -1,0 +1,847 @@
+//! The `where` clause: a parser and evaluator for the SQL subset feature-service clients send
+//! (REFERENCE §5): `=`, `<>`, `!=`, `<`, `<=`, `>`, `>=`, `AND`, `OR`, `NOT`, parentheses,
+//! `[NOT] IN (...)`, `[NOT] LIKE` with `%` and `_` (and `ESCAPE`), `IS [NOT] NULL`,
+//! `[NOT] BETWEEN ... AND ...`, `TIMESTAMP '...'` and `DATE '...'` literals, `TRUE`/`FALSE`,
+//! `UPPER(...)`/`LOWER(...)`, and `1=1`.
+//!
+//! Columns are resolved when the clause is parsed (case-insensitively), so an unknown field
+//! is an error with its position, before any row is read. Evaluation is three-valued, as in
+//! SQL: a comparison with NULL is unknown, and only rows where the clause is true pass.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+use super::template::parse_datetime;
+
+/// A value during evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum V<'a> {
+    Null,
+    Int(i64),
+    Float(f64),
+    Str(Cow<'a, str>),
+    Bool(bool),
+    /// Milliseconds since the epoch.
+    Date(i64),
+}
+
+/// What the evaluator reads: one row's value per column.
+pub trait Row {
+    fn get(&self, column: usize) -> V<'_>;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Func {
+    Upper,
+    Lower,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    Lit(V<'static>),
+    Col(usize),
+    Func(Func, Box<Expr>),
+    Neg(Box<Expr>),
+    Cmp(Box<Expr>, CmpOp, Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    IsNull(Box<Expr>, bool),
+    In(Box<Expr>, Vec<Expr>, bool),
+    Like(Box<Expr>, Like, bool),
+    Between(Box<Expr>, Box<Expr>, Box<Expr>, bool),
+}
+
+/// A parsed clause.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Where {
+    expr: Option<Expr>,
+}
+
+/// A fault in a clause, with its 1-based character position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WhereError {
+    pub position: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for WhereError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "invalid where clause at position {}: {}",
+            self.position, self.message
+        )
+    }
+}
+
+impl std::error::Error for WhereError {}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    Quoted(String),
+    Num(V<'static>),
+    Str(String),
+    Op(&'static str),
+    LParen,
+    RParen,
+    Comma,
+    Minus,
+}
+
+#[derive(Debug, Clone)]
+struct Token {
+    tok: Tok,
+    /// 1-based character position.
+    pos: usize,
+}
+
+fn tokenize(text: &str) -> Result<Vec<Token>, WhereError> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let err = |pos: usize, message: String| WhereError {
+        position: pos + 1,
+        message,
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        let start = i;
+        if c.is_whitespace() {
+            i += 1;
+            continue;
+        }
+        let tok = if c == '\'' {
+            let mut s = String::new();
+            i += 1;
+            loop {
+                match chars.get(i) {
+                    None => return Err(err(start, "unterminated string".into())),
+                    Some('\'') if chars.get(i + 1) == Some(&'\'') => {
+                        s.push('\'');
+                        i += 2;
+                    }
+                    Some('\'') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(ch) => {
+                        s.push(*ch);
+                        i += 1;
+                    }
+                }
+            }
+            Tok::Str(s)
+        } else if c == '"' {
+            let end = chars[i + 1..]
+                .iter()
+                .position(|ch| *ch == '"')
+                .ok_or_else(|| err(start, "unterminated quoted name".into()))?;
+            let s: String = chars[i + 1..i + 1 + end].iter().collect();
+            i += end + 2;
+            Tok::Quoted(s)
+        } else if c.is_ascii_digit()
+            || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
+        {
+            while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
+                i += 1;
+            }
+            if i < chars.len() && (chars[i] == 'e' || chars[i] == 'E') {
+                let mut j = i + 1;
+                if j < chars.len() && (chars[j] == '+' || chars[j] == '-') {
+                    j += 1;
+                }
+                if j < chars.len() && chars[j].is_ascii_digit() {
+                    i = j;
+                    while i < chars.len() && chars[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                }
+            }
+            let s: String = chars[start..i].iter().collect();
+            if let Ok(n) = s.parse::<i64>() {
+                Tok::Num(V::Int(n))
+            } else {
+                Tok::Num(V::Float(
+                    s.parse::<f64>()
+                        .map_err(|_| err(start, format!("bad number {s}")))?,
+                ))
+            }
+        } else if c.is_alphabetic() || c == '_' {
+            while i < chars.len()
+                && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '.')
+            {
+                i += 1;
+            }
+            Tok::Ident(chars[start..i].iter().collect())
+        } else {
+            i += 1;
+            match c {
+                '(' => Tok::LParen,
+                ')' => Tok::RParen,
+                ',' => Tok::Comma,
+                '-' => Tok::Minus,
+                '=' => Tok::Op("="),
+                '<' if chars.get(i) == Some(&'>') => {
+                    i += 1;
+                    Tok::Op("<>")
+                }
+                '<' if chars.get(i) == Some(&'=') => {
+                    i += 1;
+                    Tok::Op("<=")
+                }
+                '<' => Tok::Op("<"),
+                '>' if chars.get(i) == Some(&'=') => {
+                    i += 1;
+                    Tok::Op(">=")
+                }
+                '>' => Tok::Op(">"),
+                '!' if chars.get(i) == Some(&'=') => {
+                    i += 1;
+                    Tok::Op("<>")
+                }
+                other => return Err(err(start, format!("unexpected character {other:?}"))),
+            }
+        };
+        out.push(Token {
+            tok,
+            pos: start + 1,
+        });
+    }
+    Ok(out)
+}
+
+struct Parser<'c> {
+    toks: Vec<Token>,
+    at: usize,
+    /// Position just past the end, for "unexpected end" errors.
+    end: usize,
+    resolve: &'c dyn Fn(&str) -> Option<usize>,
+}
+
+fn is_kw(t: &Tok, kw: &str) -> bool {
+    matches!(t, Tok::Ident(s) if s.eq_ignore_ascii_case(kw))
+}
+
+const RESERVED: [&str; 14] = [
+    "AND",
+    "OR",
+    "NOT",
+    "IN",
+    "LIKE",
+    "IS",
+    "NULL",
+    "BETWEEN",
+    "TIMESTAMP",
+    "DATE",
+    "TRUE",
+    "FALSE",
+    "ESCAPE",
+    "UNKNOWN",
+];
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.at).map(|t| &t.tok)
+    }
+
+    fn pos(&self) -> usize {
+        self.toks.get(self.at).map_or(self.end, |t| t.pos)
+    }
+
+    fn fail<T>(&self, message: impl Into<String>) -> Result<T, WhereError> {
+        Err(WhereError {
+            position: self.pos(),
+            message: message.into(),
+        })
+    }
+
+    fn eat_kw(&mut self, kw: &str) -> bool {
+        if self.peek().is_some_and(|t| is_kw(t, kw)) {
+            self.at += 1;
+            return true;
+        }
+        false
+    }
+
+    fn expect_kw(&mut self, kw: &str) -> Result<(), WhereError> {
+        if self.eat_kw(kw) {
+            return Ok(());
+        }
+        self.unexpected(&format!("expected {kw}"))
+    }
+
+    fn unexpected<T>(&self, wanted: &str) -> Result<T, WhereError> {
+        match self.toks.get(self.at) {
+            None => self.fail(format!("{wanted}, found the end of the clause")),
+            Some(t) => self.fail(format!("{wanted}, found {}", describe(&t.tok))),
+        }
+    }
+
+    fn or(&mut self) -> Result<Expr, WhereError> {
+        let mut e = self.and()?;
+        while self.eat_kw("OR") {
+            e = Expr::Or(Box::new(e), Box::new(self.and()?));
+        }
+        Ok(e)
+    }
+
+    fn and(&mut self) -> Result<Expr, WhereError> {
+        let mut e = self.not()?;
+        while self.eat_kw("AND") {
+            e = Expr::And(Box::new(e), Box::new(self.not()?));
+        }
+        Ok(e)
+    }
+
+    fn not(&mut self) -> Result<Expr, WhereError> {
+        if self.eat_kw("NOT") {
+            return Ok(Expr::Not(Box::new(self.not()?)));
+        }
+        self.predicate()
+    }
+
+    fn predicate(&mut self) -> Result<Expr, WhereError> {
+        let left = self.operand()?;
+        if let Some(Tok::Op(op)) = self.peek() {
+            let op = match *op {
+                "=" => CmpOp::Eq,
+                "<>" => CmpOp::Ne,
+                "<" => CmpOp::Lt,
+                "<=" => CmpOp::Le,
+                ">" => CmpOp::Gt,
+                _ => CmpOp::Ge,
+            };
+            self.at += 1;
+            let right = self.operand()?;
+            return Ok(Expr::Cmp(Box::new(left), op, Box::new(right)));
+        }
+        if self.eat_kw("IS") {
+            let negated = self.eat_kw("NOT");
+            self.expect_kw("NULL")?;
+            return Ok(Expr::IsNull(Box::new(left), negated));
+        }
+        let save = self.at;
+        let negated = self.eat_kw("NOT");
+        if self.eat_kw("IN") {
+            if self.peek() != Some(&Tok::LParen) {
+                return self.unexpected("expected ( after IN");
+            }
+            self.at += 1;
+            let mut items = vec![self.operand()?];
+            while self.peek() == Some(&Tok::Comma) {
+                self.at += 1;
+                items.push(self.operand()?);
+            }
+            if self.peek() != Some(&Tok::RParen) {
+                return self.unexpected("expected , or ) in the IN list");
+            }
+            self.at += 1;
+            return Ok(Expr::In(Box::new(left), items, negated));
+        }
+        if self.eat_kw("LIKE") {
+            let pos = self.pos();
+            let Some(Tok::Str(pattern)) = self.peek().cloned() else {
+                return self.unexpected("expected a string pattern after LIKE");
+            };
+            self.at += 1;
+            let mut escape = None;
+            if self.eat_kw("ESCAPE") {
+                match self.peek().cloned() {
+                    Some(Tok::Str(e)) if e.chars().count() == 1 => {
+                        escape = e.chars().next();
+                        self.at += 1;
+                    }
+                    _ => return self.unexpected("expected a one-character string after ESCAPE"),
+                }
+            }
+            let like = Like::compile(&pattern, escape).map_err(|message| WhereError {
+                position: pos,
+                message,
+            })?;
+            return Ok(Expr::Like(Box::new(left), like, negated));
+        }
+        if self.eat_kw("BETWEEN") {
+            let low = self.operand()?;
+            self.expect_kw("AND")?;
+            let high = self.operand()?;
+            return Ok(Expr::Between(
+                Box::new(left),
+                Box::new(low),
+                Box::new(high),
+                negated,
+            ));
+        }
+        if negated {
+            self.at = save;
+            return self.unexpected("expected IN, LIKE or BETWEEN after NOT");
+        }
+        Ok(left)
+    }
+
+    fn operand(&mut self) -> Result<Expr, WhereError> {
+        let Some(t) = self.toks.get(self.at).cloned() else {
+            return self.unexpected("expected a value or a field");
+        };
+        self.at += 1;
+        match t.tok {
+            Tok::LParen => {
+                let e = self.or()?;
+                if self.peek() != Some(&Tok::RParen) {
+                    return self.unexpected("expected )");
+                }
+                self.at += 1;
+                Ok(e)
+            }
+            Tok::Minus => Ok(Expr::Neg(Box::new(self.operand()?))),
+            Tok::Num(v) => Ok(Expr::Lit(v)),
+            Tok::Str(s) => Ok(Expr::Lit(V::Str(Cow::Owned(s)))),
+            Tok::Quoted(name) => self.column(&name, t.pos),
+            Tok::Ident(word) => {
+                let upper = word.to_ascii_uppercase();
+                match upper.as_str() {
+                    "NULL" => return Ok(Expr::Lit(V::Null)),
+                    "TRUE" => return Ok(Expr::Lit(V::Bool(true))),
+                    "FALSE" => return Ok(Expr::Lit(V::Bool(false))),
+                    "TIMESTAMP" | "DATE" => {
+                        let pos = self.pos();
+                        let Some(Tok::Str(s)) = self.peek().cloned() else {
+                            return self
+                                .unexpected(&format!("expected a quoted value after {upper}"));
+                        };
+                        self.at += 1;
+                        let ms = parse_datetime(&s).ok_or(WhereError {
+                            position: pos,
+                            message: format!("{s:?} is not a {}", upper.to_lowercase()),
+                        })?;
+                        return Ok(Expr::Lit(V::Date(ms)));
+                    }
+                    "UPPER" | "LOWER" if self.peek() == Some(&Tok::LParen) => {
+                        self.at += 1;
+                        let arg = self.or()?;
+                        if self.peek() != Some(&Tok::RParen) {
+                            return self.unexpected("expected )");
+                        }
+                        self.at += 1;
+                        let f = if upper == "UPPER" {
+                            Func::Upper
+                        } else {
+                            Func::Lower
+                        };
+                        return Ok(Expr::Func(f, Box::new(arg)));
+                    }
+                    _ => {}
+                }
+                if self.peek() == Some(&Tok::LParen) {
+                    self.at -= 1;
+                    return self.fail(format!("unsupported function {word}"));
+                }
+                if RESERVED.contains(&upper.as_str()) {
+                    self.at -= 1;
+                    return self.unexpected("expected a value or a field");
+                }
+                self.column(&word, t.pos)
+            }
+            other => {
+                self.at -= 1;
+                self.fail(format!(
+                    "expected a value or a field, found {}",
+                    describe(&other)
+                ))
+            }
+        }
+    }
+
+    fn column(&self, name: &str, pos: usize) -> Result<Expr, WhereError> {
+        (self.resolve)(name).map(Expr::Col).ok_or(WhereError {
+            position: pos,
+            message: format!("unknown field {name}"),
+        })
+    }
+}
+
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::Ident(s) => s.clone(),
+        Tok::Quoted(s) => format!("\"{s}\""),
+        Tok::Num(V::Int(i)) => i.to_string(),
+        Tok::Num(v) => format!("{v:?}"),
+        Tok::Str(s) => format!("'{s}'"),
+        Tok::Op(o) => (*o).to_string(),
+        Tok::LParen => "(".into(),
+        Tok::RParen => ")".into(),
+        Tok::Comma => ",".into(),
+        Tok::Minus => "-".into(),
+    }
+}
+
+impl Where {
+    /// Parse a clause; `resolve` maps a field name to a column index. Empty = no filter.
+    pub fn parse(text: &str, resolve: &dyn Fn(&str) -> Option<usize>) -> Result<Where, WhereError> {
+        let toks = tokenize(text)?;
+        if toks.is_empty() {
+            return Ok(Where { expr: None });
+        }
+        let mut p = Parser {
+            end: text.chars().count() + 1,
+            toks,
+            at: 0,
+            resolve,
+        };
+        let e = p.or()?;
+        if p.at < p.toks.len() {
+            return p.unexpected("expected AND, OR or the end of the clause");
+        }
+        // `1=1` and its kin filter nothing: skip evaluation.
+        let trivial = matches!(&e, Expr::Cmp(a, CmpOp::Eq, b)
+            if matches!((a.as_ref(), b.as_ref()), (Expr::Lit(x), Expr::Lit(y)) if x == y && *x != V::Null));
+        Ok(Where {
+            expr: if trivial { None } else { Some(e) },
+        })
+    }
+
+    pub fn is_filter(&self) -> bool {
+        self.expr.is_some()
+    }
+
+    /// Whether the row passes (the clause is true, not false or unknown).
+    pub fn matches(&self, row: &dyn Row) -> bool {
+        match &self.expr {
+            None => true,
+            Some(e) => truth(&eval(e, row)) == Some(true),
+        }
+    }
+}
+
+fn truth(v: &V<'_>) -> Option<bool> {
+    match v {
+        V::Bool(b) => Some(*b),
+        V::Int(i) => Some(*i != 0),
+        _ => None,
+    }
+}
+
+fn bool_v(b: Option<bool>) -> V<'static> {
+    b.map_or(V::Null, V::Bool)
+}
+
+fn num(v: &V<'_>) -> Option<f64> {
+    match v {
+        V::Int(i) => Some(*i as f64),
+        V::Float(f) => Some(*f),
+        V::Bool(b) => Some(f64::from(u8::from(*b))),
+        V::Date(ms) => Some(*ms as f64),
+        V::Str(s) => s.trim().parse().ok(),
+        V::Null => None,
+    }
+}
+
+/// SQL comparison; `None` when either side is NULL or the two cannot be compared.
+pub fn compare(a: &V<'_>, b: &V<'_>) -> Option<Ordering> {
+    match (a, b) {
+        (V::Null, _) | (_, V::Null) => None,
+        (V::Int(x), V::Int(y)) => Some(x.cmp(y)),
+        (V::Str(x), V::Str(y)) => Some(x.as_ref().cmp(y.as_ref())),
+        (V::Date(x), V::Date(y)) => Some(x.cmp(y)),
+        (V::Date(x), V::Str(s)) => parse_datetime(s).map(|y| x.cmp(&y)),
+        (V::Str(s), V::Date(y)) => parse_datetime(s).map(|x| x.cmp(y)),
+        (V::Bool(x), V::Bool(y)) => Some(x.cmp(y)),
+        _ => num(a)?.partial_cmp(&num(b)?),
+    }
+}
+
+fn eval<'r>(e: &'r Expr, row: &'r dyn Row) -> V<'r> {
+    match e {
+        Expr::Lit(v) => v.clone(),
+        Expr::Col(c) => row.get(*c),
+        Expr::Neg(inner) => match eval(inner, row) {
+            V::Int(i) => V::Int(-i),
+            V::Float(f) => V::Float(-f),
+            _ => V::Null,
+        },
+        Expr::Func(f, inner) => match eval(inner, row) {
+            V::Str(s) => V::Str(Cow::Owned(match f {
+                Func::Upper => s.to_uppercase(),
+                Func::Lower => s.to_lowercase(),
+            })),
+            V::Null => V::Null,
+            other => other,
+        },
+        Expr::Cmp(a, op, b) => {
+            let ord = compare(&eval(a, row), &eval(b, row));
+            bool_v(ord.map(|o| match op {
+                CmpOp::Eq => o == Ordering::Equal,
+                CmpOp::Ne => o != Ordering::Equal,
+                CmpOp::Lt => o == Ordering::Less,
+                CmpOp::Le => o != Ordering::Greater,
+                CmpOp::Gt => o == Ordering::Greater,
+                CmpOp::Ge => o != Ordering::Less,
+            }))
+        }
+        Expr::And(a, b) => {
+            let l = truth(&eval(a, row));
+            if l == Some(false) {
+                return V::Bool(false);
+            }
+            let r = truth(&eval(b, row));
+            bool_v(match (l, r) {
+                (_, Some(false)) => Some(false),
+                (Some(true), Some(true)) => Some(true),
+                _ => None,
+            })
+        }
+        Expr::Or(a, b) => {
+            let l = truth(&eval(a, row));
+            if l == Some(true) {
+                return V::Bool(true);
+            }
+            let r = truth(&eval(b, row));
+            bool_v(match (l, r) {
+                (_, Some(true)) => Some(true),
+                (Some(false), Some(false)) => Some(false),
+                _ => None,
+            })
+        }
+        Expr::Not(a) => bool_v(truth(&eval(a, row)).map(|b| !b)),
+        Expr::IsNull(a, negated) => V::Bool((eval(a, row) == V::Null) != *negated),
+        Expr::In(a, items, negated) => {
+            let v = eval(a, row);
+            if v == V::Null {
+                return V::Null;
+            }
+            let mut unknown = false;
+            for item in items {
+                match compare(&v, &eval(item, row)) {
+                    Some(Ordering::Equal) => return V::Bool(!*negated),
+                    None => unknown = true,
+                    _ => {}
+                }
+            }
+            if unknown { V::Null } else { V::Bool(*negated) }
+        }
+        Expr::Like(a, like, negated) => match eval(a, row) {
+            V::Null => V::Null,
+            V::Str(s) => V::Bool(like.matches(&s) != *negated),
+            other => {
+                let text = match other {
+                    V::Int(i) => i.to_string(),
+                    V::Float(f) => f.to_string(),
+                    V::Bool(b) => b.to_string(),
+                    _ => return V::Null,
+                };
+                V::Bool(like.matches(&text) != *negated)
+            }
+        },
+        Expr::Between(a, lo, hi, negated) => {
+            let v = eval(a, row);
+            let ge = compare(&v, &eval(lo, row)).map(|o| o != Ordering::Less);
+            let le = compare(&v, &eval(hi, row)).map(|o| o != Ordering::Greater);
+            bool_v(match (ge, le) {
+                (Some(x), Some(y)) => Some((x && y) != *negated),
+                (Some(false), None) | (None, Some(false)) => Some(*negated),
+                _ => None,
+            })
+        }
+    }
+}
+
+/// A compiled LIKE pattern.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Like {
+    parts: Vec<LikePart>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum LikePart {
+    Lit(char),
+    One,
+    Any,
+}
+
+impl Like {
+    fn compile(pattern: &str, escape: Option<char>) -> Result<Like, String> {
+        let mut parts = Vec::new();
+        let mut chars = pattern.chars();
+        while let Some(c) = chars.next() {
+            if Some(c) == escape {
+                match chars.next() {
+                    Some(n) => parts.push(LikePart::Lit(n)),
+                    None => return Err("LIKE pattern ends with the escape character".into()),
+                }
+            } else if c == '%' {
+                if parts.last() != Some(&LikePart::Any) {
+                    parts.push(LikePart::Any);
+                }
+            } else if c == '_' {
+                parts.push(LikePart::One);
+            } else {
+                parts.push(LikePart::Lit(c));
+            }
+        }
+        Ok(Like { parts })
+    }
+
+    /// Iterative wildcard matching with backtracking to the last `%`: linear in practice.
+    pub fn matches(&self, text: &str) -> bool {
+        let t: Vec<char> = text.chars().collect();
+        let p = &self.parts;
+        let (mut ti, mut pi) = (0, 0);
+        let mut star: Option<(usize, usize)> = None;
+        while ti < t.len() {
+            match p.get(pi) {
+                Some(LikePart::Lit(c)) if *c == t[ti] => {
+                    ti += 1;
+                    pi += 1;
+                }
+                Some(LikePart::One) => {
+                    ti += 1;
+                    pi += 1;
+                }
+                Some(LikePart::Any) => {
+                    star = Some((pi, ti));
+                    pi += 1;
+                }
+                _ => match star {
+                    Some((sp, st)) => {
+                        pi = sp + 1;
+                        ti = st + 1;
+                        star = Some((sp, st + 1));
+                    }
+                    None => return false,
+                },
+            }
+        }
+        p[pi..].iter().all(|x| *x == LikePart::Any)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct R(Vec<V<'static>>);
+    impl Row for R {
+        fn get(&self, c: usize) -> V<'_> {
+            self.0[c].clone()
+        }
+    }
+
+    const COLS: [&str; 5] = ["OBJECTID", "name", "score", "born", "flag"];
+
+    fn w(text: &str) -> Result<Where, WhereError> {
+        Where::parse(text, &|n| {
+            COLS.iter().position(|c| c.eq_ignore_ascii_case(n))
+        })
+    }
+
+    fn row() -> R {
+        R(vec![
+            V::Int(7),
+            V::Str("O'Hara Falls".into()),
+            V::Float(2.5),
+            V::Date(parse_datetime("2017-05-24T06:00:00Z").unwrap()),
+            V::Null,
+        ])
+    }
+
+    fn check(text: &str) -> bool {
+        w(text)
+            .unwrap_or_else(|e| panic!("{text}: {e}"))
+            .matches(&row())
+    }
+
+    #[test]
+    fn evaluates() {
+        let yes = [
+            "1=1",
+            "",
+            "OBJECTID = 7",
+            "objectid >= 7 AND score < 3",
+            "OBJECTID <> 8 AND NOT (score > 3)",
+            "name = 'O''Hara Falls'",
+            "name LIKE 'O%Falls'",
+            "name LIKE '_''Hara%'",
+            "UPPER(name) LIKE '%FALLS'",
+            "name NOT LIKE '%x%'",
+            "OBJECTID IN (1, 7, 9)",
+            "OBJECTID NOT IN (1, 2)",
+            "flag IS NULL",
+            "name IS NOT NULL",
+            "score BETWEEN 2 AND 3",
+            "score NOT BETWEEN 3 AND 4",
+            "born > TIMESTAMP '2017-05-24 05:59:59'",
+            "born >= DATE '2017-05-24'",
+            "born < '2018-01-01'",
+            "OBJECTID = 1 OR (score = 2.5 AND \"name\" <> 'x')",
+            "score > -1",
+            "flag IS NULL OR flag = 1",
+            "score = 2.5e0",
+        ];
+        for t in yes {
+            assert!(check(t), "{t} should be true");
+        }
+        let no = [
+            "OBJECTID = 8",
+            "flag = 1",
+            "NOT flag = 1",
+            "flag <> 1",
+            "flag IN (1, 2)",
+            "flag BETWEEN 0 AND 2",
+            "name LIKE 'o%'",
+            "OBJECTID IN (1, 2)",
+            "born < DATE '2017-05-24'",
+            "1=2",
+        ];
+        for t in no {
+            assert!(!check(t), "{t} should not be true");
+        }
+    }
+
+    #[test]
+    fn errors_have_positions() {
+        let e = w("OBJECTID = 7 AND nope > 1").unwrap_err();
+        assert_eq!(e.position, 18);
+        assert!(e.message.contains("unknown field nope"));
+        let e = w("OBJECTID = ").unwrap_err();
+        assert_eq!(e.position, 12);
+        assert!(e.message.contains("end of the clause"), "{}", e.message);
+        let e = w("OBJECTID = 7 7").unwrap_err();
+        assert_eq!(e.position, 14);
+        let e = w("name = 'open").unwrap_err();
+        assert_eq!(e.position, 8);
+        let e = w("OBJECTID IN 1, 2").unwrap_err();
+        assert!(e.message.contains("expected ( after IN"));
+        let e = w("born > TIMESTAMP 'soon'").unwrap_err();
+        assert_eq!(e.position, 18);
+        let e = w("SUBSTRING(name, 1) = 'a'").unwrap_err();
+        assert!(e.message.contains("unsupported function SUBSTRING"));
+        let e = w("OBJECTID ; DROP TABLE x").unwrap_err();
+        assert_eq!(e.position, 10);
+        assert!(w("(OBJECTID = 7").is_err());
+        assert!(w("OBJECTID = 7 AND").is_err());
+        assert!(w("score NOT 5").is_err());
+    }
+
+    #[test]
+    fn like_patterns() {
+        let l = |p: &str, t: &str| Like::compile(p, Some('\\')).unwrap().matches(t);
+        assert!(l("%", ""));
+        assert!(l("a%b%c", "aXXbYYc"));
+        assert!(!l("a%b%c", "aXXbYY"));
+        assert!(l("%ab", "aab"));
+        assert!(l("100\\%", "100%"));
+        assert!(!l("100\\%", "1000"));
+        assert!(l("_", "é"));
+    }
+}

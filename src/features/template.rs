@@ -1,0 +1,582 @@
+//! Row-extraction templates (INTERFACE §2.3, REFERENCE §4): parsing, validation, and the
+//! typed values that rows hold.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::path::{ContextNode, Path};
+
+/// The collection that marks a document as a template.
+pub const TEMPLATE_COLLECTION: &str = "http://marklogic.com/xdmp/tde";
+
+/// A column's declared type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalarType {
+    Int,
+    UnsignedInt,
+    Long,
+    UnsignedLong,
+    Float,
+    Double,
+    Decimal,
+    String,
+    Boolean,
+    Date,
+    DateTime,
+}
+
+/// How a column's values are stored and compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Int,
+    Float,
+    Str,
+    Bool,
+    /// Milliseconds since the Unix epoch (UTC).
+    Date,
+}
+
+impl ScalarType {
+    pub const NAMES: &'static str = "int, unsignedInt, long, unsignedLong, float, double, decimal, string, boolean, date, dateTime";
+
+    pub fn parse(name: &str) -> Option<ScalarType> {
+        Some(match name {
+            "int" | "integer" | "short" => ScalarType::Int,
+            "unsignedInt" => ScalarType::UnsignedInt,
+            "long" => ScalarType::Long,
+            "unsignedLong" => ScalarType::UnsignedLong,
+            "float" => ScalarType::Float,
+            "double" => ScalarType::Double,
+            "decimal" => ScalarType::Decimal,
+            "string" => ScalarType::String,
+            "boolean" => ScalarType::Boolean,
+            "date" => ScalarType::Date,
+            "dateTime" => ScalarType::DateTime,
+            _ => return None,
+        })
+    }
+
+    pub fn kind(self) -> Kind {
+        match self {
+            ScalarType::Int
+            | ScalarType::UnsignedInt
+            | ScalarType::Long
+            | ScalarType::UnsignedLong => Kind::Int,
+            ScalarType::Float | ScalarType::Double | ScalarType::Decimal => Kind::Float,
+            ScalarType::String => Kind::Str,
+            ScalarType::Boolean => Kind::Bool,
+            ScalarType::Date | ScalarType::DateTime => Kind::Date,
+        }
+    }
+
+    /// The field type of the feature-service metadata (REFERENCE §5).
+    pub fn field_type(self) -> &'static str {
+        match self.kind() {
+            Kind::Int | Kind::Bool => "Integer",
+            Kind::Float => "Double",
+            Kind::Str => "String",
+            Kind::Date => "Date",
+        }
+    }
+
+    /// Convert a JSON value; `None` when it does not convert (a null in the row).
+    pub fn convert(self, v: &Value) -> Option<Cell> {
+        match self.kind() {
+            Kind::Int => {
+                let i = match v {
+                    Value::Number(n) => n.as_i64().or_else(|| {
+                        n.as_f64()
+                            .filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)
+                            .map(|f| f as i64)
+                    }),
+                    Value::String(s) => s.trim().parse::<i64>().ok(),
+                    _ => None,
+                }?;
+                let ok = match self {
+                    ScalarType::Int => i32::try_from(i).is_ok(),
+                    ScalarType::UnsignedInt => u32::try_from(i).is_ok(),
+                    ScalarType::UnsignedLong => i >= 0,
+                    _ => true,
+                };
+                ok.then_some(Cell::Int(i))
+            }
+            Kind::Float => match v {
+                Value::Number(n) => n.as_f64().map(Cell::Float),
+                Value::String(s) => s
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| f.is_finite())
+                    .map(Cell::Float),
+                _ => None,
+            },
+            Kind::Str => match v {
+                Value::String(s) => Some(Cell::Str(Arc::from(s.as_str()))),
+                Value::Number(n) => Some(Cell::Str(Arc::from(n.to_string().as_str()))),
+                Value::Bool(b) => Some(Cell::Str(Arc::from(if *b { "true" } else { "false" }))),
+                _ => None,
+            },
+            Kind::Bool => match v {
+                Value::Bool(b) => Some(Cell::Bool(*b)),
+                Value::String(s) if s == "true" || s == "1" => Some(Cell::Bool(true)),
+                Value::String(s) if s == "false" || s == "0" => Some(Cell::Bool(false)),
+                Value::Number(n) if n.as_i64() == Some(1) => Some(Cell::Bool(true)),
+                Value::Number(n) if n.as_i64() == Some(0) => Some(Cell::Bool(false)),
+                _ => None,
+            },
+            Kind::Date => match v {
+                Value::String(s) => parse_datetime(s).map(Cell::Date),
+                Value::Number(n) => n.as_i64().map(Cell::Date),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// One value of a row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    Int(i64),
+    Float(f64),
+    Str(Arc<str>),
+    Bool(bool),
+    Date(i64),
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnDef {
+    pub name: String,
+    pub scalar: ScalarType,
+    pub val: Path,
+    pub nullable: bool,
+}
+
+/// A view a template defines: `schema.view` and its columns.
+#[derive(Debug, Clone)]
+pub struct ViewDef {
+    pub schema: String,
+    pub view: String,
+    pub columns: Vec<ColumnDef>,
+    /// Index of the `OBJECTID` column.
+    pub id_column: usize,
+}
+
+impl ViewDef {
+    pub fn key(&self) -> ViewKey {
+        ViewKey::new(&self.schema, &self.view)
+    }
+
+    /// Case-insensitive column lookup (SQL names are case-insensitive).
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|c| c.name == name)
+            .or_else(|| {
+                self.columns
+                    .iter()
+                    .position(|c| c.name.eq_ignore_ascii_case(name))
+            })
+    }
+}
+
+/// `schema.view`, compared case-insensitively as the peer system does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ViewKey(String);
+
+impl ViewKey {
+    pub fn new(schema: &str, view: &str) -> ViewKey {
+        ViewKey(format!("{}.{}", schema.to_lowercase(), view.to_lowercase()))
+    }
+}
+
+impl std::fmt::Display for ViewKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub uri: String,
+    pub context: Path,
+    /// Empty: every document (but templates and descriptors).
+    pub collections: Vec<String>,
+    pub views: Vec<Arc<ViewDef>>,
+}
+
+impl Template {
+    pub fn applies_to(&self, collections: &[String]) -> bool {
+        self.collections.is_empty() || self.collections.iter().any(|c| collections.contains(c))
+    }
+}
+
+fn field<'a>(v: &'a Value, name: &str, at: &str) -> Result<&'a Value, String> {
+    v.get(name)
+        .ok_or_else(|| format!("template: {at} has no \"{name}\""))
+}
+
+fn string<'a>(v: &'a Value, name: &str, at: &str) -> Result<&'a str, String> {
+    match field(v, name, at)? {
+        Value::String(s) if !s.is_empty() => Ok(s),
+        _ => Err(format!("template: {at}.{name} must be a non-empty string")),
+    }
+}
+
+/// Parse and validate a template document. Errors name the fault.
+pub fn parse_template(uri: &str, doc: &Value) -> Result<Template, String> {
+    let t = doc
+        .get("template")
+        .filter(|t| t.is_object())
+        .ok_or("template: the document has no \"template\" object")?;
+    let context_text = t.get("context").and_then(Value::as_str).unwrap_or("/");
+    let context = Path::parse(context_text).map_err(|e| format!("template: context: {e}"))?;
+    let collections = match t.get("collections") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|c| {
+                c.as_str()
+                    .map(str::to_string)
+                    .ok_or("template: collections must be strings".to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => return Err("template: collections must be an array of strings".into()),
+    };
+    let rows = match t.get("rows") {
+        Some(Value::Array(r)) if !r.is_empty() => r,
+        _ => return Err("template: \"rows\" must be a non-empty array".into()),
+    };
+    let mut views = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let at = format!("rows[{i}]");
+        let schema = string(row, "schemaName", &at)?;
+        let view = string(row, "viewName", &at)?;
+        let cols = match row.get("columns") {
+            Some(Value::Array(c)) if !c.is_empty() => c,
+            _ => return Err(format!("template: {at}.columns must be a non-empty array")),
+        };
+        let mut columns: Vec<ColumnDef> = Vec::new();
+        for (j, c) in cols.iter().enumerate() {
+            let cat = format!("{at}.columns[{j}]");
+            let name = string(c, "name", &cat)?;
+            let st = string(c, "scalarType", &cat)?;
+            let scalar = ScalarType::parse(st).ok_or_else(|| {
+                format!(
+                    "template: {cat}: unknown scalarType {st:?} (known: {})",
+                    ScalarType::NAMES
+                )
+            })?;
+            let val_text = string(c, "val", &cat)?;
+            let val = Path::parse(val_text).map_err(|e| format!("template: {cat}.val: {e}"))?;
+            let nullable = match c.get("nullable") {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(format!("template: {cat}.nullable must be true or false")),
+            };
+            if columns.iter().any(|k| k.name.eq_ignore_ascii_case(name)) {
+                return Err(format!(
+                    "template: view {schema}.{view} has column {name} twice"
+                ));
+            }
+            columns.push(ColumnDef {
+                name: name.to_string(),
+                scalar,
+                val,
+                nullable,
+            });
+        }
+        let id_column = columns
+            .iter()
+            .position(|c| c.name == "OBJECTID")
+            .ok_or_else(|| format!("template: view {schema}.{view} has no OBJECTID column"))?;
+        if columns[id_column].scalar.kind() != Kind::Int {
+            return Err(format!(
+                "template: view {schema}.{view}: the OBJECTID column must have an integer scalarType, not {:?}",
+                string(&cols[id_column], "scalarType", &at)?
+            ));
+        }
+        views.push(Arc::new(ViewDef {
+            schema: schema.to_string(),
+            view: view.to_string(),
+            columns,
+            id_column,
+        }));
+    }
+    Ok(Template {
+        uri: uri.to_string(),
+        context,
+        collections,
+        views,
+    })
+}
+
+/// The rows a document yields for one view: one per context node, each a cell (or null)
+/// per column. A row whose non-nullable column has no value is not extracted.
+pub fn extract_rows(template: &Template, view: &ViewDef, doc: &Value) -> Vec<Vec<Option<Cell>>> {
+    let mut rows = Vec::new();
+    for ctx in template.context.select(doc, ContextNode::root(doc)) {
+        let mut row = Vec::with_capacity(view.columns.len());
+        let mut complete = true;
+        for col in &view.columns {
+            let cell = col
+                .val
+                .select(doc, ctx.clone())
+                .first()
+                .and_then(|n| col.scalar.convert(n.value()));
+            if cell.is_none() && !col.nullable {
+                complete = false;
+                break;
+            }
+            row.push(cell);
+        }
+        if complete {
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// `YYYY-MM-DD`, optionally followed by `T` or a space and `hh:mm[:ss[.fff]]`, optionally
+/// `Z` or `±hh:mm`; no zone means UTC. Milliseconds since the epoch.
+pub fn parse_datetime(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let b = s.as_bytes();
+    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        if t.bytes().all(|c| c.is_ascii_digit()) {
+            t.parse().ok()
+        } else {
+            None
+        }
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let mut ms = days_from_civil(y, mo, d) * 86_400_000;
+    let rest = &s[10..];
+    if rest.is_empty() {
+        return Some(ms);
+    }
+    let rest = rest.strip_prefix(['T', ' '])?;
+    let rb = rest.as_bytes();
+    if rb.len() < 5 || rb[2] != b':' {
+        return None;
+    }
+    let two = |t: &str, i: usize| -> Option<i64> {
+        let p = t.get(i..i + 2)?;
+        if p.bytes().all(|c| c.is_ascii_digit()) {
+            p.parse().ok()
+        } else {
+            None
+        }
+    };
+    let (h, mi) = (two(rest, 0)?, two(rest, 3)?);
+    let mut sec = 0i64;
+    let mut frac_ms = 0i64;
+    let mut i = 5;
+    if rb.get(5) == Some(&b':') {
+        sec = two(rest, 6)?;
+        i = 8;
+        if rb.get(8) == Some(&b'.') {
+            let digits: String = rest[9..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect();
+            let padded = format!("{digits:0<3}");
+            frac_ms = padded[..3].parse().ok()?;
+            i = 9 + digits.len();
+        }
+    }
+    if h > 24 || mi > 59 || sec > 60 {
+        return None;
+    }
+    ms += ((h * 60 + mi) * 60 + sec) * 1000 + frac_ms;
+    let zone = &rest[i..];
+    let offset_min = match zone {
+        "" | "Z" | "z" => 0,
+        z if (z.starts_with('+') || z.starts_with('-')) && z.len() == 6 && &z[3..4] == ":" => {
+            let sign = if z.starts_with('-') { -1 } else { 1 };
+            sign * (two(z, 1)? * 60 + two(z, 4)?)
+        }
+        _ => return None,
+    };
+    Some(ms - offset_min * 60_000)
+}
+
+/// ISO-8601 UTC with milliseconds: `2017-05-24T06:00:00.000Z`.
+pub fn format_datetime(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let rem = ms.rem_euclid(86_400_000);
+    let (y, m, d) = civil_from_days(days);
+    let (h, mi, s, f) = (
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000,
+    );
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{f:03}Z")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mollusk_template() -> Value {
+        serde_json::from_str(include_str!("../../data/gds/mollusks/template.json")).unwrap()
+    }
+
+    #[test]
+    fn parses_the_sample_templates() {
+        let t = parse_template("/t.json", &mollusk_template()).unwrap();
+        assert_eq!(t.collections, vec!["mollusks"]);
+        let v = &t.views[0];
+        assert_eq!(
+            (v.schema.as_str(), v.view.as_str()),
+            ("arcgis_hub", "mollusks")
+        );
+        assert_eq!(v.columns.len(), 5);
+        assert_eq!(v.columns[v.id_column].name, "OBJECTID");
+        let gkg: Value =
+            serde_json::from_str(include_str!("../../data/gds/gkg/template.json")).unwrap();
+        let t = parse_template("/g.json", &gkg).unwrap();
+        assert_eq!(t.views[0].columns[1].scalar, ScalarType::DateTime);
+    }
+
+    #[test]
+    fn refuses_what_the_issue_names() {
+        let mut no_id = mollusk_template();
+        no_id["template"]["rows"][0]["columns"][0]["name"] = json!("ID");
+        assert!(
+            parse_template("u", &no_id)
+                .unwrap_err()
+                .contains("no OBJECTID column")
+        );
+        let mut string_id = mollusk_template();
+        string_id["template"]["rows"][0]["columns"][0]["scalarType"] = json!("string");
+        assert!(
+            parse_template("u", &string_id)
+                .unwrap_err()
+                .contains("integer scalarType")
+        );
+        let mut bad_type = mollusk_template();
+        bad_type["template"]["rows"][0]["columns"][2]["scalarType"] = json!("varchar");
+        let e = parse_template("u", &bad_type).unwrap_err();
+        assert!(
+            e.contains("rows[0].columns[2]") && e.contains("varchar"),
+            "{e}"
+        );
+        let mut bad_val = mollusk_template();
+        bad_val["template"]["rows"][0]["columns"][3]["val"] = json!("fn:concat(X, Y)");
+        let e = parse_template("u", &bad_val).unwrap_err();
+        assert!(
+            e.contains("rows[0].columns[3].val") && e.contains("malformed path"),
+            "{e}"
+        );
+        assert!(parse_template("u", &json!({"x": 1})).is_err());
+    }
+
+    #[test]
+    fn extracts_typed_rows() {
+        let t = parse_template("/t.json", &mollusk_template()).unwrap();
+        let doc = json!({"id": "12", "type": "PhysicalObject", "bibliographicCitation": "c", "X": 178.5, "Y": "-18.25"});
+        let rows = extract_rows(&t, &t.views[0], &doc);
+        assert_eq!(
+            rows,
+            vec![vec![
+                Some(Cell::Int(12)),
+                Some(Cell::Str("PhysicalObject".into())),
+                Some(Cell::Str("c".into())),
+                Some(Cell::Float(-18.25)),
+                Some(Cell::Float(178.5)),
+            ]]
+        );
+        // A missing non-nullable value: no row.
+        let doc = json!({"id": 1, "type": "t", "bibliographicCitation": "c", "X": 1});
+        assert!(extract_rows(&t, &t.views[0], &doc).is_empty());
+        // An id that does not convert: no row either.
+        let doc = json!({"id": "abc", "type": "t", "bibliographicCitation": "c", "X": 1, "Y": 2});
+        assert!(extract_rows(&t, &t.views[0], &doc).is_empty());
+    }
+
+    #[test]
+    fn conversions() {
+        assert_eq!(ScalarType::Int.convert(&json!(5.0)), Some(Cell::Int(5)));
+        assert_eq!(ScalarType::Int.convert(&json!(5.5)), None);
+        assert_eq!(ScalarType::Int.convert(&json!(3_000_000_000i64)), None);
+        assert_eq!(
+            ScalarType::Long.convert(&json!(3_000_000_000i64)),
+            Some(Cell::Int(3_000_000_000))
+        );
+        assert_eq!(ScalarType::UnsignedInt.convert(&json!(-1)), None);
+        assert_eq!(
+            ScalarType::Boolean.convert(&json!("true")),
+            Some(Cell::Bool(true))
+        );
+        assert_eq!(
+            ScalarType::String.convert(&json!(12)),
+            Some(Cell::Str("12".into()))
+        );
+        assert_eq!(ScalarType::String.convert(&json!({"a": 1})), None);
+        assert_eq!(
+            ScalarType::Decimal.convert(&json!(-0.6)),
+            Some(Cell::Float(-0.6))
+        );
+    }
+
+    #[test]
+    fn datetimes() {
+        assert_eq!(parse_datetime("1970-01-01"), Some(0));
+        assert_eq!(
+            parse_datetime("2017-05-24T06:00:00Z"),
+            Some(1_495_605_600_000)
+        );
+        assert_eq!(
+            parse_datetime("2017-05-24 08:00:00+02:00"),
+            Some(1_495_605_600_000)
+        );
+        assert_eq!(
+            parse_datetime("2017-05-24T06:00:00.5Z"),
+            Some(1_495_605_600_500)
+        );
+        assert_eq!(parse_datetime("1969-12-31T23:59:59Z"), Some(-1000));
+        assert_eq!(parse_datetime("2017-13-01"), None);
+        assert_eq!(parse_datetime("yesterday"), None);
+        assert_eq!(
+            format_datetime(1_495_605_600_500),
+            "2017-05-24T06:00:00.500Z"
+        );
+        assert_eq!(format_datetime(-1000), "1969-12-31T23:59:59.000Z");
+        for ms in [0i64, 951_782_400_000, 4_102_444_800_000, -2_208_988_800_000] {
+            assert_eq!(parse_datetime(&format_datetime(ms)), Some(ms));
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Views in memory: typed columns, one row per slot, and what the query path needs beside
+//! them (each row's document, that document's readers, and the row's geometry per layer
+//! path).
+//!
+//! A slot is a row's number in its view and its feature id in the view's spatial indexes.
+//! Slots are reused after a row dies, but only after the spatial indexes have dropped it, so
+//! a query can never see a reused slot with an old geometry.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::sql::{Row, V};
+use super::template::{Cell, Kind, ViewDef};
+use crate::acl::{Caller, Permissions, RoleSet};
+
+/// One column's values, indexed by slot.
+#[derive(Debug)]
+pub enum Column {
+    Int(Vec<Option<i64>>),
+    Float(Vec<Option<f64>>),
+    Str(Vec<Option<Arc<str>>>),
+    Bool(Vec<Option<bool>>),
+    Date(Vec<Option<i64>>),
+}
+
+impl Column {
+    fn new(kind: Kind) -> Column {
+        match kind {
+            Kind::Int => Column::Int(Vec::new()),
+            Kind::Float => Column::Float(Vec::new()),
+            Kind::Str => Column::Str(Vec::new()),
+            Kind::Bool => Column::Bool(Vec::new()),
+            Kind::Date => Column::Date(Vec::new()),
+        }
+    }
+
+    fn set(&mut self, slot: usize, cell: Option<Cell>) {
+        fn put<T>(v: &mut Vec<Option<T>>, slot: usize, x: Option<T>) {
+            if v.len() <= slot {
+                v.resize_with(slot + 1, || None);
+            }
+            v[slot] = x;
+        }
+        match (self, cell) {
+            (Column::Int(v), Some(Cell::Int(i))) => put(v, slot, Some(i)),
+            (Column::Float(v), Some(Cell::Float(f))) => put(v, slot, Some(f)),
+            (Column::Str(v), Some(Cell::Str(s))) => put(v, slot, Some(s)),
+            (Column::Bool(v), Some(Cell::Bool(b))) => put(v, slot, Some(b)),
+            (Column::Date(v), Some(Cell::Date(d))) => put(v, slot, Some(d)),
+            (Column::Int(v), _) => put(v, slot, None),
+            (Column::Float(v), _) => put(v, slot, None),
+            (Column::Str(v), _) => put(v, slot, None),
+            (Column::Bool(v), _) => put(v, slot, None),
+            (Column::Date(v), _) => put(v, slot, None),
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, slot: usize) -> V<'_> {
+        match self {
+            Column::Int(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Int),
+            Column::Float(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Float),
+            Column::Str(v) => v
+                .get(slot)
+                .and_then(|s| s.as_deref())
+                .map_or(V::Null, |s| V::Str(std::borrow::Cow::Borrowed(s))),
+            Column::Bool(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Bool),
+            Column::Date(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Date),
+        }
+    }
+}
+
+/// A geometry as the response writes it: points are re-formatted (exactly: shortest
+/// round-trip form), anything else is kept as its JSON text, written once per document.
+#[derive(Debug, Clone)]
+pub enum GeometryOut {
+    Point(f64, f64),
+    Json(Arc<[u8]>),
+}
+
+/// The rows of one view.
+#[derive(Debug)]
+pub struct ViewData {
+    pub def: Arc<ViewDef>,
+    pub columns: Vec<Column>,
+    live: Vec<bool>,
+    /// The readers of each row's document (effective roles holding `read`).
+    readers: Vec<RoleSet>,
+    /// The document each slot came from.
+    docs: Vec<Option<Arc<str>>>,
+    /// Slots of each document's rows.
+    by_doc: HashMap<Arc<str>, Box<[u32]>>,
+    /// Dead slots whose removal from the spatial indexes is done; ready for reuse.
+    free: Vec<u32>,
+    /// Geometry of each row, per layer geometry path.
+    pub geometries: HashMap<String, Vec<Option<GeometryOut>>>,
+    rows: usize,
+}
+
+/// A row to add: its cells, and its geometry per geometry path.
+pub struct NewRow {
+    pub cells: Vec<Option<Cell>>,
+    pub geometries: Vec<(String, Option<GeometryOut>)>,
+}
+
+impl ViewData {
+    pub fn new(def: Arc<ViewDef>) -> ViewData {
+        let columns = def
+            .columns
+            .iter()
+            .map(|c| Column::new(c.scalar.kind()))
+            .collect();
+        ViewData {
+            def,
+            columns,
+            live: Vec::new(),
+            readers: Vec::new(),
+            docs: Vec::new(),
+            by_doc: HashMap::new(),
+            free: Vec::new(),
+            geometries: HashMap::new(),
+            rows: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// One past the highest slot ever used.
+    pub fn slot_bound(&self) -> usize {
+        self.live.len()
+    }
+
+    #[inline]
+    pub fn is_live(&self, slot: u32) -> bool {
+        self.live.get(slot as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether `caller` may read the document behind a row: checked for every row a query
+    /// returns, here where the rows are, so no query path can skip it.
+    #[inline]
+    pub fn readable(&self, caller: &Caller, slot: u32) -> bool {
+        self.is_live(slot)
+            && self
+                .readers
+                .get(slot as usize)
+                .is_some_and(|r| Permissions::readable_by(*r, caller.roles()))
+    }
+
+    pub fn slots_of(&self, uri: &str) -> &[u32] {
+        self.by_doc.get(uri).map_or(&[], |s| s)
+    }
+
+    /// Add a document's rows; returns their slots.
+    pub fn add_rows(&mut self, uri: &Arc<str>, readers: RoleSet, rows: Vec<NewRow>) -> Vec<u32> {
+        let mut slots = Vec::with_capacity(rows.len());
+        for row in rows {
+            let slot = match self.free.pop() {
+                Some(s) => s,
+                None => self.live.len() as u32,
+            };
+            let s = slot as usize;
+            if self.live.len() <= s {
+                self.live.resize(s + 1, false);
+                self.readers.resize(s + 1, RoleSet::EMPTY);
+                self.docs.resize(s + 1, None);
+            }
+            for (col, cell) in self.columns.iter_mut().zip(row.cells) {
+                col.set(s, cell);
+            }
+            for (path, g) in row.geometries {
+                let v = self.geometries.entry(path).or_default();
+                if v.len() <= s {
+                    v.resize(s + 1, None);
+                }
+                v[s] = g;
+            }
+            self.live[s] = true;
+            self.readers[s] = readers;
+            self.docs[s] = Some(uri.clone());
+            self.rows += 1;
+            slots.push(slot);
+        }
+        let mut all: Vec<u32> = self.slots_of(uri).to_vec();
+        all.extend(&slots);
+        if !all.is_empty() {
+            self.by_doc.insert(uri.clone(), all.into_boxed_slice());
+        }
+        slots
+    }
+
+    /// Mark a document's rows dead; returns their slots (to drop from the spatial indexes,
+    /// then hand back with [`ViewData::release`]).
+    pub fn kill_rows(&mut self, uri: &str) -> Vec<u32> {
+        let Some(slots) = self.by_doc.remove(uri) else {
+            return Vec::new();
+        };
+        for &s in slots.iter() {
+            let s = s as usize;
+            self.live[s] = false;
+            self.docs[s] = None;
+            for col in &mut self.columns {
+                col.set(s, None);
+            }
+            for g in self.geometries.values_mut() {
+                if let Some(x) = g.get_mut(s) {
+                    *x = None;
+                }
+            }
+            self.rows -= 1;
+        }
+        slots.into_vec()
+    }
+
+    /// Slots that no index refers to any more may be reused.
+    pub fn release(&mut self, slots: &[u32]) {
+        self.free.extend_from_slice(slots);
+    }
+
+    /// The id (OBJECTID) of a row.
+    #[inline]
+    pub fn id_of(&self, slot: u32) -> Option<i64> {
+        match &self.columns[self.def.id_column] {
+            Column::Int(v) => v.get(slot as usize).copied().flatten(),
+            _ => None,
+        }
+    }
+
+    pub fn geometry(&self, path: &str, slot: u32) -> Option<&GeometryOut> {
+        self.geometries.get(path)?.get(slot as usize)?.as_ref()
+    }
+
+    /// Every live slot, ascending.
+    pub fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.live
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| **l)
+            .map(|(s, _)| s as u32)
+    }
+
+    /// A row as the `where` evaluator reads it.
+    pub fn row(&self, slot: u32) -> RowRef<'_> {
+        RowRef { view: self, slot }
+    }
+}
+
+pub struct RowRef<'v> {
+    view: &'v ViewData,
+    slot: u32,
+}
+
+impl Row for RowRef<'_> {
+    #[inline]
+    fn get(&self, column: usize) -> V<'_> {
+        self.view.columns[column].get(self.slot as usize)
+    }
+}

@@ -1,0 +1,134 @@
+//! The feature-service resource extensions: `GET /v1/resources/modelService` and
+//! `POST /v1/resources/geoQueryService` (INTERFACE §4.2-4.3, REFERENCE §5).
+//!
+//! Both need `geo-data-services-writer` (or `admin`), as the peer extension does; a user with
+//! only `geo-data-services-reader` gets 403 here (it may still read descriptor documents
+//! through `/v1/documents` when it also holds `rest-reader`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::CONTENT_TYPE;
+use serde_json::Value;
+
+use super::response::{self, Resp};
+use super::router::Ctx;
+use super::{App, read_body, require_any};
+use crate::acl::Role;
+use crate::error::{ApiError, ErrorCode};
+use crate::features::FeatureRequest;
+
+fn require_writer(ctx: &Ctx) -> Result<(), ApiError> {
+    require_any(&ctx.caller, &[Role::GeoWriter, Role::Admin])
+}
+
+pub(super) fn model_service(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
+    require_writer(ctx)?;
+    ctx.params
+        .only(&ctx.path, |k| k.starts_with("rs:") || k == "format")?;
+    let roles = ctx.caller.roles();
+    let mut body = serde_json::Map::new();
+    body.insert("$version".into(), env!("CARGO_PKG_VERSION").into());
+    match ctx.params.get("rs:id") {
+        Some(name) => {
+            let d = app.features.descriptor(name, roles).ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::Extension(404),
+                    format!("Service {name} not found"),
+                )
+            })?;
+            if let Value::Object(map) = &d.raw {
+                for (k, v) in map {
+                    body.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        None => {
+            let models: serde_json::Map<String, Value> = app
+                .features
+                .descriptors(roles)
+                .iter()
+                .map(|d| (d.name.clone(), d.listing()))
+                .collect();
+            body.insert("models".into(), Value::Object(models));
+        }
+    }
+    Ok(response::json_value(200, &Value::Object(body)))
+}
+
+/// The JSON part of a `multipart/mixed` body (one official client sends the query so).
+fn multipart_json(content_type: &str, body: &[u8]) -> Option<Bytes> {
+    let boundary = content_type
+        .split(';')
+        .map(str::trim)
+        .find_map(|p| p.strip_prefix("boundary="))?
+        .trim_matches('"');
+    let delimiter = format!("--{boundary}");
+    let text = std::str::from_utf8(body).ok()?;
+    for part in text.split(delimiter.as_str()).skip(1) {
+        if part.starts_with("--") {
+            break;
+        }
+        let (_, content) = part
+            .split_once("\r\n\r\n")
+            .or_else(|| part.split_once("\n\n"))?;
+        let content = content.trim_end_matches(['\r', '\n']);
+        if content.trim_start().starts_with('{') {
+            return Some(Bytes::copy_from_slice(content.as_bytes()));
+        }
+    }
+    None
+}
+
+pub(super) async fn geo_query(app: &Arc<App>, ctx: &Ctx, body: Incoming) -> Result<Resp, ApiError> {
+    require_writer(ctx)?;
+    ctx.params
+        .only(&ctx.path, |k| k.starts_with("rs:") || k == "format")?;
+    let body = read_body(app, &ctx.headers, body).await?;
+    let content_type = ctx
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let body = if content_type.to_ascii_lowercase().starts_with("multipart/") {
+        multipart_json(content_type, &body).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::Extension(400),
+                "the multipart body has no JSON part",
+            )
+        })?
+    } else {
+        body
+    };
+    let json: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            ErrorCode::Extension(400),
+            format!("the request body is not JSON: {e}"),
+        )
+    })?;
+    let request = FeatureRequest::from_json(&json)?;
+    let out = if request.is_light() {
+        app.features.execute(&ctx.caller, &request)?
+    } else {
+        let features = app.features.clone();
+        let caller = ctx.caller.clone();
+        crate::cpu::run_cpu_intensive(move || features.execute(&caller, &request))
+            .await
+            .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??
+    };
+    Ok(response::json_bytes(200, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_json_part() {
+        let body = b"--b1\r\nContent-Type: application/json\r\n\r\n{\"params\":{}}\r\n--b1--\r\n";
+        let got = multipart_json("multipart/mixed; boundary=b1", body).unwrap();
+        assert_eq!(&got[..], b"{\"params\":{}}");
+        assert!(multipart_json("multipart/mixed", body).is_none());
+    }
+}
