@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use geo::Geometry;
 use geoshard::spatial::parse_geojson;
 
-/// `$GEOSHARD_DATA_DIR`, else `../shared/data`, else the repository's `data/`.
+/// `$GEOSHARD_DATA_DIR`, else `../shared/data`, else the repository's `examples/data/`.
 pub fn data_dir() -> PathBuf {
     if let Ok(d) = std::env::var("GEOSHARD_DATA_DIR") {
         return PathBuf::from(d);
@@ -16,7 +16,7 @@ pub fn data_dir() -> PathBuf {
     if shared.join("real").is_dir() {
         shared
     } else {
-        root.join("data")
+        root.join("examples/data")
     }
 }
 

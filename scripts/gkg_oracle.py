@@ -18,7 +18,7 @@ import shapely
 from shapely.geometry import box, mapping, shape
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.environ.get("GEOSHARD_DATA_DIR") or os.path.join(ROOT, "data")
+DATA = os.environ.get("GEOSHARD_DATA_DIR") or os.path.join(ROOT, "examples", "data")
 OUT = os.path.join(ROOT, "tests", "fixtures", "gkg_relations.json")
 
 features = {}

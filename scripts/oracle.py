@@ -7,7 +7,7 @@ tests/fixtures/pip_oracle.csv. The Rust test `tests/spatial_oracle.rs` runs the 
 the same points and compares.
 
     pip install shapely==2.2.0
-    python3 scripts/oracle.py            # reads data/real (or $GEOSHARD_DATA_DIR/real)
+    python3 scripts/oracle.py            # reads examples/data/real (or $GEOSHARD_DATA_DIR/real)
 
 Feature numbers are positions in each GeoJSON FeatureCollection (0-based). "Contains" is
 GEOS's `contains(polygon, point)`: a point on a boundary is not contained.
@@ -23,7 +23,7 @@ import shapely
 from shapely import STRtree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.environ.get("GEOSHARD_DATA_DIR") or os.path.join(ROOT, "data")
+DATA = os.environ.get("GEOSHARD_DATA_DIR") or os.path.join(ROOT, "examples", "data")
 OUT = os.path.join(ROOT, "tests", "fixtures", "pip_oracle.csv")
 RANDOM_WORLD = 20_000
 RANDOM_US = 10_000

@@ -15,12 +15,14 @@
 //! - [`cpu`]: the one bridge from async code to rayon.
 //! - [`http`]: the hyper front end, the only module that knows HTTP.
 //! - [`service`]: starting and stopping the whole service (serve, demo).
+//! - [`demo`]: the sample layers `geoshard demo` loads from `examples/`.
 
 #![forbid(unsafe_code)]
 
 pub mod acl;
 pub mod config;
 pub mod cpu;
+pub mod demo;
 pub mod error;
 pub mod features;
 pub mod http;

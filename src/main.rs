@@ -29,6 +29,9 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8011")]
         listen: String,
+        /// The examples folder with the sample layers (default: the source tree's).
+        #[arg(long)]
+        examples: Option<PathBuf>,
     },
     /// Offline user administration on a stopped server's data directory.
     User {
@@ -88,7 +91,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Demo { listen } => demo(&listen),
+        Command::Demo { listen, examples } => demo(&listen, examples),
         Command::User { command } => user(command),
     };
     match result {
@@ -133,7 +136,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-fn demo(listen: &str) -> Result<(), String> {
+fn demo(listen: &str, examples: Option<PathBuf>) -> Result<(), String> {
     let mut config = Config::default();
     config.set("listen", listen).map_err(|e| e.to_string())?;
     config.data_dir = std::env::temp_dir().join(format!(
@@ -160,7 +163,13 @@ fn demo(listen: &str) -> Result<(), String> {
             &config.realm,
         )
         .map_err(|e| e.to_string())?;
+        let examples = examples.unwrap_or_else(geoshard::demo::default_examples_dir);
+        eprintln!("loading the sample layers from {} ...", examples.display());
+        let loaded = geoshard::demo::load_examples(&store, &examples);
         store.shutdown_blocking();
+        for (service, docs) in loaded? {
+            eprintln!("  {service}: {docs} documents");
+        }
     }
     let data_dir = config.data_dir.clone();
     runtime()?

@@ -80,6 +80,9 @@ pub const DEMO_PASSWORD: &str = "demo-password";
 pub fn demo_banner(addr: std::net::SocketAddr, data_dir: &Path) -> String {
     let base = format!("http://{addr}");
     let auth = format!("--digest -u {DEMO_USER}:{DEMO_PASSWORD}");
+    let pip = r#"{"params":{"id":"US Counties","layer":0,"method":"query"},"query":{"returnGeometry":0,"geometryType":"gisGeometryPoint","spatialRel":"gisSpatialRelContains","extension":{"geometry":{"type":"Point","coordinates":[-104.9903,39.7392]}}}}"#;
+    let box_query = r#"{"params":{"id":"World Places","layer":"0","method":"query"},"query":{"where":"cc = 'FR'","orderByFields":"name","resultRecordCount":5,"outFields":"name,admin1","spatialRel":"esriSpatialRelIntersects","extension":{"geometry":{"type":"Polygon","coordinates":[[[2.0,48.5],[2.8,48.5],[2.8,49.1],[2.0,49.1],[2.0,48.5]]]}}}}"#;
+    let stats = r#"{"params":{"id":"World Places","layer":0,"method":"query"},"query":{"outStatistics":[{"statisticType":"count","onStatisticField":"OBJECTID","outStatisticFieldName":"places"}],"groupByFieldsForStatistics":"cc","where":"cc IN ('US','CA','MX')"}}"#;
     format!(
         "geoshard demo is running on {base}\n\
          data directory: {dir}\n\
@@ -87,13 +90,22 @@ pub fn demo_banner(addr: std::net::SocketAddr, data_dir: &Path) -> String {
          \n\
          Try:\n\
          \x20 curl -s {base}/health\n\
+         \x20 # the services and their layers\n\
+         \x20 curl -s {auth} {base}/v1/resources/modelService\n\
+         \x20 # point-in-polygon: which county is Denver in?\n\
+         \x20 curl -s {auth} -H 'Content-Type: application/json' -d '{pip}' {base}/v1/resources/geoQueryService\n\
+         \x20 # places in a box around Paris, filtered, ordered, paged\n\
+         \x20 curl -s {auth} -H 'Content-Type: application/json' -d \"{box_esc}\" {base}/v1/resources/geoQueryService\n\
+         \x20 # statistics grouped by country\n\
+         \x20 curl -s {auth} -H 'Content-Type: application/json' -d \"{stats_esc}\" {base}/v1/resources/geoQueryService\n\
+         \x20 # documents\n\
          \x20 curl -s {auth} -X PUT -H 'Content-Type: application/json' \\\n\
          \x20      -d '{{\"hello\":\"world\"}}' '{base}/v1/documents?uri=/hello.json&collection=demo'\n\
-         \x20 curl -s {auth} '{base}/v1/documents?uri=/hello.json'\n\
-         \x20 curl -s {auth} '{base}/v1/documents?uri=/hello.json&category=metadata'\n\
-         \x20 curl -s {auth} '{base}/manage/v2/users'\n\
+         \x20 curl -s {auth} '{base}/v1/documents?uri=/demo/counties/08031.json&category=metadata'\n\
          \n\
          Press Ctrl-C to stop.\n",
         dir = data_dir.display(),
+        box_esc = box_query.replace('"', "\\\""),
+        stats_esc = stats.replace('"', "\\\""),
     )
 }

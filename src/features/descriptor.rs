@@ -184,7 +184,10 @@ mod tests {
     use super::*;
 
     fn sample() -> Value {
-        serde_json::from_str(include_str!("../../data/gds/mollusks/descriptor.json")).unwrap()
+        serde_json::from_str(include_str!(
+            "../../examples/data/gds/mollusks/descriptor.json"
+        ))
+        .unwrap()
     }
 
     #[test]
@@ -198,7 +201,8 @@ mod tests {
         assert_eq!(listing["layers"][0]["geometryType"], "Point");
         assert!(listing["layers"][0].get("schema").is_none());
         let gkg: Value =
-            serde_json::from_str(include_str!("../../data/gds/gkg/descriptor.json")).unwrap();
+            serde_json::from_str(include_str!("../../examples/data/gds/gkg/descriptor.json"))
+                .unwrap();
         let d = parse_descriptor("/g.json", &gkg, Permissions::new()).unwrap();
         assert_eq!(d.layers[0].id, 3);
         assert_eq!(d.layers[0].display_field.as_deref(), Some("name"));

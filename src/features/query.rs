@@ -11,12 +11,16 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 use serde_json::Value;
 use thiserror::Error;
 
-use super::descriptor::{Descriptor, Layer, layer_id};
+use super::descriptor::{Descriptor, Layer};
 use super::sql::{Row, V, Where, WhereError, compare};
-use super::template::{ViewDef, format_datetime};
+use super::template::{ViewDef, format_datetime, write_datetime};
 use super::view::{GeometryOut, ViewData};
 use super::{Features, ViewState};
 use crate::acl::Caller;
@@ -129,47 +133,179 @@ pub struct FeatureRequest {
     pub query: QuerySpec,
 }
 
-fn boolish(v: &Value, name: &str) -> Result<bool, FeatureError> {
+/// A scalar member as clients send it: a JSON bool, number, string or null. Koop-style
+/// clients send `"true"` for true and `"3"` for 3, so every scalar member is read this way
+/// and coerced where it is used. Deserialized straight from the body, borrowing strings.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub enum Flex<'a> {
+    #[default]
+    Absent,
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Cow<'a, str>),
+    /// An array or object where a scalar was expected.
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Flex<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
+            type Value = Flex<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Flex<'a>, E> {
+                Ok(Flex::Bool(b))
+            }
+            fn visit_i64<E: de::Error>(self, i: i64) -> Result<Flex<'a>, E> {
+                Ok(Flex::Int(i))
+            }
+            fn visit_u64<E: de::Error>(self, u: u64) -> Result<Flex<'a>, E> {
+                Ok(i64::try_from(u).map_or(Flex::Float(u as f64), Flex::Int))
+            }
+            fn visit_f64<E: de::Error>(self, f: f64) -> Result<Flex<'a>, E> {
+                Ok(Flex::Float(f))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Flex<'a>, E> {
+                Ok(Flex::Str(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Flex<'a>, E> {
+                Ok(Flex::Str(Cow::Owned(s.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Flex<'a>, E> {
+                Ok(Flex::Str(Cow::Owned(s)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Flex<'a>, E> {
+                Ok(Flex::Null)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Flex<'a>, E> {
+                Ok(Flex::Null)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Flex<'a>, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(Flex::Other)
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Flex<'a>, A::Error> {
+                while map
+                    .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Flex::Other)
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+impl Flex<'_> {
+    fn is_set(&self) -> bool {
+        !matches!(self, Flex::Absent | Flex::Null)
+    }
+
+    fn text(&self) -> Option<String> {
+        match self {
+            Flex::Str(s) => Some(s.to_string()),
+            Flex::Int(i) => Some(i.to_string()),
+            Flex::Float(f) => Some(f.to_string()),
+            _ => None,
+        }
+    }
+
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Flex::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawParams<'a> {
+    #[serde(borrow)]
+    id: Flex<'a>,
+    #[serde(borrow)]
+    layer: Flex<'a>,
+    #[serde(borrow)]
+    method: Flex<'a>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawExtension {
+    geometry: Option<Value>,
+}
+
+/// The `query` members this service reads; every other member is ignored.
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct RawQuery<'a> {
+    #[serde(borrow, rename = "where")]
+    where_: Flex<'a>,
+    object_ids: Option<Value>,
+    #[serde(borrow)]
+    out_fields: Flex<'a>,
+    #[serde(borrow)]
+    return_geometry: Flex<'a>,
+    #[serde(borrow)]
+    return_count_only: Flex<'a>,
+    #[serde(borrow)]
+    return_ids_only: Flex<'a>,
+    #[serde(borrow)]
+    order_by_fields: Flex<'a>,
+    #[serde(borrow)]
+    result_offset: Flex<'a>,
+    #[serde(borrow)]
+    result_record_count: Flex<'a>,
+    out_statistics: Option<Value>,
+    group_by_fields_for_statistics: Option<Value>,
+    time: Option<Value>,
+    #[serde(borrow)]
+    geometry_type: Flex<'a>,
+    #[serde(borrow)]
+    spatial_rel: Flex<'a>,
+    extension: Option<RawExtension>,
+}
+
+#[derive(Deserialize)]
+struct RawRequest<'a> {
+    #[serde(borrow, default)]
+    params: Option<RawParams<'a>>,
+    #[serde(borrow, default)]
+    query: Option<RawQuery<'a>>,
+}
+
+fn boolish(v: &Flex<'_>, name: &str) -> Result<bool, FeatureError> {
     match v {
-        Value::Bool(b) => Ok(*b),
-        Value::Number(n) => Ok(n.as_f64().is_some_and(|f| f != 0.0)),
-        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+        Flex::Bool(b) => Ok(*b),
+        Flex::Int(i) => Ok(*i != 0),
+        Flex::Float(f) => Ok(*f != 0.0),
+        Flex::Str(s) => match s.trim().to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" => Ok(true),
             "false" | "0" | "no" | "" => Ok(false),
             _ => Err(bad(format!("{name} must be true or false, not {s:?}"))),
         },
-        Value::Null => Ok(false),
-        _ => Err(bad(format!("{name} must be true or false"))),
+        Flex::Absent | Flex::Null => Ok(false),
+        Flex::Other => Err(bad(format!("{name} must be true or false"))),
     }
 }
 
-fn count(v: &Value, name: &str) -> Result<Option<usize>, FeatureError> {
+fn count(v: &Flex<'_>, name: &str) -> Result<Option<usize>, FeatureError> {
+    let fail = || bad(format!("{name} must be a non-negative integer"));
     match v {
-        Value::Null => Ok(None),
-        Value::Number(n) => n
-            .as_u64()
-            .or_else(|| {
-                n.as_f64()
-                    .filter(|f| *f >= 0.0 && f.fract() == 0.0)
-                    .map(|f| f as u64)
-            })
-            .map(|n| Some(n as usize))
-            .ok_or_else(|| bad(format!("{name} must be a non-negative integer"))),
-        Value::String(s) if s.trim().is_empty() => Ok(None),
-        Value::String(s) => s
+        Flex::Absent | Flex::Null => Ok(None),
+        Flex::Int(i) => usize::try_from(*i).map(Some).map_err(|_| fail()),
+        Flex::Float(f) if *f >= 0.0 && f.fract() == 0.0 => Ok(Some(*f as usize)),
+        Flex::Str(s) if s.trim().is_empty() => Ok(None),
+        Flex::Str(s) => s
             .trim()
             .parse::<usize>()
             .map(Some)
             .map_err(|_| bad(format!("{name} must be a non-negative integer, not {s:?}"))),
-        _ => Err(bad(format!("{name} must be a non-negative integer"))),
-    }
-}
-
-fn text_of(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
+        _ => Err(fail()),
     }
 }
 
@@ -274,48 +410,52 @@ fn parse_statistics(v: &Value) -> Result<Option<Vec<StatSpec>>, FeatureError> {
 }
 
 impl FeatureRequest {
-    /// Coerce a request body. Unknown members are ignored, as clients send many.
-    pub fn from_json(body: &Value) -> Result<FeatureRequest, FeatureError> {
-        let params = body
-            .get("params")
-            .filter(|p| p.is_object())
+    /// Parse and coerce a request body. Unknown members are ignored, as clients send many.
+    pub fn parse(body: &[u8]) -> Result<FeatureRequest, FeatureError> {
+        let raw: RawRequest = serde_json::from_slice(body).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => bad(format!(
+                "the request body is not a geoQueryService request: {e}"
+            )),
+            _ => bad(format!("the request body is not JSON: {e}")),
+        })?;
+        let params = raw
+            .params
             .ok_or_else(|| bad("the request body has no \"params\" object"))?;
         let service = params
-            .get("id")
-            .and_then(text_of)
+            .id
+            .text()
             .filter(|s| !s.is_empty())
             .ok_or_else(|| bad("params.id (the service name) is required"))?;
-        let (layer, layer_text) = match params.get("layer") {
-            None | Some(Value::Null) => (None, None),
-            Some(v) => {
-                let text = text_of(v).unwrap_or_else(|| v.to_string());
-                match layer_id(v) {
-                    Some(id) => (Some(id), Some(text)),
-                    None => return Err(FeatureError::LayerNotFound(text)),
-                }
+        let (layer, layer_text) = match &params.layer {
+            Flex::Absent | Flex::Null => (None, None),
+            Flex::Int(i) => (Some(*i), Some(i.to_string())),
+            Flex::Float(f) if f.fract() == 0.0 => (Some(*f as i64), Some(f.to_string())),
+            Flex::Str(s) => match s.trim().parse::<i64>() {
+                Ok(id) => (Some(id), Some(s.to_string())),
+                Err(_) => return Err(FeatureError::LayerNotFound(s.to_string())),
+            },
+            other => {
+                return Err(FeatureError::LayerNotFound(
+                    other.text().unwrap_or_else(|| "(not a number)".into()),
+                ));
             }
         };
-        let method = params.get("method").and_then(text_of);
-        let empty = Value::Object(Default::default());
-        let q = body
-            .get("query")
-            .filter(|q| q.is_object())
-            .unwrap_or(&empty);
-        let get = |k: &str| q.get(k).unwrap_or(&Value::Null);
+        let method = params.method.text();
+        let q = raw.query.unwrap_or_default();
         let mut spec = QuerySpec {
-            where_text: get("where").as_str().map(str::to_string),
-            out_fields: text_of(get("outFields")),
-            return_geometry: boolish(get("returnGeometry"), "returnGeometry")?,
-            count_only: boolish(get("returnCountOnly"), "returnCountOnly")?,
-            ids_only: boolish(get("returnIdsOnly"), "returnIdsOnly")?,
-            order_by: get("orderByFields").as_str().map(str::to_string),
-            offset: count(get("resultOffset"), "resultOffset")?.unwrap_or(0),
-            limit: count(get("resultRecordCount"), "resultRecordCount")?,
-            statistics: parse_statistics(get("outStatistics"))?,
-            time: parse_time(get("time"))?,
+            where_text: q.where_.as_str().map(str::to_string),
+            out_fields: q.out_fields.text(),
+            return_geometry: boolish(&q.return_geometry, "returnGeometry")?,
+            count_only: boolish(&q.return_count_only, "returnCountOnly")?,
+            ids_only: boolish(&q.return_ids_only, "returnIdsOnly")?,
+            order_by: q.order_by_fields.as_str().map(str::to_string),
+            offset: count(&q.result_offset, "resultOffset")?.unwrap_or(0),
+            limit: count(&q.result_record_count, "resultRecordCount")?,
+            statistics: parse_statistics(q.out_statistics.as_ref().unwrap_or(&Value::Null))?,
+            time: parse_time(q.time.as_ref().unwrap_or(&Value::Null))?,
             ..QuerySpec::default()
         };
-        spec.object_ids = match get("objectIds") {
+        spec.object_ids = match q.object_ids.unwrap_or(Value::Null) {
             Value::Null => None,
             Value::Number(n) => Some(vec![
                 n.as_i64()
@@ -339,19 +479,20 @@ impl FeatureRequest {
             ),
             _ => return Err(bad("objectIds must be \"1,2,3\" or a number")),
         };
-        spec.group_by = match get("groupByFieldsForStatistics") {
-            Value::String(s) if !s.trim().is_empty() => {
+        spec.group_by = match q.group_by_fields_for_statistics {
+            Some(Value::String(s)) if !s.trim().is_empty() => {
                 Some(s.split(',').map(|f| f.trim().to_string()).collect())
             }
-            Value::Array(a) => Some(
+            Some(Value::Array(a)) => Some(
                 a.iter()
                     .filter_map(|v| v.as_str().map(str::to_string))
                     .collect(),
             ),
             _ => None,
         };
-        if let Some(gt) = get("geometryType").as_str().filter(|s| !s.is_empty()) {
-            let kind = enum_value(gt, "geometry")
+        if q.geometry_type.is_set() {
+            let gt = q.geometry_type.text().unwrap_or_default();
+            let kind = enum_value(&gt, "geometry")
                 .ok_or_else(|| bad(format!("unsupported geometryType {gt}")))?;
             if !matches!(
                 kind.as_str(),
@@ -360,18 +501,19 @@ impl FeatureRequest {
                 return Err(bad(format!("unsupported geometryType {gt}")));
             }
         }
-        let relation = match get("spatialRel").as_str().filter(|s| !s.is_empty()) {
+        let relation = match q.spatial_rel.as_str().filter(|s| !s.is_empty()) {
             None => Relation::Intersects,
             Some(r) => enum_value(r, "spatialrel")
                 .and_then(|n| Relation::parse(&n))
                 .ok_or_else(|| bad(format!("unsupported spatialRel {r}")))?,
         };
         if let Some(g) = q
-            .get("extension")
-            .and_then(|e| e.get("geometry"))
+            .extension
+            .and_then(|e| e.geometry)
             .filter(|g| !g.is_null())
         {
-            let geometry = parse_geojson(g).map_err(|e| bad(format!("extension.geometry: {e}")))?;
+            let geometry =
+                parse_geojson(&g).map_err(|e| bad(format!("extension.geometry: {e}")))?;
             spec.geometry = Some((Arc::new(Query::new(geometry)), relation));
         }
         Ok(FeatureRequest {
@@ -381,6 +523,11 @@ impl FeatureRequest {
             method,
             query: spec,
         })
+    }
+
+    /// [`FeatureRequest::parse`] of an already parsed body (tests, tools).
+    pub fn from_json(body: &Value) -> Result<FeatureRequest, FeatureError> {
+        FeatureRequest::parse(&serde_json::to_vec(body).unwrap_or_default())
     }
 
     /// Small enough to answer on the calling task: a point query, or no query at all.
@@ -431,30 +578,17 @@ fn write_geometry(out: &mut Vec<u8>, g: Option<&GeometryOut>) {
     }
 }
 
-fn fields_json(def: &ViewDef) -> Vec<Value> {
-    def.columns
-        .iter()
-        .map(|c| {
-            let t = c.scalar.field_type();
-            if t == "String" {
-                serde_json::json!({"name": c.name, "type": t, "alias": c.name, "length": 1024})
-            } else {
-                serde_json::json!({"name": c.name, "type": t, "alias": c.name})
-            }
-        })
-        .collect()
-}
-
 /// `"$version"` and `"$timestamp"` as the first members of a response object.
 fn envelope_start(out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"$version\":");
     write_str(out, env!("CARGO_PKG_VERSION"));
-    out.extend_from_slice(b",\"$timestamp\":");
+    out.extend_from_slice(b",\"$timestamp\":\"");
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
-    write_str(out, &format_datetime(ms));
+    write_datetime(out, ms);
+    out.push(b'"');
 }
 
 struct Plan<'a> {
@@ -526,12 +660,12 @@ impl Features {
         }
         meta.entry("idField")
             .or_insert_with(|| plan.layer.id_field.clone().into());
-        let fields = plan
+        let fields: Value = plan
             .view
             .as_ref()
-            .map(|v| fields_json(&v.def))
-            .unwrap_or_default();
-        meta.insert("fields".into(), Value::Array(fields));
+            .and_then(|v| serde_json::from_slice(&v.def.fields_json).ok())
+            .unwrap_or(Value::Array(Vec::new()));
+        meta.insert("fields".into(), fields);
         let mut out = Vec::new();
         envelope_start(&mut out);
         out.extend_from_slice(b",\"metadata\":");
@@ -767,8 +901,10 @@ impl Features {
         out.extend_from_slice(b",\"maxRecordCount\":");
         out.extend_from_slice(self.settings.max_record_count.to_string().as_bytes());
         out.extend_from_slice(b",\"fields\":");
-        let fields = def.map(fields_json).unwrap_or_default();
-        let _ = serde_json::to_writer(&mut *out, &fields);
+        match def {
+            Some(d) => out.extend_from_slice(&d.fields_json),
+            None => out.extend_from_slice(b"[]"),
+        }
         out.extend_from_slice(b",\"limitExceeded\":");
         out.extend_from_slice(if exceeded { b"true" } else { b"false" });
         out.extend_from_slice(b",\"idField\":");
@@ -793,7 +929,18 @@ impl Features {
         exceeded: bool,
         q: &QuerySpec,
     ) -> Vec<u8> {
-        let mut out = Vec::with_capacity(512 + page.len() * 256);
+        let path = plan.layer.geometry_path.text();
+        let geometry_bytes: usize = match data {
+            Some(d) if q.return_geometry => page
+                .iter()
+                .map(|s| match d.geometry(path, *s) {
+                    Some(GeometryOut::Json(b)) => b.len(),
+                    _ => 64,
+                })
+                .sum(),
+            _ => 0,
+        };
+        let mut out = Vec::with_capacity(768 + page.len() * 256 + geometry_bytes);
         envelope_start(&mut out);
         self.write_tail(
             &mut out,
@@ -805,7 +952,6 @@ impl Features {
         );
         out.extend_from_slice(b",\"features\":[");
         if let Some(data) = data {
-            let path = plan.layer.geometry_path.text();
             for (i, &slot) in page.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');

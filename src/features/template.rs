@@ -160,6 +160,8 @@ pub struct ViewDef {
     pub columns: Vec<ColumnDef>,
     /// Index of the `OBJECTID` column.
     pub id_column: usize,
+    /// The `fields` metadata of responses, serialized once.
+    pub fields_json: Box<[u8]>,
 }
 
 impl ViewDef {
@@ -221,6 +223,25 @@ fn string<'a>(v: &'a Value, name: &str, at: &str) -> Result<&'a str, String> {
         Value::String(s) if !s.is_empty() => Ok(s),
         _ => Err(format!("template: {at}.{name} must be a non-empty string")),
     }
+}
+
+/// The feature-service `fields` of a view (REFERENCE §5): name, type, alias, and a length
+/// for strings.
+fn fields_json(columns: &[ColumnDef]) -> Box<[u8]> {
+    let fields: Vec<Value> = columns
+        .iter()
+        .map(|c| {
+            let t = c.scalar.field_type();
+            if t == "String" {
+                serde_json::json!({"name": c.name, "type": t, "alias": c.name, "length": 1024})
+            } else {
+                serde_json::json!({"name": c.name, "type": t, "alias": c.name})
+            }
+        })
+        .collect();
+    serde_json::to_vec(&fields)
+        .unwrap_or_default()
+        .into_boxed_slice()
 }
 
 /// Parse and validate a template document. Errors name the fault.
@@ -296,11 +317,13 @@ pub fn parse_template(uri: &str, doc: &Value) -> Result<Template, String> {
                 string(&cols[id_column], "scalarType", &at)?
             ));
         }
+        let fields_json = fields_json(&columns);
         views.push(Arc::new(ViewDef {
             schema: schema.to_string(),
             view: view.to_string(),
             columns,
             id_column,
+            fields_json,
         }));
     }
     Ok(Template {
@@ -431,6 +454,40 @@ pub fn parse_datetime(s: &str) -> Option<i64> {
     Some(ms - offset_min * 60_000)
 }
 
+fn push_digits(out: &mut Vec<u8>, mut v: i64, n: usize) {
+    let mut buf = [b'0'; 4];
+    for i in (0..n).rev() {
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    out.extend_from_slice(&buf[..n]);
+}
+
+/// Append ISO-8601 UTC with milliseconds (`2017-05-24T06:00:00.000Z`) to `out`, without
+/// going through `format!` (it is on every response).
+pub fn write_datetime(out: &mut Vec<u8>, ms: i64) {
+    let days = ms.div_euclid(86_400_000);
+    let rem = ms.rem_euclid(86_400_000);
+    let (y, m, d) = civil_from_days(days);
+    if !(0..=9999).contains(&y) {
+        out.extend_from_slice(format_datetime(ms).as_bytes());
+        return;
+    }
+    push_digits(out, y, 4);
+    for (sep, v, n) in [
+        (b'-', m, 2),
+        (b'-', d, 2),
+        (b'T', rem / 3_600_000, 2),
+        (b':', rem / 60_000 % 60, 2),
+        (b':', rem / 1000 % 60, 2),
+        (b'.', rem % 1000, 3),
+    ] {
+        out.push(sep);
+        push_digits(out, v, n);
+    }
+    out.push(b'Z');
+}
+
 /// ISO-8601 UTC with milliseconds: `2017-05-24T06:00:00.000Z`.
 pub fn format_datetime(ms: i64) -> String {
     let days = ms.div_euclid(86_400_000);
@@ -451,7 +508,10 @@ mod tests {
     use serde_json::json;
 
     fn mollusk_template() -> Value {
-        serde_json::from_str(include_str!("../../data/gds/mollusks/template.json")).unwrap()
+        serde_json::from_str(include_str!(
+            "../../examples/data/gds/mollusks/template.json"
+        ))
+        .unwrap()
     }
 
     #[test]
@@ -466,7 +526,8 @@ mod tests {
         assert_eq!(v.columns.len(), 5);
         assert_eq!(v.columns[v.id_column].name, "OBJECTID");
         let gkg: Value =
-            serde_json::from_str(include_str!("../../data/gds/gkg/template.json")).unwrap();
+            serde_json::from_str(include_str!("../../examples/data/gds/gkg/template.json"))
+                .unwrap();
         let t = parse_template("/g.json", &gkg).unwrap();
         assert_eq!(t.views[0].columns[1].scalar, ScalarType::DateTime);
     }
@@ -575,6 +636,11 @@ mod tests {
             "2017-05-24T06:00:00.500Z"
         );
         assert_eq!(format_datetime(-1000), "1969-12-31T23:59:59.000Z");
+        for ms in [0i64, 1_495_605_600_500, -1000, 4_102_444_799_999] {
+            let mut out = Vec::new();
+            write_datetime(&mut out, ms);
+            assert_eq!(String::from_utf8(out).unwrap(), format_datetime(ms));
+        }
         for ms in [0i64, 951_782_400_000, 4_102_444_800_000, -2_208_988_800_000] {
             assert_eq!(parse_datetime(&format_datetime(ms)), Some(ms));
         }

@@ -1,12 +1,11 @@
 //! `/v1/documents`: write, read and delete one document (REFERENCE §2).
 
 use bytes::Bytes;
-use hyper::body::Incoming;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue, LOCATION};
 
 use super::response::{self, Resp};
 use super::router::Ctx;
-use super::{App, read_body, require_any};
+use super::{App, BoxError, read_body, require_any};
 use crate::acl::{Capability, Permissions, Role};
 use crate::error::{ApiError, ErrorCode};
 use crate::store::{Document, Format, Op, Outcome, PutDocument, content};
@@ -16,7 +15,11 @@ const INLINE_CHECK_BYTES: usize = 256 * 1024;
 /// Longest document URI accepted.
 const MAX_URI_BYTES: usize = 4096;
 
-pub(super) async fn put(app: &App, ctx: &Ctx, body: Incoming) -> Result<Resp, ApiError> {
+pub(super) async fn put<B>(app: &App, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
     require_any(&ctx.caller, &[Role::RestWriter, Role::Admin])?;
     ctx.params.only(&ctx.path, |k| {
         matches!(k, "uri" | "collection" | "format" | "transform")

@@ -8,13 +8,12 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
 use serde_json::Value;
 
 use super::response::{self, Resp};
 use super::router::Ctx;
-use super::{App, read_body, require_any};
+use super::{App, BoxError, read_body, require_any};
 use crate::acl::Role;
 use crate::error::{ApiError, ErrorCode};
 use crate::features::FeatureRequest;
@@ -81,7 +80,11 @@ fn multipart_json(content_type: &str, body: &[u8]) -> Option<Bytes> {
     None
 }
 
-pub(super) async fn geo_query(app: &Arc<App>, ctx: &Ctx, body: Incoming) -> Result<Resp, ApiError> {
+pub(super) async fn geo_query<B>(app: &Arc<App>, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
     require_writer(ctx)?;
     ctx.params
         .only(&ctx.path, |k| k.starts_with("rs:") || k == "format")?;
@@ -101,13 +104,7 @@ pub(super) async fn geo_query(app: &Arc<App>, ctx: &Ctx, body: Incoming) -> Resu
     } else {
         body
     };
-    let json: Value = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            ErrorCode::Extension(400),
-            format!("the request body is not JSON: {e}"),
-        )
-    })?;
-    let request = FeatureRequest::from_json(&json)?;
+    let request = FeatureRequest::parse(&body)?;
     let out = if request.is_light() {
         app.features.execute(&ctx.caller, &request)?
     } else {

@@ -1,12 +1,12 @@
 //! `/manage/v2/users`: user administration over REST, for `admin` only.
 
-use hyper::body::Incoming;
+use bytes::Bytes;
 use hyper::header::{HeaderValue, LOCATION};
 use serde::Deserialize;
 
 use super::response::{self, Resp};
 use super::router::Ctx;
-use super::{App, read_body, require_any};
+use super::{App, BoxError, read_body, require_any};
 use crate::acl::Role;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::UserRecord;
@@ -41,7 +41,11 @@ fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
     })
 }
 
-pub(super) async fn create_user(app: &App, ctx: &Ctx, body: Incoming) -> Result<Resp, ApiError> {
+pub(super) async fn create_user<B>(app: &App, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
     admin_only(ctx)?;
     let body = read_body(app, &ctx.headers, body).await?;
     let user: NewUser = parse_json(&body)?;
@@ -105,12 +109,16 @@ pub(super) fn get_user(app: &App, ctx: &Ctx, name: &str) -> Result<Resp, ApiErro
     Ok(response::json_value(200, &user_json(user)))
 }
 
-pub(super) async fn update_user(
+pub(super) async fn update_user<B>(
     app: &App,
     ctx: &Ctx,
     name: &str,
-    body: Incoming,
-) -> Result<Resp, ApiError> {
+    body: B,
+) -> Result<Resp, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
     admin_only(ctx)?;
     let body = read_body(app, &ctx.headers, body).await?;
     let props: UserProperties = parse_json(&body)?;

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use hyper::header::CONTENT_LENGTH;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -177,7 +176,16 @@ impl Server {
     }
 }
 
-async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> response::Resp {
+/// A request body error, whatever the body type.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Handle one request: authenticate, route, answer. Public so that benchmarks can drive
+/// the whole request path in process with any body type.
+pub async fn handle<B>(app: Arc<App>, req: hyper::Request<B>) -> response::Resp
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
     match std::panic::AssertUnwindSafe(router::dispatch(&app, req))
         .catch_unwind()
         .await
@@ -194,11 +202,15 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> response::Resp 
 }
 
 /// Read a request body, refusing anything above the configured limit with a 413.
-pub(crate) async fn read_body(
+pub(crate) async fn read_body<B>(
     app: &App,
     headers: &hyper::HeaderMap,
-    body: Incoming,
-) -> Result<Bytes, ApiError> {
+    body: B,
+) -> Result<Bytes, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
     let limit = app.config.max_body_bytes;
     let too_large = || {
         ApiError::new(

@@ -3,16 +3,16 @@
 
 use std::sync::Arc;
 
-use hyper::body::Incoming;
 use hyper::header::{ALLOW, AUTHORIZATION, HeaderValue};
 use hyper::{Method, Request};
 
 use super::params::Params;
 use super::response::{self, Resp};
-use super::{App, documents, features, manage};
+use super::{App, BoxError, documents, features, manage};
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::AuthOutcome;
+use bytes::Bytes;
 
 /// The endpoint families, by path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +81,11 @@ pub(crate) struct Ctx {
     pub path: String,
 }
 
-pub(super) async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Resp {
+pub(super) async fn dispatch<B>(app: &Arc<App>, req: Request<B>) -> Resp
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let route = Route::of(&path);

@@ -450,5 +450,5 @@ pub fn data_dir() -> PathBuf {
     if shared.join("real").is_dir() {
         return shared;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("data")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data")
 }
