@@ -11,6 +11,7 @@
 //!   every read and write.
 //! - [`security`]: users, Digest and Basic verification; no HTTP types.
 //! - [`features`]: templates, views, descriptors, the where language, geoQueryService.
+//! - [`flow`]: deployed projects, input flows, envelopes, the JavaScript plugin host, traces.
 //! - [`spatial`]: the H3-sharded R-tree engine with exact predicates; no documents, no HTTP.
 //! - [`cpu`]: the one bridge from async code to rayon.
 //! - [`http`]: the hyper front end, the only module that knows HTTP.
@@ -25,6 +26,7 @@ pub mod cpu;
 pub mod demo;
 pub mod error;
 pub mod features;
+pub mod flow;
 pub mod http;
 pub mod security;
 pub mod service;

@@ -38,6 +38,14 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// Deploy a project's input flows into a stopped server's data directory.
+    Deploy {
+        #[arg(long, default_value = "./geoshard-data")]
+        data_dir: PathBuf,
+        /// The project directory (with plugins/entities/...).
+        #[arg(long)]
+        project: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -93,6 +101,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Demo { listen, examples } => demo(&listen, examples),
         Command::User { command } => user(command),
+        Command::Deploy { data_dir, project } => deploy(&data_dir, &project),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -179,6 +188,28 @@ fn demo(listen: &str, examples: Option<PathBuf>) -> Result<(), String> {
             |_, addr| println!("{}", service::demo_banner(addr, &data_dir)),
         ))
         .map_err(|e| e.to_string())
+}
+
+fn deploy(data_dir: &std::path::Path, project: &std::path::Path) -> Result<(), String> {
+    let files = geoshard::flow::project::read_dir(project).map_err(|e| e.join("\n"))?;
+    let store = open_offline(data_dir)?;
+    let result = geoshard::flow::deploy_blocking(&store, &files);
+    store.shutdown_blocking();
+    match result {
+        Ok(p) => {
+            for f in &p.flows {
+                println!(
+                    "deployed {}:{} ({:?}, {:?})",
+                    f.entity, f.flow, f.code_format, f.data_format
+                );
+            }
+            for w in &p.warnings {
+                println!("warning: {w}");
+            }
+            Ok(())
+        }
+        Err(errors) => Err(format!("deploy failed:\n  {}", errors.join("\n  "))),
+    }
 }
 
 fn open_offline(dir: &std::path::Path) -> Result<Store, String> {

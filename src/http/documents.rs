@@ -33,23 +33,29 @@ where
         .has("collection")
         .then(|| ctx.params.all("collection").map(str::to_string).collect());
     let permissions = parse_permissions(ctx)?;
-    if let Some(transform) = ctx.params.get("transform") {
+    let transform = ctx.params.get("transform").map(str::to_string);
+    if let Some(t) = &transform
+        && !crate::flow::is_flow_transform(t)
+    {
         return Err(ApiError::new(
             ErrorCode::InvalidParam,
-            format!("unknown transform: {transform}"),
+            format!("unknown transform: {t}"),
         ));
     }
     let body = read_body(app, &ctx.headers, body).await?;
     check_content(format, body.clone()).await?;
-
-    let op = Op::PutDocument(PutDocument {
+    let put = PutDocument {
         uri: uri.clone(),
         content: body,
         format,
         default_permissions: default_permissions(collections.as_deref()),
         collections,
         permissions,
-    });
+    };
+    if transform.is_some() {
+        return super::flows::put_through_flow(app, ctx, put).await;
+    }
+    let op = Op::PutDocument(put);
     let outcomes = app.store.write(&ctx.caller, vec![op]).await?;
     Ok(written(&uri, outcomes.first().copied()))
 }

@@ -7,6 +7,7 @@
 
 mod documents;
 mod features;
+mod flows;
 mod manage;
 pub mod params;
 pub mod response;
@@ -33,6 +34,8 @@ use crate::acl::{Caller, Role};
 use crate::config::Config;
 use crate::error::{ApiError, ErrorCode};
 use crate::features::{FeatureHook, FeatureSettings, Features};
+use crate::flow::js::JsSettings;
+use crate::flow::{FlowSettings, Flows};
 use crate::security::Security;
 use crate::spatial::EngineConfig;
 use crate::store::{Store, StoreOptions};
@@ -43,6 +46,7 @@ pub struct App {
     pub store: Arc<Store>,
     pub security: Security,
     pub features: Arc<Features>,
+    pub flows: Arc<Flows>,
     /// For `/health`.
     pub started: Instant,
 }
@@ -53,6 +57,8 @@ pub enum StartError {
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
     Security(#[from] crate::security::SecurityError),
+    #[error("the project cannot be deployed:\n  {}", .0.join("\n  "))]
+    Deploy(Vec<String>),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -87,11 +93,31 @@ impl App {
             },
         )?;
         store.set_hook(Arc::new(FeatureHook(features.clone())));
+        if let Some(dir) = &config.project {
+            let files = crate::flow::project::read_dir(dir).map_err(StartError::Deploy)?;
+            let project =
+                crate::flow::deploy_blocking(&store, &files).map_err(StartError::Deploy)?;
+            for w in &project.warnings {
+                tracing::warn!("{w}");
+            }
+        }
+        let flows = Flows::open(
+            store.clone(),
+            FlowSettings {
+                js: JsSettings {
+                    workers: config.js_pool_size,
+                    time_limit: Duration::from_millis(config.js_time_limit_ms),
+                    memory_limit: config.js_memory_limit_bytes,
+                },
+                tracing: config.flow_tracing,
+            },
+        )?;
         Ok(Arc::new(App {
             config,
             store,
             security,
             features,
+            flows,
             started: Instant::now(),
         }))
     }

@@ -8,7 +8,7 @@ use hyper::{Method, Request};
 
 use super::params::Params;
 use super::response::{self, Resp};
-use super::{App, BoxError, documents, features, manage};
+use super::{App, BoxError, documents, features, flows, manage};
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::AuthOutcome;
@@ -25,6 +25,8 @@ enum Route {
     UserProperties(String),
     ModelService,
     GeoQueryService,
+    Deploy,
+    Traces,
     NotFound,
 }
 
@@ -37,6 +39,8 @@ impl Route {
             "/manage/v2/users" => Route::Users,
             "/v1/resources/modelService" => Route::ModelService,
             "/v1/resources/geoQueryService" => Route::GeoQueryService,
+            "/v1/deploy" => Route::Deploy,
+            "/v1/traces" => Route::Traces,
             _ => {
                 if let Some(rest) = path.strip_prefix("/manage/v2/users/") {
                     let decode = |s: &str| {
@@ -68,6 +72,8 @@ impl Route {
             Route::UserProperties(_) => &[Method::GET, Method::PUT],
             Route::ModelService => &[Method::GET],
             Route::GeoQueryService => &[Method::POST],
+            Route::Deploy => &[Method::POST],
+            Route::Traces => &[Method::GET],
             Route::NotFound => &[],
         }
     }
@@ -154,6 +160,8 @@ where
         },
         Route::ModelService => features::model_service(app, &ctx),
         Route::GeoQueryService => features::geo_query(app, &ctx, body).await,
+        Route::Deploy => flows::deploy(app, &ctx, body).await,
+        Route::Traces => flows::traces(app, &ctx),
     };
     result.unwrap_or_else(|e| {
         if e.status() >= 500 {

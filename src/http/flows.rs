@@ -1,0 +1,126 @@
+//! Input flows over HTTP: the flow path of `PUT /v1/documents`, `POST /v1/deploy` and
+//! `GET /v1/traces` (REFERENCE §3).
+
+use bytes::Bytes;
+
+use super::response::{self, Resp};
+use super::router::Ctx;
+use super::{App, BoxError, read_body, require_any};
+use crate::acl::Role;
+use crate::error::{ApiError, ErrorCode};
+use crate::flow::{FlowFailure, FlowRun};
+use crate::store::{Op, PutDocument, Table};
+
+/// Run the named flow on a document and store the envelope in its place (called by
+/// `documents::put` with the write it would have made).
+pub(super) async fn put_through_flow(
+    app: &App,
+    ctx: &Ctx,
+    put: PutDocument,
+) -> Result<Resp, ApiError> {
+    let entity = ctx.params.required("trans:entity-name")?.to_string();
+    let flow = ctx.params.required("trans:flow-name")?.to_string();
+    let options = match ctx.params.get("trans:options").map(str::trim) {
+        None | Some("") => serde_json::Map::new(),
+        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(m)) => m,
+            Ok(_) => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidType,
+                    "trans:options must be a JSON object",
+                ));
+            }
+            Err(e) => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidParam,
+                    format!("trans:options is not valid JSON: {e}"),
+                ));
+            }
+        },
+    };
+    let run = FlowRun {
+        uri: put.uri.clone(),
+        entity,
+        flow,
+        options,
+        job_id: ctx.params.get("trans:job-id").map(str::to_string),
+        content: put.content.clone(),
+        format: put.format,
+    };
+    let uri = put.uri.clone();
+    match app.flows.run(run).await {
+        Ok(out) => {
+            let mut ops = vec![Op::PutDocument(PutDocument {
+                content: out.envelope,
+                format: out.format,
+                ..put
+            })];
+            if let Some((key, record)) = out.trace {
+                ops.push(Op::PutRecord {
+                    table: Table::Traces,
+                    key,
+                    value: record,
+                });
+            }
+            let outcomes = app.store.write(&ctx.caller, ops).await?;
+            Ok(super::documents::written(&uri, outcomes.first().copied()))
+        }
+        Err(FlowFailure { error, trace }) => {
+            // Nothing is stored but the trace of the failure.
+            if let Some((key, record)) = trace
+                && let Err(e) = app
+                    .store
+                    .write(
+                        &ctx.caller,
+                        vec![Op::PutRecord {
+                            table: Table::Traces,
+                            key,
+                            value: record,
+                        }],
+                    )
+                    .await
+            {
+                tracing::error!(error = %e, "cannot store a flow trace");
+            }
+            Err(error.into())
+        }
+    }
+}
+
+/// `POST /v1/deploy`: a tar or zip of a project, validated whole, then applied atomically.
+pub(super) async fn deploy<B>(app: &App, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
+    require_any(&ctx.caller, &[Role::Admin])?;
+    ctx.params.only(&ctx.path, |_| false)?;
+    let body = read_body(app, &ctx.headers, body).await?;
+    let files = crate::flow::project::read_archive(&body)
+        .map_err(|errors| ApiError::new(ErrorCode::InvalidRequest, errors.join("; ")))?;
+    let project = app.flows.deploy(&ctx.caller, files).await?;
+    for w in &project.warnings {
+        tracing::warn!("{w}");
+    }
+    let flows: Vec<String> = project
+        .flows
+        .iter()
+        .map(|f| format!("{}:{}", f.entity, f.flow))
+        .collect();
+    Ok(response::json_value(
+        200,
+        &serde_json::json!({"deployed": flows, "warnings": project.warnings}),
+    ))
+}
+
+/// `GET /v1/traces?job-id=…`: the trace records of a job (admin).
+pub(super) fn traces(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
+    require_any(&ctx.caller, &[Role::Admin])?;
+    ctx.params.only(&ctx.path, |k| k == "job-id")?;
+    let job = ctx.params.required("job-id")?;
+    let traces = app.flows.traces(job)?;
+    Ok(response::json_value(
+        200,
+        &serde_json::json!({"jobId": job, "traces": traces}),
+    ))
+}
