@@ -42,6 +42,10 @@ enum Command {
         /// Load-generator threads.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Run every PUT through this input flow (`Entity:Flow`), with mollusk-like rows
+        /// (`id`, `X`, `Y` as strings) for the flow to turn into feature documents.
+        #[arg(long)]
+        flow: Option<String>,
     },
 }
 
@@ -56,12 +60,21 @@ fn main() -> Result<(), BoxError> {
             duration,
             warmup,
             threads,
+            flow,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads.max(1))
                 .enable_all()
                 .build()?;
-            rt.block_on(put(addr, &user, &password, connections, warmup, duration))
+            rt.block_on(put(
+                addr,
+                &user,
+                &password,
+                connections,
+                warmup,
+                duration,
+                flow,
+            ))
         }
     }
 }
@@ -77,7 +90,14 @@ async fn put(
     connections: usize,
     warmup: f64,
     duration: f64,
+    flow: Option<String>,
 ) -> Result<(), BoxError> {
+    let flow = match flow.as_deref().map(|f| f.split_once(':')) {
+        None => None,
+        Some(Some((e, f))) => Some((e.to_string(), f.to_string())),
+        Some(None) => return Err("--flow takes Entity:Flow".into()),
+    };
+    let label = if flow.is_some() { "put-flow" } else { "put" };
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
@@ -85,16 +105,30 @@ async fn put(
     for c in 0..connections {
         let mut conn = Conn::connect(addr, user, password).await?;
         let (measuring, stop, errors) = (measuring.clone(), stop.clone(), errors.clone());
+        let flow = flow.clone();
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let target = format!("/v1/documents?uri=/loadtest/put/{c}/{i}.json&collection=loadtest");
-                let body = Bytes::from(format!(
-                    "{{\"conn\":{c},\"seq\":{i},\"name\":\"place {i}\",\"geometry\":{{\"type\":\"Point\",\"coordinates\":[{},{}]}}}}",
-                    (i % 360) as f64 - 180.0,
-                    (c % 180) as f64 - 90.0
-                ));
+                let (x, y) = ((i % 360) as f64 - 180.0, (c % 180) as f64 - 90.0);
+                let (target, body) = match &flow {
+                    None => (
+                        format!("/v1/documents?uri=/loadtest/put/{c}/{i}.json&collection=loadtest"),
+                        format!(
+                            "{{\"conn\":{c},\"seq\":{i},\"name\":\"place {i}\",\"geometry\":{{\"type\":\"Point\",\"coordinates\":[{x},{y}]}}}}"
+                        ),
+                    ),
+                    Some((entity, name)) => (
+                        format!(
+                            "/v1/documents?uri=/loadtest/flow/{c}/{i}.json&collection=loadtest&transform=svc:sjsInputFlow&trans:entity-name={entity}&trans:flow-name={name}"
+                        ),
+                        format!(
+                            "{{\"id\":\"{}\",\"X\":\"{x}\",\"Y\":\"{y}\",\"type\":\"PhysicalObject\",\"bibliographicCitation\":\"row {i} of connection {c}\"}}",
+                            c * 1_000_000 + i as usize
+                        ),
+                    ),
+                };
+                let body = Bytes::from(body);
                 let t0 = Instant::now();
                 match conn.request("PUT", &target, Some("application/json"), body).await {
                     Ok(r) if r.status == 201 || r.status == 204 => {
@@ -130,7 +164,7 @@ async fn put(
     let writes = health_counter(&after, "writes") - health_counter(&before, "writes");
     let ok = total.len();
     println!(
-        "{{\"workload\":\"put\",\"connections\":{connections},\"seconds\":{elapsed:.2},\"ok\":{ok},\"errors\":{},\"put_per_sec\":{:.0},\"commits_per_sec\":{:.0},\"writes_per_commit\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"max_us\":{}}}",
+        "{{\"workload\":\"{label}\",\"connections\":{connections},\"seconds\":{elapsed:.2},\"ok\":{ok},\"errors\":{},\"put_per_sec\":{:.0},\"commits_per_sec\":{:.0},\"writes_per_commit\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"max_us\":{}}}",
         errors.load(Ordering::Relaxed),
         ok as f64 / elapsed,
         commits as f64 / elapsed,

@@ -85,6 +85,8 @@ struct Job {
     id: String,
     raw: Raw,
     options: String,
+    /// Return the steps of a successful run too (for a trace).
+    trace: bool,
     reply: oneshot::Sender<RunResult>,
 }
 
@@ -169,6 +171,7 @@ impl Engine {
                 raw,
                 is_json,
                 job.options.as_str(),
+                job.trace,
             ))
             .map_err(|e| {
                 let caught = ctx.catch();
@@ -297,6 +300,7 @@ impl JsPool {
         id: String,
         raw: Raw,
         options: &Value,
+        trace: bool,
     ) -> RunResult {
         let Ok(_permit) = self.permits.acquire().await else {
             return RunResult::Failed {
@@ -311,6 +315,7 @@ impl JsPool {
             id,
             raw,
             options: options.to_string(),
+            trace,
             reply,
         };
         if self.jobs.send(job).is_err() {

@@ -293,6 +293,7 @@ impl Flows {
                         run.uri.clone(),
                         raw.clone(),
                         &options,
+                        self.settings.tracing,
                     )
                     .await
             }

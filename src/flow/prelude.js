@@ -103,8 +103,10 @@
     return null;
   }
 
-  // Run a flow. Returns JSON text: {ok, parts, steps} or {ok: false, error, steps}.
-  globalThis.__runFlow = function (key, mainPath, id, raw, isJson, optionsJson) {
+  // Run a flow. Returns JSON text: {ok, parts, steps} or {ok: false, error, steps}. Steps
+  // (with each plugin's input and output) are serialized only for a trace: when `trace` is
+  // set, or when the run fails.
+  globalThis.__runFlow = function (key, mainPath, id, raw, isJson, optionsJson, trace) {
     const flow = flows[key];
     steps = [];
     captured = null;
@@ -142,7 +144,7 @@
       if (parts.headers === undefined || parts.headers === null) parts.headers = {};
       if (parts.triples === undefined || parts.triples === null) parts.triples = [];
       if (parts.content === undefined) parts.content = null;
-      return JSON.stringify({ ok: true, parts: parts, steps: steps });
+      return JSON.stringify({ ok: true, parts: parts, steps: trace ? steps : [] });
     } catch (e) {
       return JSON.stringify({ ok: false, error: describe(e), steps: steps });
     } finally {
