@@ -313,13 +313,13 @@ fn bad_requests_have_contract_errors() {
             "/nowhere",
         ),
         (
-            "POST",
+            "PATCH",
             "/v1/documents?uri=/a.json",
             "application/json",
             b"{}",
             405,
             "REST-UNSUPPORTEDMETHOD",
-            "POST",
+            "PATCH",
         ),
         (
             "DELETE",
@@ -522,4 +522,115 @@ fn restart_keeps_every_document() {
         ));
         assert_eq!(c.json()["collections"], serde_json::json!([coll]));
     }
+}
+
+fn bulk_body(parts: &[(&str, &str, &str)]) -> Vec<u8> {
+    // (content-disposition, content-type, body)
+    let mut out = String::new();
+    for (disp, ctype, body) in parts {
+        out.push_str(&format!(
+            "--BOUNDARY\r\nContent-Type: {ctype}\r\nContent-Disposition: {disp}\r\n\r\n{body}\r\n"
+        ));
+    }
+    out.push_str("--BOUNDARY--\r\n");
+    out.into_bytes()
+}
+
+#[test]
+fn bulk_writes_are_one_transaction() {
+    let srv = TestServer::start();
+    let mut w = srv.client(WRITER);
+    let ctype = [("Content-Type", "multipart/mixed; boundary=BOUNDARY")];
+    let meta_default = r#"{"collections":["bulk"],"permissions":[{"role-name":"rest-reader","capabilities":["read"]},{"role-name":"rest-writer","capabilities":["update"]}]}"#;
+    let meta_one = r#"{"collections":["special"]}"#;
+    // One malformed document fails the whole request: nothing lands.
+    let body = bulk_body(&[
+        (
+            "inline; category=metadata",
+            "application/json",
+            meta_default,
+        ),
+        (
+            "attachment; filename=\"/b/1.json\"; category=content",
+            "application/json",
+            r#"{"n":1}"#,
+        ),
+        (
+            "attachment; filename=\"/b/2.json\"; category=content",
+            "application/json",
+            r#"{"n":"#,
+        ),
+    ]);
+    let r = w.request("POST", "/v1/documents", &ctype, &body);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().2.contains("/b/2.json"));
+    assert_eq!(w.get("/v1/documents?uri=/b/1.json").status, 404);
+
+    let body = bulk_body(&[
+        (
+            "inline; category=metadata",
+            "application/json",
+            meta_default,
+        ),
+        (
+            "attachment; filename=\"/b/1.json\"; category=content",
+            "application/json",
+            r#"{"n":1}"#,
+        ),
+        (
+            "attachment; filename=\"/b/2.json\"; category=metadata",
+            "application/json",
+            meta_one,
+        ),
+        (
+            "attachment; filename=\"/b/2.json\"; category=content",
+            "application/json",
+            r#"{"n":2}"#,
+        ),
+        (
+            "attachment; filename=\"/b/3.xml\"",
+            "application/xml",
+            "<n>3</n>",
+        ),
+    ]);
+    let r = w.request("POST", "/v1/documents", &ctype, &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["documents"].as_array().unwrap().len(), 3);
+    assert_eq!(w.get("/v1/documents?uri=/b/1.json").body, br#"{"n":1}"#);
+    assert_eq!(w.get("/v1/documents?uri=/b/3.xml").body, b"<n>3</n>");
+    let c = |w: &mut Client, u: &str| {
+        w.get(&format!("/v1/documents?uri={u}&category=collections"))
+            .json()["collections"]
+            .clone()
+    };
+    assert_eq!(c(&mut w, "/b/1.json"), serde_json::json!(["bulk"]));
+    assert_eq!(c(&mut w, "/b/2.json"), serde_json::json!(["special"]));
+    assert_eq!(c(&mut w, "/b/3.xml"), serde_json::json!(["bulk"]));
+
+    let r = w.request(
+        "POST",
+        "/v1/documents",
+        &[("Content-Type", "application/json")],
+        b"{}",
+    );
+    assert_eq!(r.status, 415);
+    let r = srv
+        .client(READER)
+        .request("POST", "/v1/documents", &ctype, &body);
+    assert_eq!(r.status, 403);
+    let bad_role = bulk_body(&[
+        (
+            "inline; category=metadata",
+            "application/json",
+            r#"{"permissions":[{"role-name":"boss","capabilities":["read"]}]}"#,
+        ),
+        (
+            "attachment; filename=\"/b/9.json\"",
+            "application/json",
+            "{}",
+        ),
+    ]);
+    let r = w.request("POST", "/v1/documents", &ctype, &bad_role);
+    assert_eq!(r.status, 400);
+    assert!(r.error().2.contains("Role boss does not exist"));
 }

@@ -350,3 +350,187 @@ mod tests {
         );
     }
 }
+
+/// Metadata of the bulk form: `{"collections": [...], "permissions": [{"role-name", "capabilities"}]}`.
+#[derive(Debug, Clone, Default)]
+struct BulkMeta {
+    collections: Option<Vec<String>>,
+    permissions: Option<Permissions>,
+}
+
+fn parse_bulk_meta(bytes: &[u8]) -> Result<BulkMeta, ApiError> {
+    let bad = |m: String| ApiError::new(ErrorCode::InvalidRequest, m);
+    let v: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| bad(format!("a metadata part is not JSON: {e}")))?;
+    let collections = match v.get("collections") {
+        None => None,
+        Some(serde_json::Value::Array(a)) => Some(
+            a.iter()
+                .map(|c| c.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| bad("metadata collections must be strings".into()))?,
+        ),
+        Some(_) => return Err(bad("metadata collections must be an array".into())),
+    };
+    let permissions = match v.get("permissions") {
+        None => None,
+        Some(serde_json::Value::Array(a)) => {
+            let mut p = Permissions::new();
+            for entry in a {
+                let role = entry["role-name"].as_str().unwrap_or_default();
+                let r = Role::parse(role).ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::InvalidParam,
+                        format!("Role {role} does not exist"),
+                    )
+                })?;
+                for cap in entry["capabilities"].as_array().into_iter().flatten() {
+                    let name = cap.as_str().unwrap_or_default();
+                    let c = Capability::parse(name).ok_or_else(|| {
+                        bad(format!(
+                            "capability {name:?} is not one of read, update, insert, execute"
+                        ))
+                    })?;
+                    p.grant(r, c);
+                }
+            }
+            Some(p)
+        }
+        Some(_) => return Err(bad("metadata permissions must be an array".into())),
+    };
+    Ok(BulkMeta {
+        collections,
+        permissions,
+    })
+}
+
+/// `POST /v1/documents` with `multipart/mixed`: many documents in one transaction. A metadata
+/// part without a filename sets the defaults for the content parts after it; one with a
+/// filename applies to that document. Query parameters `collection=` and `perm:` are the
+/// first defaults.
+pub(super) async fn post_bulk<B>(app: &App, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
+    require_any(&ctx.caller, &[Role::RestWriter, Role::Admin])?;
+    ctx.params
+        .only(&ctx.path, |k| k == "collection" || k.starts_with("perm:"))?;
+    let content_type = ctx
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    if !content_type
+        .to_ascii_lowercase()
+        .starts_with("multipart/mixed")
+    {
+        return Err(ApiError::new(
+            ErrorCode::InvalidMimeType,
+            "the bulk form of POST /v1/documents takes multipart/mixed",
+        ));
+    }
+    let boundary = super::multipart::boundary(&content_type).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            "multipart/mixed without a boundary",
+        )
+    })?;
+    let mut defaults = BulkMeta {
+        collections: ctx
+            .params
+            .has("collection")
+            .then(|| ctx.params.all("collection").map(str::to_string).collect()),
+        permissions: parse_permissions(ctx)?,
+    };
+    let body = read_body(app, &ctx.headers, body).await?;
+    let work = body.clone();
+    // Splitting and checking a large body is CPU work: off the async threads.
+    let planned = tokio::task::spawn_blocking(
+        move || -> Result<Vec<(PutDocument, &'static str)>, ApiError> {
+            let parts = super::multipart::parse(&work, &boundary)
+                .map_err(|m| ApiError::new(ErrorCode::InvalidRequest, m))?;
+            let mut per_uri: std::collections::HashMap<String, BulkMeta> = Default::default();
+            let mut out = Vec::new();
+            for (i, part) in parts.iter().enumerate() {
+                let category = part
+                    .disposition("category")
+                    .unwrap_or_else(|| "content".into());
+                let filename = part.disposition("filename");
+                if category.contains("metadata") {
+                    let meta = parse_bulk_meta(part.body)?;
+                    match &filename {
+                        None => defaults = meta,
+                        Some(uri) => {
+                            per_uri.insert(uri.clone(), meta);
+                        }
+                    }
+                    if !category.contains("content") {
+                        continue;
+                    }
+                }
+                let uri = filename.ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("content part {} has no filename", i + 1),
+                    )
+                })?;
+                let mime = part
+                    .header("content-type")
+                    .map(|v| {
+                        v.split(';')
+                            .next()
+                            .unwrap_or("")
+                            .trim()
+                            .to_ascii_lowercase()
+                    })
+                    .unwrap_or_default();
+                let format = match part
+                    .disposition("format")
+                    .as_deref()
+                    .and_then(Format::parse)
+                {
+                    Some(f) => f,
+                    None => format_of_mime(&mime)?.unwrap_or_else(|| format_of_extension(&uri)),
+                };
+                content::check(format, part.body).map_err(|e| {
+                    let code = match e.format {
+                        Format::Xml => ErrorCode::XmlDoc,
+                        Format::Json | Format::Text | Format::Binary => ErrorCode::JsonDoc,
+                    };
+                    ApiError::new(code, format!("{uri}: {}", e.message))
+                })?;
+                let meta = per_uri.remove(&uri).unwrap_or_else(|| defaults.clone());
+                let start = part.body.as_ptr() as usize - work.as_ptr() as usize;
+                out.push((
+                    PutDocument {
+                        uri,
+                        content: work.slice(start..start + part.body.len()),
+                        format,
+                        default_permissions: default_permissions(meta.collections.as_deref()),
+                        collections: meta.collections,
+                        permissions: meta.permissions,
+                    },
+                    format.mime_type(),
+                ));
+            }
+            Ok(out)
+        },
+    )
+    .await
+    .map_err(|_| ApiError::new(ErrorCode::Internal, "bulk parsing failed"))??;
+    let documents: Vec<serde_json::Value> = planned
+        .iter()
+        .map(|(p, mime)| serde_json::json!({"uri": p.uri, "mime-type": mime, "category": ["metadata", "content"]}))
+        .collect();
+    let ops = planned
+        .into_iter()
+        .map(|(p, _)| Op::PutDocument(p))
+        .collect();
+    app.store.write(&ctx.caller, ops).await?;
+    Ok(response::json_value(
+        200,
+        &serde_json::json!({"documents": documents}),
+    ))
+}

@@ -57,27 +57,15 @@ pub(super) fn model_service(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
 }
 
 /// The JSON part of a `multipart/mixed` body (one official client sends the query so).
-fn multipart_json(content_type: &str, body: &[u8]) -> Option<Bytes> {
-    let boundary = content_type
-        .split(';')
-        .map(str::trim)
-        .find_map(|p| p.strip_prefix("boundary="))?
-        .trim_matches('"');
-    let delimiter = format!("--{boundary}");
-    let text = std::str::from_utf8(body).ok()?;
-    for part in text.split(delimiter.as_str()).skip(1) {
-        if part.starts_with("--") {
-            break;
-        }
-        let (_, content) = part
-            .split_once("\r\n\r\n")
-            .or_else(|| part.split_once("\n\n"))?;
-        let content = content.trim_end_matches(['\r', '\n']);
-        if content.trim_start().starts_with('{') {
-            return Some(Bytes::copy_from_slice(content.as_bytes()));
-        }
-    }
-    None
+fn multipart_json(content_type: &str, body: &Bytes) -> Option<Bytes> {
+    let boundary = super::multipart::boundary(content_type)?;
+    let parts = super::multipart::parse(body, &boundary).ok()?;
+    let part = parts.iter().find(|p| {
+        p.header("content-type").is_none_or(|t| t.contains("json"))
+            && p.body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+    })?;
+    let start = part.body.as_ptr() as usize - body.as_ptr() as usize;
+    Some(body.slice(start..start + part.body.len()))
 }
 
 pub(super) async fn geo_query<B>(app: &Arc<App>, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
@@ -124,8 +112,9 @@ mod tests {
     #[test]
     fn finds_the_json_part() {
         let body = b"--b1\r\nContent-Type: application/json\r\n\r\n{\"params\":{}}\r\n--b1--\r\n";
-        let got = multipart_json("multipart/mixed; boundary=b1", body).unwrap();
+        let body = Bytes::from_static(body);
+        let got = multipart_json("multipart/mixed; boundary=b1", &body).unwrap();
         assert_eq!(&got[..], b"{\"params\":{}}");
-        assert!(multipart_json("multipart/mixed", body).is_none());
+        assert!(multipart_json("multipart/mixed", &body).is_none());
     }
 }

@@ -9,6 +9,7 @@ mod documents;
 mod features;
 mod flows;
 mod manage;
+mod multipart;
 pub mod params;
 pub mod response;
 mod router;

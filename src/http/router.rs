@@ -66,7 +66,7 @@ impl Route {
         match self {
             Route::Health => &[Method::GET, Method::HEAD],
             Route::Ping => &[Method::GET, Method::HEAD],
-            Route::Documents => &[Method::GET, Method::PUT, Method::DELETE],
+            Route::Documents => &[Method::GET, Method::PUT, Method::POST, Method::DELETE],
             Route::Users => &[Method::GET, Method::POST],
             Route::User(_) => &[Method::GET, Method::DELETE],
             Route::UserProperties(_) => &[Method::GET, Method::PUT],
@@ -143,6 +143,7 @@ where
         Route::Ping => Ok(response::empty(204)),
         Route::Documents => match method {
             Method::PUT => documents::put(app, &ctx, body).await,
+            Method::POST => documents::post_bulk(app, &ctx, body).await,
             Method::DELETE => documents::delete(app, &ctx).await,
             _ => documents::get(app, &ctx).await,
         },
