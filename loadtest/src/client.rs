@@ -12,11 +12,94 @@ use tokio::net::TcpStream;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub struct Conn {
+    addr: SocketAddr,
     sender: http1::SendRequest<Full<Bytes>>,
     user: String,
     password: String,
-    /// The server's Digest challenge, once negotiated; its `nc` counts up per request.
-    challenge: Option<digest_auth::WwwAuthenticateHeader>,
+    /// The server's Digest challenge, once negotiated.
+    digest: Option<Digest>,
+}
+
+/// Client-side Digest (RFC 7616, MD5, qop=auth), computed here rather than through a
+/// general-purpose crate: a load generator must spend as little CPU per request as it can,
+/// because it shares the machine with the server it measures.
+struct Digest {
+    realm: String,
+    nonce: String,
+    opaque: Option<String>,
+    /// `MD5(user:realm:password)`, hex.
+    ha1: String,
+    cnonce: String,
+    nc: u32,
+    /// `MD5(method:uri)` of the last (method, uri), hex: almost every request repeats it.
+    ha2: Option<(String, String, String)>,
+}
+
+fn md5_hex(parts: &[&[u8]]) -> String {
+    use md5::{Digest as _, Md5};
+    let mut h = Md5::new();
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            h.update(b":");
+        }
+        h.update(p);
+    }
+    let d = h.finalize();
+    let mut out = String::with_capacity(32);
+    for b in d.iter() {
+        out.push(char::from(b"0123456789abcdef"[(b >> 4) as usize]));
+        out.push(char::from(b"0123456789abcdef"[(b & 15) as usize]));
+    }
+    out
+}
+
+impl Digest {
+    fn from_challenge(header: &str, user: &str, password: &str) -> Result<Digest, BoxError> {
+        let c = digest_auth::parse(header)?;
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        Ok(Digest {
+            ha1: md5_hex(&[user.as_bytes(), c.realm.as_bytes(), password.as_bytes()]),
+            realm: c.realm,
+            nonce: c.nonce,
+            opaque: c.opaque,
+            cnonce: format!("{:016x}", seed ^ (user.len() as u128) << 64),
+            nc: 0,
+            ha2: None,
+        })
+    }
+
+    fn header(&mut self, user: &str, method: &str, uri: &str) -> String {
+        self.nc += 1;
+        let ha2 = match &self.ha2 {
+            Some((m, u, h)) if m == method && u == uri => h.clone(),
+            _ => {
+                let h = md5_hex(&[method.as_bytes(), uri.as_bytes()]);
+                self.ha2 = Some((method.to_string(), uri.to_string(), h.clone()));
+                h
+            }
+        };
+        let nc = format!("{:08x}", self.nc);
+        let response = md5_hex(&[
+            self.ha1.as_bytes(),
+            self.nonce.as_bytes(),
+            nc.as_bytes(),
+            self.cnonce.as_bytes(),
+            b"auth",
+            ha2.as_bytes(),
+        ]);
+        let opaque = self
+            .opaque
+            .as_deref()
+            .map(|o| format!(", opaque=\"{o}\""))
+            .unwrap_or_default();
+        format!(
+            "Digest username=\"{user}\", realm=\"{}\", nonce=\"{}\", uri=\"{uri}\", qop=auth, nc={nc}, cnonce=\"{}\", response=\"{response}\"{opaque}",
+            self.realm, self.nonce, self.cnonce
+        )
+    }
 }
 
 pub struct Reply {
@@ -25,31 +108,31 @@ pub struct Reply {
 }
 
 impl Conn {
-    pub async fn connect(addr: SocketAddr, user: &str, password: &str) -> Result<Conn, BoxError> {
+    async fn open(addr: SocketAddr) -> Result<http1::SendRequest<Full<Bytes>>, BoxError> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
+        Ok(sender)
+    }
+
+    pub async fn connect(addr: SocketAddr, user: &str, password: &str) -> Result<Conn, BoxError> {
         Ok(Conn {
-            sender,
+            addr,
+            sender: Conn::open(addr).await?,
             user: user.to_string(),
             password: password.to_string(),
-            challenge: None,
+            digest: None,
         })
     }
 
     fn authorization(&mut self, method: &str, target: &str) -> Option<String> {
-        let ch = self.challenge.as_mut()?;
-        let ctx = digest_auth::AuthContext::new_with_method(
-            self.user.as_str(),
-            self.password.as_str(),
-            target,
-            Option::<&[u8]>::None,
-            digest_auth::HttpMethod(method.to_string().into()),
-        );
-        ch.respond(&ctx).ok().map(|h| h.to_header_string())
+        let user = self.user.clone();
+        self.digest
+            .as_mut()
+            .map(|d| d.header(&user, method, target))
     }
 
     async fn send_once(
@@ -70,7 +153,12 @@ impl Conn {
             req = req.header("authorization", auth);
         }
         let req = req.body(Full::new(body))?;
-        self.sender.ready().await?;
+        // A server closes a connection after answering without reading the body (a 401 to
+        // a large request): open a new one; nothing was sent on this one yet.
+        if self.sender.ready().await.is_err() {
+            self.sender = Conn::open(self.addr).await?;
+            self.sender.ready().await?;
+        }
         let resp = self.sender.send_request(req).await?;
         let status = resp.status().as_u16();
         let digest = resp
@@ -99,9 +187,9 @@ impl Conn {
             if status == 401
                 && let Some(d) = digest
             {
-                let parsed = digest_auth::parse(&d)?;
-                if self.challenge.is_none() || parsed.stale {
-                    self.challenge = Some(parsed);
+                let stale = d.contains("stale=true");
+                if self.digest.is_none() || stale {
+                    self.digest = Some(Digest::from_challenge(&d, &self.user, &self.password)?);
                     continue;
                 }
             }

@@ -1,9 +1,26 @@
-//! geoshard-loadtest: drives a running geoshard over real HTTP with Digest auth and reports
-//! throughput and latency from HDR histograms.
+//! geoshard-loadtest: drives a running geoshard over real HTTP with Digest auth, beside the
+//! HTTP ceiling of the machine and a PostGIS peer, checks answers, and writes the report.
+//!
+//! - `prepare`: load a named dataset (counties, countries, places-1m, places-10m).
+//! - `run`: a workload against geoshard, the baseline or PostGIS; closed or open loop.
+//! - `baseline`: the minimal hyper server that measures the HTTP ceiling.
+//! - `peer-load`: load a dataset into PostGIS (see `peers/postgis.sh`).
+//! - `report`: results to `reports/<name>.md` with charts.
+//! - `put`: sustained durable PUTs (optionally through an input flow).
 
+mod baseline;
 mod client;
+mod data;
+mod drive;
+mod load;
+mod postgis;
+mod report;
+mod workload;
 
+use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -15,7 +32,10 @@ use hdrhistogram::Histogram;
 use client::{BoxError, Conn};
 
 #[derive(Parser)]
-#[command(name = "geoshard-loadtest", about = "HTTP load generator for geoshard")]
+#[command(
+    name = "geoshard-loadtest",
+    about = "HTTP load generator and report for geoshard"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -23,6 +43,60 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Load a dataset into a running server (bulk documents, then template and descriptor).
+    Prepare {
+        #[arg(long, default_value = "127.0.0.1:8011")]
+        addr: SocketAddr,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        password: String,
+        /// counties, countries, places-1m, places-10m, places-<n>
+        #[arg(long)]
+        dataset: String,
+        #[arg(long, default_value_t = 4)]
+        parallel: usize,
+        #[arg(long, default_value_t = 5000)]
+        batch: usize,
+        /// The server's pid, to report its resident memory after loading.
+        #[arg(long)]
+        server_pid: Option<u32>,
+    },
+    /// Drive a target with a workload and append the result to --out.
+    Run(RunArgs),
+    /// Serve the HTTP ceiling: a fixed small JSON body for every request.
+    Baseline {
+        #[arg(long, default_value = "127.0.0.1:8090")]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// Load a dataset into PostGIS (the cluster is started by peers/postgis.sh).
+    PeerLoad {
+        #[arg(
+            long,
+            default_value = "host=/tmp/geoshard-pg dbname=postgres user=postgres"
+        )]
+        pg: String,
+        #[arg(long)]
+        dataset: String,
+    },
+    /// Write the report from result files.
+    Report {
+        /// JSON-lines result files.
+        #[arg(long, required = true)]
+        results: Vec<PathBuf>,
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "loadtest/reports")]
+        dir: PathBuf,
+        /// A file of the commands that made the results (one per line).
+        #[arg(long)]
+        commands: Option<PathBuf>,
+        /// Extra figures, `label=value`, repeatable.
+        #[arg(long = "figure")]
+        figures: Vec<String>,
+    },
     /// Sustained durable PUTs of small JSON documents (closed loop).
     Put {
         #[arg(long, default_value = "127.0.0.1:8011")]
@@ -49,9 +123,151 @@ enum Command {
     },
 }
 
-fn main() -> Result<(), BoxError> {
+#[derive(clap::Args, Clone)]
+struct RunArgs {
+    /// geoshard, baseline or postgis.
+    #[arg(long, default_value = "geoshard")]
+    target: String,
+    #[arg(long, default_value = "127.0.0.1:8011")]
+    addr: SocketAddr,
+    #[arg(long, default_value = "")]
+    user: String,
+    #[arg(long, default_value = "")]
+    password: String,
+    #[arg(
+        long,
+        default_value = "host=/tmp/geoshard-pg dbname=postgres user=postgres"
+    )]
+    pg: String,
+    /// pip-counties, pip-countries, point-eq, envelope, mixed
+    #[arg(long)]
+    workload: String,
+    /// The dataset the workload runs on (default: counties, countries or places-1m).
+    #[arg(long)]
+    dataset: Option<String>,
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Open loop at this many requests per second (default: closed loop).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Distinct queries, cycled.
+    #[arg(long, default_value_t = 20_000)]
+    queries: usize,
+    /// Queries whose answers are checked.
+    #[arg(long, default_value_t = 400)]
+    checked: usize,
+    /// Ask for geometries (the interface's request has returnGeometry 1).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    geometry: bool,
+    /// Load-generator threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Append the result here (JSON lines).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The server's pid, to record its resident memory.
+    #[arg(long)]
+    server_pid: Option<u32>,
+}
+
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, BoxError> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()?)
+}
+
+fn main() {
     let cli = Cli::parse();
-    match cli.command {
+    if let Err(e) = dispatch(cli.command) {
+        eprintln!("geoshard-loadtest: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn dispatch(command: Command) -> Result<(), BoxError> {
+    match command {
+        Command::Prepare {
+            addr,
+            user,
+            password,
+            dataset,
+            parallel,
+            batch,
+            server_pid,
+        } => {
+            let ds = data::Dataset::parse(&dataset)?;
+            let p =
+                runtime(2)?.block_on(load::prepare(addr, &user, &password, ds, parallel, batch))?;
+            let rss = server_pid.and_then(drive::rss_of);
+            println!(
+                "{}",
+                serde_json::json!({
+                    "dataset": dataset,
+                    "documents": p.documents,
+                    "load_seconds": p.seconds,
+                    "docs_per_sec": p.documents as f64 / p.seconds,
+                    "index_seconds": p.index_seconds,
+                    "server_rss_bytes": rss,
+                    "server_rss_bytes_per_document": rss.map(|r| r as f64 / p.documents as f64),
+                })
+            );
+            Ok(())
+        }
+        Command::Run(args) => run(args),
+        Command::Baseline { listen, threads } => runtime(threads)?
+            .block_on(async {
+                baseline::serve(listen, |a| println!("baseline listening on http://{a}")).await
+            })
+            .map_err(Into::into),
+        Command::PeerLoad { pg, dataset } => {
+            let ds = data::Dataset::parse(&dataset)?;
+            let t = Instant::now();
+            let n = runtime(1)?.block_on(postgis::load(&pg, ds))?;
+            println!(
+                "{}",
+                serde_json::json!({"dataset": dataset, "rows": n, "seconds": t.elapsed().as_secs_f64()})
+            );
+            Ok(())
+        }
+        Command::Report {
+            results,
+            name,
+            dir,
+            commands,
+            figures,
+        } => {
+            let mut runs = Vec::new();
+            for path in &results {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    runs.push(serde_json::from_str::<drive::RunRecord>(line)?);
+                }
+            }
+            let commands = match commands {
+                Some(p) => std::fs::read_to_string(p)?
+                    .lines()
+                    .map(str::to_string)
+                    .collect(),
+                None => Vec::new(),
+            };
+            let extra: BTreeMap<String, String> = figures
+                .iter()
+                .filter_map(|f| {
+                    f.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                })
+                .collect();
+            let ctx = report::Context::gather(&name, commands, extra);
+            let path = report::write(&dir, &ctx, &runs)?;
+            println!("wrote {}", path.display());
+            Ok(())
+        }
         Command::Put {
             addr,
             user,
@@ -61,22 +277,111 @@ fn main() -> Result<(), BoxError> {
             warmup,
             threads,
             flow,
-        } => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(threads.max(1))
-                .enable_all()
-                .build()?;
-            rt.block_on(put(
-                addr,
-                &user,
-                &password,
-                connections,
-                warmup,
-                duration,
-                flow,
-            ))
-        }
+        } => runtime(threads)?.block_on(put(
+            addr,
+            &user,
+            &password,
+            connections,
+            warmup,
+            duration,
+            flow,
+        )),
     }
+}
+
+fn run(args: RunArgs) -> Result<(), BoxError> {
+    let wl = workload::Workload::parse(&args.workload)?;
+    let dataset = match &args.dataset {
+        Some(d) => data::Dataset::parse(d)?,
+        None => match wl {
+            workload::Workload::PipCountries => data::Dataset::Countries,
+            workload::Workload::PointEq | workload::Workload::Envelope => {
+                data::Dataset::Places(1_000_000)
+            }
+            workload::Workload::PipCounties | workload::Workload::Mixed => data::Dataset::Counties,
+        },
+    };
+    let places = data::places()?;
+    let checked = if args.target == "baseline" {
+        0
+    } else {
+        args.checked
+    };
+    let set = Arc::new(workload::build(
+        wl,
+        dataset,
+        &places,
+        args.queries,
+        checked,
+        args.geometry,
+    )?);
+    drop(places);
+    let spec = drive::Spec {
+        connections: args.connections,
+        warmup: Duration::from_secs_f64(args.warmup),
+        duration: Duration::from_secs_f64(args.duration),
+        rate: args.rate,
+    };
+    let rt = runtime(args.threads)?;
+    let (mut record, mismatch) = rt.block_on(async {
+        let senders = match args.target.as_str() {
+            "geoshard" => {
+                drive::http_senders(
+                    args.addr,
+                    &args.user,
+                    &args.password,
+                    args.connections,
+                    true,
+                )
+                .await?
+            }
+            "baseline" => {
+                drive::http_senders(
+                    args.addr,
+                    &args.user,
+                    &args.password,
+                    args.connections,
+                    false,
+                )
+                .await?
+            }
+            "postgis" => postgis::senders(&args.pg, &set, args.connections, args.geometry).await?,
+            other => {
+                return Err::<_, BoxError>(
+                    format!("unknown target {other} (geoshard, baseline, postgis)").into(),
+                );
+            }
+        };
+        Ok(drive::drive(set.clone(), senders, spec).await)
+    })?;
+    record.target = args.target.clone();
+    record.dataset = match dataset {
+        data::Dataset::Counties => "counties".into(),
+        data::Dataset::Countries => "countries".into(),
+        data::Dataset::Places(n) => format!("places-{n}"),
+    };
+    record.server_rss_bytes = args.server_pid.and_then(drive::rss_of);
+    record.note = (!args.geometry).then(|| "returnGeometry 0".to_string());
+    let line = serde_json::to_string(&record)?;
+    println!("{line}");
+    if let Some(out) = &args.out {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out)?;
+        writeln!(f, "{line}")?;
+    }
+    if let Some(m) = mismatch {
+        return Err(format!(
+            "{} of {} checked answers were wrong; first: {m}",
+            record.mismatched, record.checked
+        )
+        .into());
+    }
+    if record.errors > 0 && record.errors * 100 > record.requests {
+        return Err(format!("{} errors in {} requests", record.errors, record.requests).into());
+    }
+    Ok(())
 }
 
 fn health_counter(v: &serde_json::Value, name: &str) -> u64 {

@@ -25,7 +25,8 @@ use super::view::{GeometryOut, ViewData};
 use super::{Features, ViewState};
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
-use crate::spatial::{Query, Relation, parse_geojson};
+use crate::spatial::geometry::parse_parts;
+use crate::spatial::{Query, Relation};
 
 #[derive(Debug, Error)]
 pub enum FeatureError {
@@ -233,10 +234,20 @@ struct RawParams<'a> {
     method: Flex<'a>,
 }
 
+/// A GeoJSON geometry as the request carries it: its coordinates are nested arrays, so no
+/// JSON object map is built (`spatialReference` and other members are skipped).
+#[derive(Deserialize)]
+struct RawGeometry<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    coordinates: Option<Value>,
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct RawExtension {
-    geometry: Option<Value>,
+struct RawExtension<'a> {
+    #[serde(borrow)]
+    geometry: Option<RawGeometry<'a>>,
 }
 
 /// The `query` members this service reads; every other member is ignored.
@@ -267,7 +278,8 @@ struct RawQuery<'a> {
     geometry_type: Flex<'a>,
     #[serde(borrow)]
     spatial_rel: Flex<'a>,
-    extension: Option<RawExtension>,
+    #[serde(borrow)]
+    extension: Option<RawExtension<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -507,13 +519,17 @@ impl FeatureRequest {
                 .and_then(|n| Relation::parse(&n))
                 .ok_or_else(|| bad(format!("unsupported spatialRel {r}")))?,
         };
-        if let Some(g) = q
-            .extension
-            .and_then(|e| e.geometry)
-            .filter(|g| !g.is_null())
-        {
-            let geometry =
-                parse_geojson(&g).map_err(|e| bad(format!("extension.geometry: {e}")))?;
+        if let Some(g) = q.extension.and_then(|e| e.geometry) {
+            let kind = g.kind.ok_or_else(|| {
+                bad("extension.geometry: type: geometry has no string member \"type\"")
+            })?;
+            let coords = g.coordinates.ok_or_else(|| {
+                bad(format!(
+                    "extension.geometry: coordinates: {kind} has no member \"coordinates\""
+                ))
+            })?;
+            let geometry = parse_parts(&kind, &coords, Default::default())
+                .map_err(|e| bad(format!("extension.geometry: {e}")))?;
             spec.geometry = Some((Arc::new(Query::new(geometry)), relation));
         }
         Ok(FeatureRequest {

@@ -19,37 +19,61 @@ pub struct DigestResponse<'a> {
 }
 
 /// Parse the part after `Digest `: comma-separated `key=value` or `key="quoted value"`.
-/// Quoted values may not contain escaped quotes (no real client sends them here).
+/// Quoted values may not contain escaped quotes (no real client sends them here). Scans
+/// bytes and compares keys in place: it runs on every request.
 pub fn parse_digest(params: &str) -> Option<DigestResponse<'_>> {
     let mut out = DigestResponse::default();
-    let mut rest = params.trim();
-    while !rest.is_empty() {
-        let eq = rest.find('=')?;
-        let key = rest[..eq].trim();
-        rest = rest[eq + 1..].trim_start();
-        let value;
-        if let Some(stripped) = rest.strip_prefix('"') {
-            let end = stripped.find('"')?;
-            value = &stripped[..end];
-            rest = stripped[end + 1..].trim_start();
-        } else {
-            let end = rest.find(',').unwrap_or(rest.len());
-            value = rest[..end].trim();
-            rest = &rest[end..];
+    let b = params.as_bytes();
+    let mut i = 0;
+    let skip_ws = |mut i: usize| {
+        while i < b.len() && (b[i] == b' ' || b[i] == b'\t' || b[i] == b'\r' || b[i] == b'\n') {
+            i += 1;
         }
-        rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
-        match key.to_ascii_lowercase().as_str() {
-            "username" => out.username = value,
-            "realm" => out.realm = value,
-            "nonce" => out.nonce = value,
-            "uri" => out.uri = value,
-            "response" => out.response = value,
-            "qop" => out.qop = Some(value),
-            "nc" => out.nc = Some(value),
-            "cnonce" => out.cnonce = Some(value),
-            "opaque" => out.opaque = Some(value),
-            "algorithm" => out.algorithm = Some(value),
-            _ => {}
+        i
+    };
+    loop {
+        i = skip_ws(i);
+        if i >= b.len() {
+            break;
+        }
+        let eq = i + memchr::memchr(b'=', &b[i..])?;
+        let key = params[i..eq].trim();
+        i = skip_ws(eq + 1);
+        let value;
+        if b.get(i) == Some(&b'"') {
+            let end = i + 1 + memchr::memchr(b'"', &b[i + 1..])?;
+            value = &params[i + 1..end];
+            i = end + 1;
+        } else {
+            let end = memchr::memchr(b',', &b[i..]).map_or(b.len(), |e| i + e);
+            value = params[i..end].trim();
+            i = end;
+        }
+        i = skip_ws(i);
+        if b.get(i) == Some(&b',') {
+            i += 1;
+        }
+        let k = key.as_bytes();
+        if k.eq_ignore_ascii_case(b"username") {
+            out.username = value;
+        } else if k.eq_ignore_ascii_case(b"realm") {
+            out.realm = value;
+        } else if k.eq_ignore_ascii_case(b"nonce") {
+            out.nonce = value;
+        } else if k.eq_ignore_ascii_case(b"uri") {
+            out.uri = value;
+        } else if k.eq_ignore_ascii_case(b"response") {
+            out.response = value;
+        } else if k.eq_ignore_ascii_case(b"qop") {
+            out.qop = Some(value);
+        } else if k.eq_ignore_ascii_case(b"nc") {
+            out.nc = Some(value);
+        } else if k.eq_ignore_ascii_case(b"cnonce") {
+            out.cnonce = Some(value);
+        } else if k.eq_ignore_ascii_case(b"opaque") {
+            out.opaque = Some(value);
+        } else if k.eq_ignore_ascii_case(b"algorithm") {
+            out.algorithm = Some(value);
         }
     }
     if out.username.is_empty() || out.nonce.is_empty() || out.response.is_empty() {

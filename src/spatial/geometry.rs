@@ -64,6 +64,16 @@ pub fn parse_geojson_with(v: &Value, opts: ParseOptions) -> Result<Geometry<f64>
             format!("{kind} has no member \"coordinates\""),
         );
     };
+    parse_parts(kind, coords, opts)
+}
+
+/// Parse a geometry given as its `type` and its `coordinates` (for callers that deserialize
+/// the object themselves).
+pub fn parse_parts(
+    kind: &str,
+    coords: &Value,
+    opts: ParseOptions,
+) -> Result<Geometry<f64>, GeometryError> {
     let p = "coordinates";
     match kind {
         "Point" => Ok(Geometry::Point(Point(position(coords, p)?))),

@@ -1,0 +1,301 @@
+//! Driving a target with a workload.
+//!
+//! - Closed loop: `connections` clients, each sending its next request when the last one is
+//!   answered: peak throughput at that concurrency.
+//! - Open loop: requests are due at a fixed rate; each one's latency is measured from the
+//!   moment it was due, not from when a client got to send it, so a slow server cannot hide
+//!   its queueing (no coordinated omission). Enough connections are kept to carry the rate.
+//!
+//! Latencies go into HDR histograms (µs). A sample of responses is compared with the expected
+//! answers; any mismatch fails the run.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::client::{BoxError, Conn};
+use crate::workload::{PgArgs, Query, QuerySet};
+
+/// One measured run, as the report reads it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// `geoshard`, `baseline` or `postgis`.
+    pub target: String,
+    pub workload: String,
+    pub dataset: String,
+    /// `closed` or `open`.
+    pub mode: String,
+    pub connections: usize,
+    /// Requests per second offered (open loop).
+    pub offered: Option<f64>,
+    pub seconds: f64,
+    pub requests: u64,
+    pub errors: u64,
+    pub throughput: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    pub checked: u64,
+    pub mismatched: u64,
+    /// Resident memory of the server process, when its pid was given.
+    pub server_rss_bytes: Option<u64>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub connections: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Open loop at this many requests per second.
+    pub rate: Option<f64>,
+}
+
+/// What answers a query: an HTTP connection or a PostgreSQL connection.
+pub enum Sender {
+    Http {
+        conn: Conn,
+        /// Check `features[].id` in responses (not for the baseline).
+        check: bool,
+    },
+    Postgres {
+        client: tokio_postgres::Client,
+        statement: tokio_postgres::Statement,
+    },
+}
+
+/// Ids of the features of a geoQueryService response, ascending.
+pub fn response_ids(body: &[u8]) -> Option<Vec<i64>> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let mut ids: Vec<i64> = v["features"]
+        .as_array()?
+        .iter()
+        .filter_map(|f| f["id"].as_i64())
+        .collect();
+    ids.sort_unstable();
+    Some(ids)
+}
+
+impl Sender {
+    /// Send one query; the ids it answered (when asked and available).
+    async fn query(&mut self, q: &Query, want_ids: bool) -> Result<Option<Vec<i64>>, BoxError> {
+        match self {
+            Sender::Http { conn, check } => {
+                let r = conn
+                    .request(
+                        "POST",
+                        "/v1/resources/geoQueryService",
+                        Some("application/json"),
+                        q.body.clone(),
+                    )
+                    .await?;
+                if r.status != 200 {
+                    return Err(format!("status {}", r.status).into());
+                }
+                Ok(if want_ids && *check {
+                    Some(response_ids(&r.body).ok_or("response without features")?)
+                } else {
+                    None
+                })
+            }
+            Sender::Postgres { client, statement } => {
+                let rows = match q.pg {
+                    PgArgs::Point(x, y) => client.query(&*statement, &[&x, &y]).await?,
+                    PgArgs::Box(a, b, c, d) => client.query(&*statement, &[&a, &b, &c, &d]).await?,
+                };
+                Ok(if want_ids {
+                    let mut ids: Vec<i64> = rows.iter().map(|r| r.get::<_, i64>(0)).collect();
+                    ids.sort_unstable();
+                    Some(ids)
+                } else {
+                    None
+                })
+            }
+        }
+    }
+
+    async fn write(&mut self, n: u64) -> Result<(), BoxError> {
+        let Sender::Http { conn, .. } = self else {
+            return Ok(());
+        };
+        let r = conn
+            .request(
+                "PUT",
+                &format!("/v1/documents?uri=/lt/mixed/{n}.json&collection=lt-mixed"),
+                Some("application/json"),
+                Bytes::from(format!(
+                    "{{\"n\":{n},\"geometry\":{{\"type\":\"Point\",\"coordinates\":[0,0]}}}}"
+                )),
+            )
+            .await?;
+        if r.status != 201 && r.status != 204 {
+            return Err(format!("PUT status {}", r.status).into());
+        }
+        Ok(())
+    }
+}
+
+struct Tally {
+    hist: Histogram<u64>,
+    errors: u64,
+    checked: u64,
+    mismatched: u64,
+    first_mismatch: Option<String>,
+}
+
+/// Run `set` through `senders` (one per connection).
+pub async fn drive(
+    set: Arc<QuerySet>,
+    senders: Vec<Sender>,
+    spec: Spec,
+) -> (RunRecord, Option<String>) {
+    let start = Instant::now() + Duration::from_millis(20);
+    let measure_from = start + spec.warmup;
+    let measure_to = measure_from + spec.duration;
+    let next = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for mut sender in senders {
+        let (set, next, stop) = (set.clone(), next.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut t = Tally {
+                hist: Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds"),
+                errors: 0,
+                checked: 0,
+                mismatched: 0,
+                first_mismatch: None,
+            };
+            tokio::time::sleep_until(start.into()).await;
+            while !stop.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let due = match spec.rate {
+                    Some(rate) => {
+                        let due = start + Duration::from_secs_f64(i as f64 / rate);
+                        if due > measure_to {
+                            break;
+                        }
+                        tokio::time::sleep_until(due.into()).await;
+                        due
+                    }
+                    None => Instant::now(),
+                };
+                let q = &set.queries[(i as usize) % set.queries.len()];
+                let measuring = due >= measure_from && due < measure_to;
+                let result = if set.write_every > 0 && i % set.write_every == set.write_every - 1 {
+                    sender.write(i).await.map(|_| None)
+                } else {
+                    sender.query(q, measuring && q.expected.is_some()).await
+                };
+                let done = Instant::now();
+                if !measuring {
+                    if done > measure_to && spec.rate.is_none() {
+                        break;
+                    }
+                    continue;
+                }
+                match result {
+                    Ok(ids) => {
+                        let _ = t.hist.record((done - due).as_micros().max(1) as u64);
+                        if let (Some(got), Some(want)) = (ids, &q.expected) {
+                            t.checked += 1;
+                            if &got != want {
+                                t.mismatched += 1;
+                                if t.first_mismatch.is_none() {
+                                    t.first_mismatch = Some(format!(
+                                        "query {} of {}: got {:?}, expected {:?}",
+                                        i as usize % set.queries.len(),
+                                        set.workload.name(),
+                                        got,
+                                        want
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    Err(_) => t.errors += 1,
+                }
+            }
+            t
+        }));
+    }
+    tokio::time::sleep_until(measure_to.into()).await;
+    // Open loop: let the last due requests finish (they count from when they were due).
+    let grace = if spec.rate.is_some() {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_millis(0)
+    };
+    tokio::time::sleep(grace).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds");
+    let (mut errors, mut checked, mut mismatched, mut first) = (0, 0, 0, None);
+    for task in tasks {
+        if let Ok(t) = task.await {
+            let _ = hist.add(&t.hist);
+            errors += t.errors;
+            checked += t.checked;
+            mismatched += t.mismatched;
+            first = first.or(t.first_mismatch);
+        }
+    }
+    let seconds = spec.duration.as_secs_f64();
+    let record = RunRecord {
+        target: String::new(),
+        workload: set.workload.name().to_string(),
+        dataset: String::new(),
+        mode: if spec.rate.is_some() {
+            "open"
+        } else {
+            "closed"
+        }
+        .to_string(),
+        connections: spec.connections,
+        offered: spec.rate,
+        seconds,
+        requests: hist.len(),
+        errors,
+        throughput: hist.len() as f64 / seconds,
+        p50_us: hist.value_at_quantile(0.5),
+        p90_us: hist.value_at_quantile(0.9),
+        p99_us: hist.value_at_quantile(0.99),
+        p999_us: hist.value_at_quantile(0.999),
+        max_us: hist.max(),
+        checked,
+        mismatched,
+        server_rss_bytes: None,
+        note: None,
+    };
+    (record, first)
+}
+
+/// Open `n` HTTP connections (Digest negotiated on first use).
+pub async fn http_senders(
+    addr: std::net::SocketAddr,
+    user: &str,
+    password: &str,
+    n: usize,
+    check: bool,
+) -> Result<Vec<Sender>, BoxError> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut conn = Conn::connect(addr, user, password).await?;
+        // Negotiate Digest before the clock starts.
+        let _ = conn.request("GET", "/v1/ping", None, Bytes::new()).await?;
+        out.push(Sender::Http { conn, check });
+    }
+    Ok(out)
+}
+
+/// Resident set size of a process, from /proc.
+pub fn rss_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

@@ -1,0 +1,455 @@
+//! `report`: results (JSON lines of [`RunRecord`]) to `loadtest/reports/<name>.md`, the same
+//! as JSON, and SVG charts: throughput against concurrency, latency against offered load,
+//! and geoshard beside PostGIS and the HTTP ceiling per workload.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::drive::RunRecord;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Context {
+    pub name: String,
+    pub date: String,
+    pub commit: String,
+    pub cores: usize,
+    pub cpu_model: String,
+    pub memory: String,
+    pub kernel: String,
+    /// The commands and settings that produced the results.
+    pub commands: Vec<String>,
+    /// Other figures (load times, memory) as label -> value.
+    pub extra: BTreeMap<String, String>,
+}
+
+fn read_file(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+impl Context {
+    pub fn gather(name: &str, commands: Vec<String>, extra: BTreeMap<String, String>) -> Context {
+        let cpuinfo = read_file("/proc/cpuinfo");
+        let cpu_model = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let mem_kb: u64 = read_file("/proc/meminfo")
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        let date = std::process::Command::new("date")
+            .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        Context {
+            name: name.to_string(),
+            date,
+            commit,
+            cores: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
+            cpu_model,
+            memory: format!("{:.1} GiB", mem_kb as f64 / 1024.0 / 1024.0),
+            kernel: read_file("/proc/sys/kernel/osrelease").trim().to_string(),
+            commands,
+            extra,
+        }
+    }
+}
+
+fn best<'a>(runs: &'a [RunRecord], target: &str, workload: &str) -> Option<&'a RunRecord> {
+    runs.iter()
+        .filter(|r| r.target == target && r.workload == workload && r.mode == "closed")
+        .max_by(|a, b| a.throughput.total_cmp(&b.throughput))
+}
+
+fn at<'a>(
+    runs: &'a [RunRecord],
+    target: &str,
+    workload: &str,
+    connections: usize,
+) -> Option<&'a RunRecord> {
+    runs.iter()
+        .filter(|r| {
+            r.target == target
+                && r.workload == workload
+                && r.mode == "closed"
+                && r.connections == connections
+        })
+        .max_by(|a, b| a.throughput.total_cmp(&b.throughput))
+}
+
+fn chart_err<E: std::fmt::Display>(e: E) -> String {
+    format!("chart: {e}")
+}
+
+const COLORS: [RGBColor; 4] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+];
+
+fn throughput_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(), String> {
+    let series: Vec<(&str, Vec<(f64, f64)>)> = ["geoshard", "baseline", "postgis"]
+        .iter()
+        .map(|t| {
+            let mut pts: BTreeMap<usize, f64> = BTreeMap::new();
+            for r in runs.iter().filter(|r| {
+                r.target == *t && r.mode == "closed" && (r.workload == workload || *t == "baseline")
+            }) {
+                let e = pts.entry(r.connections).or_insert(0.0);
+                *e = e.max(r.throughput);
+            }
+            (
+                *t,
+                pts.into_iter()
+                    .map(|(c, v)| ((c as f64).log2(), v / 1000.0))
+                    .collect::<Vec<(f64, f64)>>(),
+            )
+        })
+        .filter(|(_, p)| !p.is_empty())
+        .collect();
+    let max_y = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.1))
+        .fold(1.0, f64::max)
+        * 1.15;
+    let max_x = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .fold(1.0, f64::max);
+    let root = SVGBackend::new(path, (760, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(chart_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("Throughput against concurrency ({workload}, closed loop)"),
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..max_x + 0.5, 0.0..max_y)
+        .map_err(chart_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("connections")
+        .y_desc("thousand requests / s")
+        .x_label_formatter(&|x| format!("{}", 2f64.powf(x.round()) as u64))
+        .draw()
+        .map_err(chart_err)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(chart_err)?
+            .label(*name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+            .map_err(chart_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(chart_err)?;
+    root.present().map_err(chart_err)
+}
+
+fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(), String> {
+    let mut open: Vec<&RunRecord> = runs
+        .iter()
+        .filter(|r| r.target == "geoshard" && r.mode == "open" && r.workload == workload)
+        .collect();
+    open.sort_by(|a, b| {
+        a.offered
+            .unwrap_or(0.0)
+            .total_cmp(&b.offered.unwrap_or(0.0))
+    });
+    if open.is_empty() {
+        return Ok(());
+    }
+    let series: Vec<(&str, Vec<(f64, f64)>)> = vec![
+        (
+            "p50",
+            open.iter()
+                .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, r.p50_us as f64 / 1000.0))
+                .collect(),
+        ),
+        (
+            "p90",
+            open.iter()
+                .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, r.p90_us as f64 / 1000.0))
+                .collect(),
+        ),
+        (
+            "p99",
+            open.iter()
+                .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, r.p99_us as f64 / 1000.0))
+                .collect(),
+        ),
+        (
+            "p99.9",
+            open.iter()
+                .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, r.p999_us as f64 / 1000.0))
+                .collect(),
+        ),
+    ];
+    let max_x = open
+        .iter()
+        .map(|r| r.offered.unwrap_or(0.0) / 1000.0)
+        .fold(1.0, f64::max)
+        * 1.05;
+    let max_y = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.1))
+        .fold(0.1, f64::max)
+        * 1.3;
+    let root = SVGBackend::new(path, (760, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(chart_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("Latency against offered load ({workload}, open loop)"),
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..max_x, (0.01..max_y).log_scale())
+        .map_err(chart_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("offered load, thousand requests / s")
+        .y_desc("latency, ms (log)")
+        .draw()
+        .map_err(chart_err)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(chart_err)?
+            .label(*name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+            .map_err(chart_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(chart_err)?;
+    root.present().map_err(chart_err)
+}
+
+fn comparison_chart(runs: &[RunRecord], workloads: &[&str], path: &Path) -> Result<(), String> {
+    let targets = ["geoshard", "postgis", "baseline"];
+    let max_y = runs
+        .iter()
+        .map(|r| r.throughput / 1000.0)
+        .fold(1.0, f64::max)
+        * 1.15;
+    let root = SVGBackend::new(path, (760, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(chart_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Best closed-loop throughput per workload",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(-0.5..(workloads.len() as f64 - 0.5), 0.0..max_y)
+        .map_err(chart_err)?;
+    let names: Vec<String> = workloads.iter().map(|w| w.to_string()).collect();
+    chart
+        .configure_mesh()
+        .x_labels(workloads.len())
+        .x_label_formatter(&|x| names.get(x.round() as usize).cloned().unwrap_or_default())
+        .y_desc("thousand requests / s")
+        .draw()
+        .map_err(chart_err)?;
+    for (ti, target) in targets.iter().enumerate() {
+        let color = COLORS[ti % COLORS.len()];
+        let width = 0.25;
+        let offset = (ti as f64 - 1.0) * width;
+        let bars: Vec<Rectangle<(f64, f64)>> = workloads
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| {
+                // The ceiling is one figure for every workload.
+                let r = if *target == "baseline" {
+                    runs.iter()
+                        .filter(|r| r.target == "baseline" && r.mode == "closed")
+                        .max_by(|a, b| a.throughput.total_cmp(&b.throughput))
+                } else {
+                    best(runs, target, w)
+                }?;
+                let x = i as f64 + offset;
+                Some(Rectangle::new(
+                    [
+                        (x - width / 2.0, 0.0),
+                        (x + width / 2.0, r.throughput / 1000.0),
+                    ],
+                    color.filled(),
+                ))
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(chart_err)?
+            .label(*target)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(chart_err)?;
+    root.present().map_err(chart_err)
+}
+
+fn fmt_k(v: f64) -> String {
+    format!("{:.1}k", v / 1000.0)
+}
+
+/// Write the report; returns the Markdown path.
+pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path::PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let name = &ctx.name;
+    let workloads: Vec<&str> = [
+        "pip-counties",
+        "pip-countries",
+        "point-eq",
+        "envelope",
+        "mixed",
+    ]
+    .into_iter()
+    .filter(|w| {
+        runs.iter()
+            .any(|r| r.workload == *w && r.target != "baseline")
+    })
+    .collect();
+    throughput_chart(
+        runs,
+        "pip-counties",
+        &dir.join(format!("{name}-throughput.svg")),
+    )?;
+    latency_chart(
+        runs,
+        "pip-counties",
+        &dir.join(format!("{name}-latency.svg")),
+    )?;
+    comparison_chart(runs, &workloads, &dir.join(format!("{name}-compare.svg")))?;
+
+    let mut md = String::new();
+    md.push_str(&format!("# geoshard load test: {name}\n\n"));
+    md.push_str(&format!(
+        "- date: {}\n- commit: `{}`\n- machine: {} cores, {}, {} memory, Linux {}\n- server and load generator share the machine; PostGIS runs on the same machine over a local socket and pays no HTTP cost.\n\n",
+        ctx.date, ctx.commit, ctx.cores, ctx.cpu_model, ctx.memory, ctx.kernel
+    ));
+    md.push_str("## Summary\n\n");
+    md.push_str("| workload | geoshard best (conns) | HTTP ceiling best | geoshard / ceiling | PostGIS best (conns) | geoshard / PostGIS, same conns | answers checked (mismatches) |\n|---|---|---|---|---|---|---|\n");
+    let ceiling = runs
+        .iter()
+        .filter(|r| r.target == "baseline" && r.mode == "closed")
+        .max_by(|a, b| a.throughput.total_cmp(&b.throughput));
+    for w in &workloads {
+        let g = best(runs, "geoshard", w);
+        let p = best(runs, "postgis", w);
+        let same = g.and_then(|g| {
+            at(runs, "postgis", w, g.connections).map(|p| g.throughput / p.throughput)
+        });
+        let checks: (u64, u64) = runs
+            .iter()
+            .filter(|r| r.workload == *w && r.target != "baseline")
+            .fold((0, 0), |a, r| (a.0 + r.checked, a.1 + r.mismatched));
+        md.push_str(&format!(
+            "| {w} | {} | {} | {} | {} | {} | {} ({}) |\n",
+            g.map(|r| format!("{} ({})", fmt_k(r.throughput), r.connections))
+                .unwrap_or("-".into()),
+            ceiling
+                .map(|r| format!("{} ({})", fmt_k(r.throughput), r.connections))
+                .unwrap_or("-".into()),
+            match (g, ceiling) {
+                (Some(g), Some(c)) => format!("{:.0}%", 100.0 * g.throughput / c.throughput),
+                _ => "-".into(),
+            },
+            p.map(|r| format!("{} ({})", fmt_k(r.throughput), r.connections))
+                .unwrap_or("-".into()),
+            same.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
+            checks.0,
+            checks.1
+        ));
+    }
+    md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code.\n\n");
+    if !ctx.extra.is_empty() {
+        md.push_str("## Other figures\n\n");
+        for (k, v) in &ctx.extra {
+            md.push_str(&format!("- {k}: {v}\n"));
+        }
+        md.push('\n');
+    }
+    md.push_str(&format!("## Charts\n\n![throughput]({name}-throughput.svg)\n\n![latency]({name}-latency.svg)\n\n![comparison]({name}-compare.svg)\n\n"));
+    md.push_str("## Every run\n\n| target | workload | dataset | mode | conns | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | errors | checked | mismatched |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
+    for r in runs {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.target,
+            r.workload,
+            r.dataset,
+            r.mode,
+            r.connections,
+            r.offered.map(|o| format!("{o:.0}")).unwrap_or("-".into()),
+            r.throughput,
+            ms(r.p50_us),
+            ms(r.p90_us),
+            ms(r.p99_us),
+            ms(r.p999_us),
+            ms(r.max_us),
+            r.errors,
+            r.checked,
+            r.mismatched
+        ));
+    }
+    md.push_str("\n## How these figures were made\n\n```sh\n");
+    for c in &ctx.commands {
+        md.push_str(c);
+        md.push('\n');
+    }
+    md.push_str("```\n");
+    let md_path = dir.join(format!("{name}.md"));
+    std::fs::write(&md_path, md).map_err(|e| e.to_string())?;
+    let json = serde_json::json!({"context": ctx, "runs": runs});
+    std::fs::write(
+        dir.join(format!("{name}.json")),
+        serde_json::to_vec_pretty(&json).unwrap_or_default(),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(md_path)
+}

@@ -1,0 +1,222 @@
+//! Workloads: the queries a run sends, in the real geoQueryService request shape, and the
+//! expected answers for a sample of them (from the independent oracle in `data`).
+//!
+//! - `pip-counties`: point-contains on the counties; query points are GeoNames places in the
+//!   US and uniform points in the US bounding box, half and half.
+//! - `pip-countries`: the same on the world countries, with places worldwide and uniform
+//!   points over land and sea.
+//! - `point-eq`: exact-point contains on a places layer, at stored points.
+//! - `envelope`: 0.1° boxes around stored points, intersects.
+//! - `mixed`: `pip-counties` with one request in twenty a durable `PUT`.
+
+use bytes::Bytes;
+use serde_json::json;
+
+use crate::data::{Dataset, Jitter, Place, Rng};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    PipCounties,
+    PipCountries,
+    PointEq,
+    Envelope,
+    Mixed,
+}
+
+impl Workload {
+    pub fn parse(s: &str) -> Result<Workload, String> {
+        Ok(match s {
+            "pip-counties" => Workload::PipCounties,
+            "pip-countries" => Workload::PipCountries,
+            "point-eq" => Workload::PointEq,
+            "envelope" => Workload::Envelope,
+            "mixed" => Workload::Mixed,
+            other => {
+                return Err(format!(
+                    "unknown workload {other} (pip-counties, pip-countries, point-eq, envelope, mixed)"
+                ));
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::PipCounties => "pip-counties",
+            Workload::PipCountries => "pip-countries",
+            Workload::PointEq => "point-eq",
+            Workload::Envelope => "envelope",
+            Workload::Mixed => "mixed",
+        }
+    }
+}
+
+/// What the PostGIS peer runs for the same query.
+#[derive(Debug, Clone, Copy)]
+pub enum PgArgs {
+    Point(f64, f64),
+    Box(f64, f64, f64, f64),
+}
+
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub body: Bytes,
+    pub pg: PgArgs,
+    /// The right OBJECTIDs, ascending, for the queries that are checked.
+    pub expected: Option<Vec<i64>>,
+}
+
+pub struct QuerySet {
+    pub workload: Workload,
+    pub dataset: Dataset,
+    pub queries: Vec<Query>,
+    /// One request in `write_every` is a PUT (mixed), 0 = none.
+    pub write_every: u64,
+}
+
+fn pip_body(service: &str, x: f64, y: f64, geometry: bool) -> Bytes {
+    Bytes::from(
+        json!({
+            "params": {"id": service, "layer": 0, "method": "query"},
+            "query": {
+                "returnGeometry": if geometry { 1 } else { 0 },
+                "geometryType": "gisGeometryPoint",
+                "spatialRel": "gisSpatialRelContains",
+                "extension": {"geometry": {"type": "Point", "coordinates": [x, y]}}
+            }
+        })
+        .to_string(),
+    )
+}
+
+fn box_body(service: &str, b: [f64; 4], geometry: bool) -> Bytes {
+    let [x0, y0, x1, y1] = b;
+    Bytes::from(
+        json!({
+            "params": {"id": service, "layer": 0, "method": "query"},
+            "query": {
+                "returnGeometry": if geometry { 1 } else { 0 },
+                "geometryType": "gisGeometryEnvelope",
+                "spatialRel": "gisSpatialRelIntersects",
+                "extension": {"geometry": {"type": "Polygon", "coordinates": [[[x0, y0], [x1, y0], [x1, y1], [x0, y1], [x0, y0]]]}}
+            }
+        })
+        .to_string(),
+    )
+}
+
+/// Build a workload's queries. `checked` of them carry expected answers.
+pub fn build(
+    workload: Workload,
+    dataset: Dataset,
+    places: &[Place],
+    count: usize,
+    checked: usize,
+    geometry: bool,
+) -> Result<QuerySet, String> {
+    let mut rng = Rng::new(7 + workload as u64);
+    let service = dataset.service();
+    let queries = match workload {
+        Workload::PipCounties | Workload::PipCountries | Workload::Mixed => {
+            let polys = crate::data::polygons(dataset)?;
+            let (region, pool): ([f64; 4], Vec<&Place>) = if dataset == Dataset::Counties {
+                (
+                    [-125.0, 24.0, -66.0, 50.0],
+                    places.iter().filter(|p| p.cc == "US").collect(),
+                )
+            } else {
+                ([-180.0, -60.0, 180.0, 80.0], places.iter().collect())
+            };
+            (0..count)
+                .map(|i| {
+                    let (x, y) = if i % 2 == 0 {
+                        let p = pool[rng.below(pool.len())];
+                        (p.lon, p.lat)
+                    } else {
+                        (
+                            region[0] + rng.unit() * (region[2] - region[0]),
+                            region[1] + rng.unit() * (region[3] - region[1]),
+                        )
+                    };
+                    Query {
+                        body: pip_body(service, x, y, geometry),
+                        pg: PgArgs::Point(x, y),
+                        expected: (i < checked).then(|| polys.containing(x, y)),
+                    }
+                })
+                .collect()
+        }
+        Workload::PointEq | Workload::Envelope => {
+            let Dataset::Places(n) = dataset else {
+                return Err(format!("{} runs on a places dataset", workload.name()));
+            };
+            // Which stored points the queries use, then one pass over the generated points
+            // for their coordinates and the expected answers.
+            let picks: Vec<usize> = (0..count).map(|_| rng.below(n)).collect();
+            let mut wanted: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+            for (qi, k) in picks.iter().enumerate() {
+                wanted.entry(*k).or_default().push(qi);
+            }
+            let mut coords = vec![(0.0f64, 0.0f64); count];
+            for (k, (x, y, _)) in Jitter::new(places).take(n).enumerate() {
+                if let Some(qs) = wanted.get(&k) {
+                    for q in qs {
+                        coords[*q] = (x, y);
+                    }
+                }
+            }
+            let half = 0.05;
+            let boxes: Vec<[f64; 4]> = coords
+                .iter()
+                .map(|(x, y)| [x - half, y - half, x + half, y + half])
+                .collect();
+            let mut expected: Vec<Vec<i64>> = vec![Vec::new(); checked.min(count)];
+            for (k, (x, y, _)) in Jitter::new(places).take(n).enumerate() {
+                for (q, exp) in expected.iter_mut().enumerate() {
+                    let hit = match workload {
+                        Workload::PointEq => coords[q] == (x, y),
+                        _ => {
+                            let b = boxes[q];
+                            b[0] <= x && x <= b[2] && b[1] <= y && y <= b[3]
+                        }
+                    };
+                    if hit {
+                        exp.push(k as i64 + 1);
+                    }
+                }
+            }
+            (0..count)
+                .map(|i| {
+                    let (x, y) = coords[i];
+                    let (body, pg) = match workload {
+                        Workload::PointEq => {
+                            (pip_body(service, x, y, geometry), PgArgs::Point(x, y))
+                        }
+                        _ => {
+                            let b = boxes[i];
+                            (
+                                box_body(service, b, geometry),
+                                PgArgs::Box(b[0], b[1], b[2], b[3]),
+                            )
+                        }
+                    };
+                    Query {
+                        body,
+                        pg,
+                        expected: expected.get(i).map(|e| {
+                            // The server returns at most 5000, in ascending id order.
+                            let mut e = e.clone();
+                            e.truncate(5000);
+                            e
+                        }),
+                    }
+                })
+                .collect()
+        }
+    };
+    Ok(QuerySet {
+        workload,
+        dataset,
+        queries,
+        write_every: if workload == Workload::Mixed { 20 } else { 0 },
+    })
+}
