@@ -42,6 +42,8 @@ pub struct Config {
     pub commit_batch_max: usize,
     /// Writes waiting for the writer; a full queue makes writers wait (back-pressure).
     pub write_queue: usize,
+    /// The store's page cache, in bytes.
+    pub store_cache_bytes: usize,
     /// Spatial shards per index; defaults to the core count.
     pub shards: usize,
     /// H3 resolution of the cells that map features to shards.
@@ -60,6 +62,8 @@ pub struct Config {
     pub js_memory_limit_bytes: usize,
     /// Seconds in-flight requests get to finish at shutdown.
     pub shutdown_grace_secs: u64,
+    /// Threads serving HTTP (tokio workers); 0 = the core count.
+    pub io_threads: usize,
     /// The `tracing` filter, e.g. `info` or `geoshard=debug`.
     pub log: String,
 }
@@ -76,6 +80,7 @@ impl Default for Config {
             nonce_capacity: 100_000,
             commit_batch_max: 2048,
             write_queue: 16_384,
+            store_cache_bytes: 128 * 1024 * 1024,
             shards: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2),
@@ -89,6 +94,7 @@ impl Default for Config {
             js_time_limit_ms: 1000,
             js_memory_limit_bytes: 64 * 1024 * 1024,
             shutdown_grace_secs: 30,
+            io_threads: 0,
             log: "info".to_string(),
         }
     }
@@ -105,6 +111,7 @@ pub const KEYS: &[&str] = &[
     "nonce_capacity",
     "commit_batch_max",
     "write_queue",
+    "store_cache_bytes",
     "shards",
     "h3_resolution",
     "max_record_count",
@@ -114,6 +121,7 @@ pub const KEYS: &[&str] = &[
     "js_time_limit_ms",
     "js_memory_limit_bytes",
     "shutdown_grace_secs",
+    "io_threads",
     "log",
 ];
 
@@ -150,6 +158,7 @@ impl Config {
             "nonce_capacity" => self.nonce_capacity = positive(key, parse(key, text)?)?,
             "commit_batch_max" => self.commit_batch_max = positive(key, parse(key, text)?)?,
             "write_queue" => self.write_queue = positive(key, parse(key, text)?)?,
+            "store_cache_bytes" => self.store_cache_bytes = positive(key, parse(key, text)?)?,
             "shards" => self.shards = positive(key, parse(key, text)?)?,
             "h3_resolution" => {
                 let r: u8 = parse(key, text)?;
@@ -174,6 +183,7 @@ impl Config {
             "js_time_limit_ms" => self.js_time_limit_ms = parse(key, text)?,
             "js_memory_limit_bytes" => self.js_memory_limit_bytes = parse(key, text)?,
             "shutdown_grace_secs" => self.shutdown_grace_secs = parse(key, text)?,
+            "io_threads" => self.io_threads = parse(key, text)?,
             "log" => self.log = text.to_string(),
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
@@ -283,6 +293,7 @@ mod tests {
             ("nonce_capacity", "5"),
             ("commit_batch_max", "5"),
             ("write_queue", "5"),
+            ("store_cache_bytes", "1000000"),
             ("shards", "3"),
             ("h3_resolution", "5"),
             ("max_record_count", "10"),
@@ -292,6 +303,7 @@ mod tests {
             ("js_time_limit_ms", "5"),
             ("js_memory_limit_bytes", "1000000"),
             ("shutdown_grace_secs", "1"),
+            ("io_threads", "1"),
             ("log", "debug"),
         ];
         assert_eq!(samples.len(), KEYS.len());

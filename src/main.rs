@@ -112,8 +112,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
+fn runtime(io_threads: usize) -> Result<tokio::runtime::Runtime, String> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if io_threads > 0 {
+        builder.worker_threads(io_threads);
+    }
+    builder
         .enable_all()
         .thread_name("geoshard-io")
         .build()
@@ -135,7 +139,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     service::init_logging(&config.log);
-    runtime()?
+    runtime(config.io_threads)?
         .block_on(service::serve(
             config,
             service::shutdown_signal(),
@@ -181,7 +185,7 @@ fn demo(listen: &str, examples: Option<PathBuf>) -> Result<(), String> {
         }
     }
     let data_dir = config.data_dir.clone();
-    runtime()?
+    runtime(config.io_threads)?
         .block_on(service::serve(
             config,
             service::shutdown_signal(),

@@ -8,14 +8,7 @@
 //! - `report`: results to `reports/<name>.md` with charts.
 //! - `put`: sustained durable PUTs (optionally through an input flow).
 
-mod baseline;
-mod client;
-mod data;
-mod drive;
-mod load;
-mod postgis;
-mod report;
-mod workload;
+use geoshard_loadtest::{baseline, client, data, drive, load, postgis, report, workload};
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

@@ -73,26 +73,54 @@ impl Context {
     }
 }
 
-fn best<'a>(runs: &'a [RunRecord], target: &str, workload: &str) -> Option<&'a RunRecord> {
-    runs.iter()
-        .filter(|r| r.target == target && r.workload == workload && r.mode == "closed")
-        .max_by(|a, b| a.throughput.total_cmp(&b.throughput))
-}
-
-fn at<'a>(
-    runs: &'a [RunRecord],
-    target: &str,
-    workload: &str,
-    connections: usize,
-) -> Option<&'a RunRecord> {
-    runs.iter()
+/// Throughputs of the closed-loop runs of one (target, workload, connections).
+fn samples(runs: &[RunRecord], target: &str, workload: &str, connections: usize) -> Vec<f64> {
+    let mut v: Vec<f64> = runs
+        .iter()
         .filter(|r| {
             r.target == target
-                && r.workload == workload
+                && (r.workload == workload || target == "baseline")
                 && r.mode == "closed"
                 && r.connections == connections
         })
-        .max_by(|a, b| a.throughput.total_cmp(&b.throughput))
+        .map(|r| r.throughput)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// The concurrency with the highest median throughput: (connections, median, min, runs).
+fn best(runs: &[RunRecord], target: &str, workload: &str) -> Option<(usize, f64, f64, usize)> {
+    let mut conns: Vec<usize> = runs
+        .iter()
+        .filter(|r| {
+            r.target == target
+                && r.mode == "closed"
+                && (r.workload == workload || target == "baseline")
+        })
+        .map(|r| r.connections)
+        .collect();
+    conns.sort_unstable();
+    conns.dedup();
+    conns
+        .into_iter()
+        .map(|c| {
+            let s = samples(runs, target, workload, c);
+            (c, median(&s), s.first().copied().unwrap_or(0.0), s.len())
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 fn chart_err<E: std::fmt::Display>(e: E) -> String {
@@ -301,19 +329,10 @@ fn comparison_chart(runs: &[RunRecord], workloads: &[&str], path: &Path) -> Resu
             .enumerate()
             .filter_map(|(i, w)| {
                 // The ceiling is one figure for every workload.
-                let r = if *target == "baseline" {
-                    runs.iter()
-                        .filter(|r| r.target == "baseline" && r.mode == "closed")
-                        .max_by(|a, b| a.throughput.total_cmp(&b.throughput))
-                } else {
-                    best(runs, target, w)
-                }?;
+                let (_, m, _, _) = best(runs, target, w)?;
                 let x = i as f64 + offset;
                 Some(Rectangle::new(
-                    [
-                        (x - width / 2.0, 0.0),
-                        (x + width / 2.0, r.throughput / 1000.0),
-                    ],
+                    [(x - width / 2.0, 0.0), (x + width / 2.0, m / 1000.0)],
                     color.filled(),
                 ))
             })
@@ -373,38 +392,64 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
         ctx.date, ctx.commit, ctx.cores, ctx.cpu_model, ctx.memory, ctx.kernel
     ));
     md.push_str("## Summary\n\n");
-    md.push_str("| workload | geoshard best (conns) | HTTP ceiling best | geoshard / ceiling | PostGIS best (conns) | geoshard / PostGIS, same conns | answers checked (mismatches) |\n|---|---|---|---|---|---|---|\n");
-    let ceiling = runs
-        .iter()
-        .filter(|r| r.target == "baseline" && r.mode == "closed")
-        .max_by(|a, b| a.throughput.total_cmp(&b.throughput));
+    md.push_str("Throughput is the median of repeated closed-loop runs (minimum in brackets) at the concurrency where that median is highest. Ratios compare medians.\n\n");
+    md.push_str("| workload | geoshard (conns) | HTTP ceiling (conns) | geoshard / ceiling | PostGIS (conns) | geoshard / PostGIS, best vs best | geoshard / PostGIS at PostGIS's best conns | answers checked (wrong) |\n|---|---|---|---|---|---|---|---|\n");
+    let ceiling = best(runs, "baseline", "");
+    let cell = |b: Option<(usize, f64, f64, usize)>| {
+        b.map(|(c, m, lo, n)| format!("{} [{}] ({c}, {n} runs)", fmt_k(m), fmt_k(lo)))
+            .unwrap_or("-".into())
+    };
     for w in &workloads {
         let g = best(runs, "geoshard", w);
         let p = best(runs, "postgis", w);
-        let same = g.and_then(|g| {
-            at(runs, "postgis", w, g.connections).map(|p| g.throughput / p.throughput)
+        let at_pg = p.and_then(|(c, pm, _, _)| {
+            let s = samples(runs, "geoshard", w, c);
+            (!s.is_empty()).then(|| median(&s) / pm)
         });
         let checks: (u64, u64) = runs
             .iter()
             .filter(|r| r.workload == *w && r.target != "baseline")
             .fold((0, 0), |a, r| (a.0 + r.checked, a.1 + r.mismatched));
         md.push_str(&format!(
-            "| {w} | {} | {} | {} | {} | {} | {} ({}) |\n",
-            g.map(|r| format!("{} ({})", fmt_k(r.throughput), r.connections))
-                .unwrap_or("-".into()),
-            ceiling
-                .map(|r| format!("{} ({})", fmt_k(r.throughput), r.connections))
-                .unwrap_or("-".into()),
+            "| {w} | {} | {} | {} | {} | {} | {} | {} ({}) |\n",
+            cell(g),
+            cell(ceiling),
             match (g, ceiling) {
-                (Some(g), Some(c)) => format!("{:.0}%", 100.0 * g.throughput / c.throughput),
+                (Some(g), Some(c)) => format!("{:.0}%", 100.0 * g.1 / c.1),
                 _ => "-".into(),
             },
-            p.map(|r| format!("{} ({})", fmt_k(r.throughput), r.connections))
-                .unwrap_or("-".into()),
-            same.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
+            cell(p),
+            match (g, p) {
+                (Some(g), Some(p)) => format!("{:.2}x", g.1 / p.1),
+                _ => "-".into(),
+            },
+            at_pg.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
             checks.0,
             checks.1
         ));
+    }
+    // Open loop: the latency at about 70% of the closed-loop peak.
+    if let Some((_, peak, _, _)) = best(runs, "geoshard", "pip-counties") {
+        let near = runs
+            .iter()
+            .filter(|r| r.target == "geoshard" && r.mode == "open" && r.workload == "pip-counties")
+            .min_by(|a, b| {
+                (a.offered.unwrap_or(0.0) - 0.7 * peak)
+                    .abs()
+                    .total_cmp(&(b.offered.unwrap_or(0.0) - 0.7 * peak).abs())
+            });
+        if let Some(r) = near {
+            md.push_str(&format!(
+                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms (latency from each request's due time).\n",
+                r.offered.unwrap_or(0.0),
+                100.0 * r.offered.unwrap_or(0.0) / peak,
+                fmt_k(peak),
+                r.p50_us as f64 / 1000.0,
+                r.p99_us as f64 / 1000.0,
+                r.p999_us as f64 / 1000.0,
+                r.max_us as f64 / 1000.0
+            ));
+        }
     }
     md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code.\n\n");
     if !ctx.extra.is_empty() {

@@ -104,7 +104,8 @@ fn box_body(service: &str, b: [f64; 4], geometry: bool) -> Bytes {
     )
 }
 
-/// Build a workload's queries. `checked` of them carry expected answers.
+/// Build a workload's queries. `checked` of them, spread evenly through the set (so some
+/// are sent whatever the rate), carry expected answers.
 pub fn build(
     workload: Workload,
     dataset: Dataset,
@@ -115,6 +116,8 @@ pub fn build(
 ) -> Result<QuerySet, String> {
     let mut rng = Rng::new(7 + workload as u64);
     let service = dataset.service();
+    let step = count.checked_div(checked).map(|s| s.max(1));
+    let is_checked = |i: usize| step.is_some_and(|st| i.is_multiple_of(st) && i / st < checked);
     let queries = match workload {
         Workload::PipCounties | Workload::PipCountries | Workload::Mixed => {
             let polys = crate::data::polygons(dataset)?;
@@ -140,7 +143,7 @@ pub fn build(
                     Query {
                         body: pip_body(service, x, y, geometry),
                         pg: PgArgs::Point(x, y),
-                        expected: (i < checked).then(|| polys.containing(x, y)),
+                        expected: is_checked(i).then(|| polys.containing(x, y)),
                     }
                 })
                 .collect()
@@ -169,9 +172,10 @@ pub fn build(
                 .iter()
                 .map(|(x, y)| [x - half, y - half, x + half, y + half])
                 .collect();
-            let mut expected: Vec<Vec<i64>> = vec![Vec::new(); checked.min(count)];
+            let checked_queries: Vec<usize> = (0..count).filter(|i| is_checked(*i)).collect();
+            let mut expected: Vec<Vec<i64>> = vec![Vec::new(); checked_queries.len()];
             for (k, (x, y, _)) in Jitter::new(places).take(n).enumerate() {
-                for (q, exp) in expected.iter_mut().enumerate() {
+                for (exp, &q) in expected.iter_mut().zip(&checked_queries) {
                     let hit = match workload {
                         Workload::PointEq => coords[q] == (x, y),
                         _ => {
@@ -202,9 +206,9 @@ pub fn build(
                     Query {
                         body,
                         pg,
-                        expected: expected.get(i).map(|e| {
+                        expected: checked_queries.binary_search(&i).ok().map(|j| {
                             // The server returns at most 5000, in ascending id order.
-                            let mut e = e.clone();
+                            let mut e = expected[j].clone();
                             e.truncate(5000);
                             e
                         }),

@@ -6,19 +6,23 @@
 //! Slots are reused after a row dies, but only after the spatial indexes have dropped it, so
 //! a query can never see a reused slot with an old geometry.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::sql::{Row, V};
 use super::template::{Cell, Kind, ViewDef};
 use crate::acl::{Caller, Permissions, RoleSet};
 
+/// Distinct strings a column keeps shared; past this, new values are stored as they come.
+const INTERN_LIMIT: usize = 1 << 22;
+
 /// One column's values, indexed by slot.
 #[derive(Debug)]
 pub enum Column {
     Int(Vec<Option<i64>>),
     Float(Vec<Option<f64>>),
-    Str(Vec<Option<Arc<str>>>),
+    /// Strings, with equal values shared: real columns repeat (country codes, names, types).
+    Str(Vec<Option<Arc<str>>>, HashSet<Arc<str>>),
     Bool(Vec<Option<bool>>),
     Date(Vec<Option<i64>>),
 }
@@ -28,7 +32,7 @@ impl Column {
         match kind {
             Kind::Int => Column::Int(Vec::new()),
             Kind::Float => Column::Float(Vec::new()),
-            Kind::Str => Column::Str(Vec::new()),
+            Kind::Str => Column::Str(Vec::new(), HashSet::new()),
             Kind::Bool => Column::Bool(Vec::new()),
             Kind::Date => Column::Date(Vec::new()),
         }
@@ -44,12 +48,23 @@ impl Column {
         match (self, cell) {
             (Column::Int(v), Some(Cell::Int(i))) => put(v, slot, Some(i)),
             (Column::Float(v), Some(Cell::Float(f))) => put(v, slot, Some(f)),
-            (Column::Str(v), Some(Cell::Str(s))) => put(v, slot, Some(s)),
+            (Column::Str(v, shared), Some(Cell::Str(s))) => {
+                let s = match shared.get(&s) {
+                    Some(existing) => existing.clone(),
+                    None => {
+                        if shared.len() < INTERN_LIMIT {
+                            shared.insert(s.clone());
+                        }
+                        s
+                    }
+                };
+                put(v, slot, Some(s))
+            }
             (Column::Bool(v), Some(Cell::Bool(b))) => put(v, slot, Some(b)),
             (Column::Date(v), Some(Cell::Date(d))) => put(v, slot, Some(d)),
             (Column::Int(v), _) => put(v, slot, None),
             (Column::Float(v), _) => put(v, slot, None),
-            (Column::Str(v), _) => put(v, slot, None),
+            (Column::Str(v, _), _) => put(v, slot, None),
             (Column::Bool(v), _) => put(v, slot, None),
             (Column::Date(v), _) => put(v, slot, None),
         }
@@ -60,7 +75,7 @@ impl Column {
         match self {
             Column::Int(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Int),
             Column::Float(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Float),
-            Column::Str(v) => v
+            Column::Str(v, _) => v
                 .get(slot)
                 .and_then(|s| s.as_deref())
                 .map_or(V::Null, |s| V::Str(std::borrow::Cow::Borrowed(s))),
@@ -78,6 +93,29 @@ pub enum GeometryOut {
     Json(Arc<[u8]>),
 }
 
+/// The slots of one document's rows: nearly always one, kept inline.
+#[derive(Debug, Clone)]
+enum DocSlots {
+    One(u32),
+    Many(Box<[u32]>),
+}
+
+impl DocSlots {
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            DocSlots::One(s) => std::slice::from_ref(s),
+            DocSlots::Many(b) => b,
+        }
+    }
+
+    fn from_vec(v: Vec<u32>) -> DocSlots {
+        match v.as_slice() {
+            [one] => DocSlots::One(*one),
+            _ => DocSlots::Many(v.into_boxed_slice()),
+        }
+    }
+}
+
 /// The rows of one view.
 #[derive(Debug)]
 pub struct ViewData {
@@ -86,10 +124,8 @@ pub struct ViewData {
     live: Vec<bool>,
     /// The readers of each row's document (effective roles holding `read`).
     readers: Vec<RoleSet>,
-    /// The document each slot came from.
-    docs: Vec<Option<Arc<str>>>,
     /// Slots of each document's rows.
-    by_doc: HashMap<Arc<str>, Box<[u32]>>,
+    by_doc: HashMap<Arc<str>, DocSlots>,
     /// Dead slots whose removal from the spatial indexes is done; ready for reuse.
     free: Vec<u32>,
     /// Geometry of each row, per layer geometry path.
@@ -115,7 +151,6 @@ impl ViewData {
             columns,
             live: Vec::new(),
             readers: Vec::new(),
-            docs: Vec::new(),
             by_doc: HashMap::new(),
             free: Vec::new(),
             geometries: HashMap::new(),
@@ -153,7 +188,7 @@ impl ViewData {
     }
 
     pub fn slots_of(&self, uri: &str) -> &[u32] {
-        self.by_doc.get(uri).map_or(&[], |s| s)
+        self.by_doc.get(uri).map_or(&[], |s| s.as_slice())
     }
 
     /// Add a document's rows; returns their slots.
@@ -168,7 +203,6 @@ impl ViewData {
             if self.live.len() <= s {
                 self.live.resize(s + 1, false);
                 self.readers.resize(s + 1, RoleSet::EMPTY);
-                self.docs.resize(s + 1, None);
             }
             for (col, cell) in self.columns.iter_mut().zip(row.cells) {
                 col.set(s, cell);
@@ -182,14 +216,13 @@ impl ViewData {
             }
             self.live[s] = true;
             self.readers[s] = readers;
-            self.docs[s] = Some(uri.clone());
             self.rows += 1;
             slots.push(slot);
         }
         let mut all: Vec<u32> = self.slots_of(uri).to_vec();
         all.extend(&slots);
         if !all.is_empty() {
-            self.by_doc.insert(uri.clone(), all.into_boxed_slice());
+            self.by_doc.insert(uri.clone(), DocSlots::from_vec(all));
         }
         slots
     }
@@ -200,10 +233,10 @@ impl ViewData {
         let Some(slots) = self.by_doc.remove(uri) else {
             return Vec::new();
         };
+        let slots = slots.as_slice().to_vec();
         for &s in slots.iter() {
             let s = s as usize;
             self.live[s] = false;
-            self.docs[s] = None;
             for col in &mut self.columns {
                 col.set(s, None);
             }
@@ -214,7 +247,7 @@ impl ViewData {
             }
             self.rows -= 1;
         }
-        slots.into_vec()
+        slots
     }
 
     /// Slots that no index refers to any more may be reused.

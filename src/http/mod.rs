@@ -75,6 +75,7 @@ impl App {
             StoreOptions {
                 commit_batch_max: config.commit_batch_max,
                 write_queue: config.write_queue,
+                cache_bytes: config.store_cache_bytes,
             },
         )?);
         let security = Security::open(

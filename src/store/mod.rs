@@ -260,6 +260,9 @@ pub struct Store {
 pub struct StoreOptions {
     pub commit_batch_max: usize,
     pub write_queue: usize,
+    /// redb's page cache. Queries read the in-memory views, not the store, so this mostly
+    /// serves document reads and start-up scans.
+    pub cache_bytes: usize,
 }
 
 impl Default for StoreOptions {
@@ -267,6 +270,7 @@ impl Default for StoreOptions {
         StoreOptions {
             commit_batch_max: 2048,
             write_queue: 16_384,
+            cache_bytes: 128 * 1024 * 1024,
         }
     }
 }
@@ -279,10 +283,13 @@ impl Store {
             message: e.to_string(),
         })?;
         let path = dir.join("geoshard.redb");
-        let db = Database::create(&path).map_err(|e| StoreError::Open {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let db = Database::builder()
+            .set_cache_size(options.cache_bytes)
+            .create(&path)
+            .map_err(|e| StoreError::Open {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
         // Create every table once, so readers never meet a missing one.
         let txn = db.begin_write().map_err(storage)?;
         {

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Regenerate the load-test report: geoshard, the HTTP ceiling (the harness's baseline server)
+# and PostGIS, on this machine, in one run, by the same client. Long: not for CI.
+#
+#   loadtest/run-report.sh [NAME]          # writes loadtest/reports/NAME.md (+ .json, .svg)
+#
+# Environment: REPEAT (runs per configuration, default 3), DURATION (seconds per run,
+# default 8), IO_THREADS (server threads, geoshard and baseline alike, default 1),
+# CLIENT_THREADS (default 1), SKIP_POSTGIS=1, PLACES=places-1m.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+NAME=${1:-$(date -u +%Y-%m-%d)}
+REPEAT=${REPEAT:-3}
+DURATION=${DURATION:-8}
+IO_THREADS=${IO_THREADS:-1}
+CLIENT_THREADS=${CLIENT_THREADS:-1}
+PLACES=${PLACES:-places-1m}
+BIN=$ROOT/target/release
+LT=$BIN/geoshard-loadtest
+WORK=$(mktemp -d /tmp/geoshard-report.XXXX)
+RES=$WORK/results.jsonl
+CMDS=$WORK/commands.txt
+GS=127.0.0.1:18011
+BASE=127.0.0.1:18090
+FIGURES=()
+
+note() { echo "$*" >> "$CMDS"; }
+cleanup() {
+  [ -n "${GS_PID:-}" ] && kill "$GS_PID" 2>/dev/null || true
+  [ -n "${BASE_PID:-}" ] && kill "$BASE_PID" 2>/dev/null || true
+  [ -z "${SKIP_POSTGIS:-}" ] && "$ROOT/loadtest/peers/postgis.sh" stop || true
+}
+trap cleanup EXIT
+
+cd "$ROOT"
+cargo build --release -p geoshard -p geoshard-loadtest
+note "cargo build --release -p geoshard -p geoshard-loadtest"
+
+# geoshard on a fresh data directory.
+"$BIN/geoshard" user add --data-dir "$WORK/data" --name lt --password lt \
+  --role rest-writer --role geo-data-services-writer --role rest-extension-user >/dev/null
+GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data" --listen $GS > "$WORK/geoshard.log" 2>&1 &
+GS_PID=$!
+note "GEOSHARD_IO_THREADS=$IO_THREADS geoshard serve --data-dir DIR --listen $GS"
+sleep 2
+for ds in counties countries "$PLACES"; do
+  out=$("$LT" prepare --addr $GS --user lt --password lt --dataset "$ds" --server-pid $GS_PID)
+  echo "$out"
+  note "geoshard-loadtest prepare --addr $GS --user lt --password lt --dataset $ds --server-pid PID"
+  FIGURES+=("--figure" "prepare $ds=$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(f"{d[\"documents\"]} documents, {d[\"docs_per_sec\"]:.0f} docs/s over HTTP bulk, index built in {d[\"index_seconds\"]:.1f} s, server resident {d[\"server_rss_bytes\"]/2**20:.0f} MiB")')")
+done
+
+"$LT" baseline --listen $BASE --threads "$IO_THREADS" > "$WORK/baseline.log" 2>&1 &
+BASE_PID=$!
+note "geoshard-loadtest baseline --listen $BASE --threads $IO_THREADS"
+
+if [ -z "${SKIP_POSTGIS:-}" ]; then
+  "$ROOT/loadtest/peers/postgis.sh" start
+  for ds in counties countries "$PLACES"; do "$ROOT/loadtest/peers/postgis.sh" load "$ds"; done
+  note "loadtest/peers/postgis.sh start; loadtest/peers/postgis.sh load {counties,countries,$PLACES}"
+fi
+sleep 1
+
+COMMON="--duration $DURATION --warmup 2 --threads $CLIENT_THREADS --out $RES"
+run() { # target workload conns [extra]
+  local target=$1 wl=$2 c=$3; shift 3
+  case $target in
+    geoshard) "$LT" run --target geoshard --addr $GS --user lt --password lt --workload "$wl" --connections "$c" --server-pid $GS_PID $COMMON "$@" >/dev/null ;;
+    baseline) "$LT" run --target baseline --addr $BASE --workload "$wl" --connections "$c" $COMMON "$@" >/dev/null ;;
+    postgis) [ -n "${SKIP_POSTGIS:-}" ] || "$ROOT/loadtest/peers/postgis.sh" run "$wl" "$c" $COMMON "$@" >/dev/null ;;
+  esac
+}
+note "geoshard-loadtest run --target {geoshard,baseline,postgis} --workload W --connections C --duration $DURATION --warmup 2 --threads $CLIENT_THREADS [--rate R] [--dataset D]"
+
+# Throughput against concurrency, targets alternating within each repetition.
+for r in $(seq "$REPEAT"); do
+  for c in 1 4 16 64 256; do
+    for t in geoshard baseline postgis; do run $t pip-counties $c; done
+  done
+  for c in 4 64; do
+    for t in geoshard postgis; do
+      run $t pip-countries $c
+      run $t point-eq $c --dataset "$PLACES"
+      run $t envelope $c --dataset "$PLACES"
+    done
+    run geoshard mixed $c
+  done
+done
+
+# Latency against offered load (open loop), from the median closed-loop peak.
+PEAK=$(python3 - "$RES" <<'PY'
+import json, sys, statistics
+from collections import defaultdict
+by = defaultdict(list)
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r["target"] == "geoshard" and r["workload"] == "pip-counties" and r["mode"] == "closed":
+        by[r["connections"]].append(r["throughput"])
+print(int(max(statistics.median(v) for v in by.values())))
+PY
+)
+for pct in 10 30 50 60 70 80 90; do
+  rate=$(( PEAK * pct / 100 ))
+  run geoshard pip-counties 256 --rate "$rate"
+done
+
+RSS=$(grep VmRSS /proc/$GS_PID/status | awk '{print $2}')
+FIGURES+=("--figure" "geoshard resident memory after the runs=$((RSS / 1024)) MiB (counties + countries + $PLACES loaded)")
+"$LT" report --results "$RES" --name "$NAME" --dir "$ROOT/loadtest/reports" --commands "$CMDS" "${FIGURES[@]}"
+cp "$RES" "$ROOT/loadtest/reports/$NAME.results.jsonl"

@@ -1,0 +1,131 @@
+//! The load test's smoke mode, run in CI: a real geoshard on 127.0.0.1:0, small datasets
+//! loaded through the bulk path, every workload for a moment (closed and open loop), the
+//! baseline, and the report. The answer checks must pass.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use geoshard_loadtest::{baseline, data, drive, load, report, run_http, workload};
+
+fn server() -> std::net::SocketAddr {
+    let dir = std::env::temp_dir().join(format!("geoshard-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let store = geoshard::store::Store::open(&dir, Default::default()).unwrap();
+        let roles: Vec<String> = [
+            "rest-writer",
+            "geo-data-services-writer",
+            "rest-extension-user",
+        ]
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+        geoshard::security::put_user_offline(&store, "lt", "lt", &roles, "public").unwrap();
+        store.shutdown_blocking();
+    }
+    let config = geoshard::config::Config {
+        data_dir: dir,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(geoshard::service::serve(
+            config,
+            std::future::pending(),
+            |_, addr| {
+                let _ = tx.send(addr);
+            },
+        ))
+        .unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(120)).unwrap()
+}
+
+#[test]
+fn smoke() {
+    let addr = server();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let places = data::places().unwrap();
+    let small = data::Dataset::Places(20_000);
+    rt.block_on(async {
+        for ds in [data::Dataset::Counties, small] {
+            let p = load::prepare(addr, "lt", "lt", ds, 2, 2000).await.unwrap();
+            assert!(p.documents > 3000);
+        }
+    });
+    let spec = |connections, rate| drive::Spec {
+        connections,
+        warmup: Duration::from_millis(300),
+        duration: Duration::from_millis(1500),
+        rate,
+    };
+    let mut runs = Vec::new();
+    for (wl, ds, rate) in [
+        (
+            workload::Workload::PipCounties,
+            data::Dataset::Counties,
+            None,
+        ),
+        (
+            workload::Workload::PipCounties,
+            data::Dataset::Counties,
+            Some(300.0),
+        ),
+        (workload::Workload::PointEq, small, None),
+        (workload::Workload::Envelope, small, None),
+        (workload::Workload::Mixed, data::Dataset::Counties, None),
+    ] {
+        let set = Arc::new(workload::build(wl, ds, &places, 400, 100, true).unwrap());
+        let (record, mismatch) = rt
+            .block_on(run_http(addr, "lt", "lt", "geoshard", set, spec(4, rate)))
+            .unwrap();
+        assert_eq!(mismatch, None, "{}: {mismatch:?}", wl.name());
+        assert!(record.checked > 0, "{}: no answer was checked", wl.name());
+        assert_eq!(record.errors, 0, "{}", wl.name());
+        assert!(record.requests > 0);
+        runs.push(record);
+    }
+    // The ceiling, by the same client code.
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.spawn(baseline::serve("127.0.0.1:0".parse().unwrap(), move |a| {
+        let _ = tx.send(a);
+    }));
+    let base = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let set = Arc::new(
+        workload::build(
+            workload::Workload::PipCounties,
+            data::Dataset::Counties,
+            &places,
+            100,
+            0,
+            true,
+        )
+        .unwrap(),
+    );
+    let (record, _) = rt
+        .block_on(run_http(base, "lt", "lt", "baseline", set, spec(4, None)))
+        .unwrap();
+    assert!(record.requests > 0);
+    runs.push(record);
+
+    let dir = std::env::temp_dir().join(format!("geoshard-smoke-report-{}", std::process::id()));
+    let ctx = report::Context::gather(
+        "smoke",
+        vec!["cargo test -p geoshard-loadtest".into()],
+        Default::default(),
+    );
+    let md = report::write(&dir, &ctx, &runs).unwrap();
+    let text = std::fs::read_to_string(md).unwrap();
+    assert!(text.contains("| pip-counties |"), "{text}");
+    assert!(dir.join("smoke-throughput.svg").exists());
+}
