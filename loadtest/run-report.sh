@@ -47,7 +47,8 @@ for ds in counties countries "$PLACES"; do
   out=$("$LT" prepare --addr $GS --user lt --password lt --dataset "$ds" --server-pid $GS_PID)
   echo "$out"
   note "geoshard-loadtest prepare --addr $GS --user lt --password lt --dataset $ds --server-pid PID"
-  FIGURES+=("--figure" "prepare $ds=$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(f"{d[\"documents\"]} documents, {d[\"docs_per_sec\"]:.0f} docs/s over HTTP bulk, index built in {d[\"index_seconds\"]:.1f} s, server resident {d[\"server_rss_bytes\"]/2**20:.0f} MiB")')")
+  summary=$(echo "$out" | python3 -c "import json,sys; d=json.load(sys.stdin); print('%d documents, %.0f docs/s over HTTP bulk, index built in %.1f s, server resident %.0f MiB' % (d['documents'], d['docs_per_sec'], d['index_seconds'], d['server_rss_bytes'] / 2**20))")
+  FIGURES+=("--figure" "prepare $ds=$summary")
 done
 
 "$LT" baseline --listen $BASE --threads "$IO_THREADS" > "$WORK/baseline.log" 2>&1 &
