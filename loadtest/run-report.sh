@@ -49,6 +49,10 @@ for ds in counties countries "$PLACES"; do
   note "geoshard-loadtest prepare --addr $GS --user lt --password lt --dataset $ds --server-pid PID"
   summary=$(echo "$out" | python3 -c "import json,sys; d=json.load(sys.stdin); print('%d documents, %.0f docs/s over HTTP bulk, index built in %.1f s, server resident %.0f MiB' % (d['documents'], d['docs_per_sec'], d['index_seconds'], d['server_rss_bytes'] / 2**20))")
   FIGURES+=("--figure" "prepare $ds=$summary")
+  if [ "$ds" = countries ]; then
+    RSS_BEFORE_PLACES=$(echo "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['server_rss_bytes'])")
+  fi
+  PLACES_DOCS=$(echo "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['documents'])")
 done
 
 "$LT" baseline --listen $BASE --threads "$IO_THREADS" > "$WORK/baseline.log" 2>&1 &
@@ -103,9 +107,25 @@ PY
 for pct in 10 30 50 60 70 80 90; do
   rate=$(( PEAK * pct / 100 ))
   run geoshard pip-counties 256 --rate "$rate"
+  run baseline pip-counties 256 --rate "$rate"
 done
 
 RSS=$(grep VmRSS /proc/$GS_PID/status | awk '{print $2}')
 FIGURES+=("--figure" "geoshard resident memory after the runs=$((RSS / 1024)) MiB (counties + countries + $PLACES loaded)")
+# Memory per point feature: the growth from before the places were loaded to after the runs,
+# and what it implies for places-10m on this machine.
+MEM_KB=$(grep MemTotal /proc/meminfo | awk '{print $2}')
+FIGURES+=("--figure" "$(python3 - "$RSS_BEFORE_PLACES" "$((RSS * 1024))" "$PLACES_DOCS" "$((MEM_KB * 1024))" <<'PY'
+import sys
+before, after, n, mem = map(int, sys.argv[1:])
+per = (after - before) / n
+print("resident memory per point feature=%.0f bytes ((%.0f - %.0f MiB) / %d places, after the runs); "
+      "places-10m would need about %.1f GiB of %.1f GiB, room for about %.0f million points"
+      % (per, after / 2**20, before / 2**20, n, per * 10e6 / 2**30, mem / 2**30, mem * 0.8 / per / 1e6))
+PY
+)")
+if [ -f "$ROOT/loadtest/reports/$NAME-places-10m.md" ]; then
+  FIGURES+=("--figure" "places-10m, loaded and served for real=[$NAME-places-10m.md]($NAME-places-10m.md) (loadtest/run-places-10m.sh)")
+fi
 "$LT" report --results "$RES" --name "$NAME" --dir "$ROOT/loadtest/reports" --commands "$CMDS" "${FIGURES[@]}"
 cp "$RES" "$ROOT/loadtest/reports/$NAME.results.jsonl"

@@ -127,11 +127,13 @@ fn chart_err<E: std::fmt::Display>(e: E) -> String {
     format!("chart: {e}")
 }
 
-const COLORS: [RGBColor; 4] = [
+const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(127, 127, 127),
 ];
 
 fn throughput_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(), String> {
@@ -205,44 +207,40 @@ fn throughput_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(
 }
 
 fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(), String> {
-    let mut open: Vec<&RunRecord> = runs
-        .iter()
-        .filter(|r| r.target == "geoshard" && r.mode == "open" && r.workload == workload)
-        .collect();
-    open.sort_by(|a, b| {
-        a.offered
-            .unwrap_or(0.0)
-            .total_cmp(&b.offered.unwrap_or(0.0))
-    });
+    // geoshard's percentiles, and the ceiling server's at the same offered loads: the floor
+    // this machine and client put under any server's latency.
+    let open_runs = |target: &str| {
+        let mut v: Vec<&RunRecord> = runs
+            .iter()
+            .filter(|r| r.target == target && r.mode == "open" && r.workload == workload)
+            .collect();
+        v.sort_by(|a, b| {
+            a.offered
+                .unwrap_or(0.0)
+                .total_cmp(&b.offered.unwrap_or(0.0))
+        });
+        v
+    };
+    let open = open_runs("geoshard");
+    let ceiling = open_runs("baseline");
     if open.is_empty() {
         return Ok(());
     }
-    let series: Vec<(&str, Vec<(f64, f64)>)> = vec![
-        (
-            "p50",
-            open.iter()
-                .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, r.p50_us as f64 / 1000.0))
-                .collect(),
-        ),
-        (
-            "p90",
-            open.iter()
-                .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, r.p90_us as f64 / 1000.0))
-                .collect(),
-        ),
-        (
-            "p99",
-            open.iter()
-                .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, r.p99_us as f64 / 1000.0))
-                .collect(),
-        ),
-        (
-            "p99.9",
-            open.iter()
-                .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, r.p999_us as f64 / 1000.0))
-                .collect(),
-        ),
+    let curve = |rs: &[&RunRecord], f: fn(&RunRecord) -> u64| -> Vec<(f64, f64)> {
+        rs.iter()
+            .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, f(r) as f64 / 1000.0))
+            .collect()
+    };
+    let mut series: Vec<(&str, Vec<(f64, f64)>)> = vec![
+        ("geoshard p50", curve(&open, |r| r.p50_us)),
+        ("geoshard p90", curve(&open, |r| r.p90_us)),
+        ("geoshard p99", curve(&open, |r| r.p99_us)),
+        ("geoshard p99.9", curve(&open, |r| r.p999_us)),
     ];
+    if !ceiling.is_empty() {
+        series.push(("HTTP ceiling p50", curve(&ceiling, |r| r.p50_us)));
+        series.push(("HTTP ceiling p99", curve(&ceiling, |r| r.p99_us)));
+    }
     let max_x = open
         .iter()
         .map(|r| r.offered.unwrap_or(0.0) / 1000.0)
@@ -440,7 +438,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
             });
         if let Some(r) = near {
             md.push_str(&format!(
-                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms (latency from each request's due time).\n",
+                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms (latency from each request's due time).",
                 r.offered.unwrap_or(0.0),
                 100.0 * r.offered.unwrap_or(0.0) / peak,
                 fmt_k(peak),
@@ -449,6 +447,23 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
                 r.p999_us as f64 / 1000.0,
                 r.max_us as f64 / 1000.0
             ));
+            // The same offered load on the ceiling server: what the client and machine add.
+            let same = runs.iter().find(|b| {
+                b.target == "baseline"
+                    && b.mode == "open"
+                    && b.workload == r.workload
+                    && b.offered == r.offered
+            });
+            if let Some(b) = same {
+                md.push_str(&format!(
+                    " The HTTP ceiling server at the same offered load: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms.",
+                    b.p50_us as f64 / 1000.0,
+                    b.p99_us as f64 / 1000.0,
+                    b.p999_us as f64 / 1000.0,
+                    b.max_us as f64 / 1000.0
+                ));
+            }
+            md.push('\n');
         }
     }
     md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code.\n\n");
