@@ -206,7 +206,8 @@ fn throughput_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(
     root.present().map_err(chart_err)
 }
 
-fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(), String> {
+/// Ok(false) when there were no open-loop runs to draw.
+fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<bool, String> {
     // geoshard's percentiles, and the ceiling server's at the same offered loads: the floor
     // this machine and client put under any server's latency.
     let open_runs = |target: &str| {
@@ -224,7 +225,7 @@ fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(), 
     let open = open_runs("geoshard");
     let ceiling = open_runs("baseline");
     if open.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let curve = |rs: &[&RunRecord], f: fn(&RunRecord) -> u64| -> Vec<(f64, f64)> {
         rs.iter()
@@ -288,7 +289,8 @@ fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(), 
         .background_style(WHITE.mix(0.8))
         .draw()
         .map_err(chart_err)?;
-    root.present().map_err(chart_err)
+    root.present().map_err(chart_err)?;
+    Ok(true)
 }
 
 fn comparison_chart(runs: &[RunRecord], workloads: &[&str], path: &Path) -> Result<(), String> {
@@ -376,7 +378,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
         "pip-counties",
         &dir.join(format!("{name}-throughput.svg")),
     )?;
-    latency_chart(
+    let latency = latency_chart(
         runs,
         "pip-counties",
         &dir.join(format!("{name}-latency.svg")),
@@ -474,7 +476,13 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
         }
         md.push('\n');
     }
-    md.push_str(&format!("## Charts\n\n![throughput]({name}-throughput.svg)\n\n![latency]({name}-latency.svg)\n\n![comparison]({name}-compare.svg)\n\n"));
+    md.push_str("## Charts\n\n");
+    for chart in ["throughput", "latency", "compare"] {
+        // The latency chart exists only when there were open-loop runs.
+        if chart != "latency" || latency {
+            md.push_str(&format!("![{chart}]({name}-{chart}.svg)\n\n"));
+        }
+    }
     md.push_str("## Every run\n\n| target | workload | dataset | mode | conns | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | errors | checked | mismatched |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
     for r in runs {
