@@ -206,47 +206,76 @@ fn throughput_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(
     root.present().map_err(chart_err)
 }
 
+/// One offered load of the open-loop runs of a target and workload: the median of each
+/// percentile over the repetitions (ms), with the range of p99.
+struct OpenPoint {
+    offered: f64,
+    runs: usize,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+    p99_min: f64,
+    p99_max: f64,
+}
+
+fn open_points(runs: &[RunRecord], target: &str, workload: &str) -> Vec<OpenPoint> {
+    let mut groups: BTreeMap<u64, Vec<&RunRecord>> = BTreeMap::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.target == target && r.mode == "open" && r.workload == workload)
+    {
+        let offered = r.offered.unwrap_or(0.0).round() as u64;
+        groups.entry(offered).or_default().push(r);
+    }
+    groups
+        .into_iter()
+        .map(|(offered, rs)| {
+            let ms = |f: fn(&RunRecord) -> u64| {
+                let mut v: Vec<f64> = rs.iter().map(|r| f(r) as f64 / 1000.0).collect();
+                v.sort_by(f64::total_cmp);
+                v
+            };
+            let p99 = ms(|r| r.p99_us);
+            OpenPoint {
+                offered: offered as f64,
+                runs: rs.len(),
+                p50: median(&ms(|r| r.p50_us)),
+                p90: median(&ms(|r| r.p90_us)),
+                p99: median(&p99),
+                p999: median(&ms(|r| r.p999_us)),
+                max: median(&ms(|r| r.max_us)),
+                p99_min: p99.first().copied().unwrap_or(0.0),
+                p99_max: p99.last().copied().unwrap_or(0.0),
+            }
+        })
+        .collect()
+}
+
 /// Ok(false) when there were no open-loop runs to draw.
 fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<bool, String> {
-    // geoshard's percentiles, and the ceiling server's at the same offered loads: the floor
-    // this machine and client put under any server's latency.
-    let open_runs = |target: &str| {
-        let mut v: Vec<&RunRecord> = runs
-            .iter()
-            .filter(|r| r.target == target && r.mode == "open" && r.workload == workload)
-            .collect();
-        v.sort_by(|a, b| {
-            a.offered
-                .unwrap_or(0.0)
-                .total_cmp(&b.offered.unwrap_or(0.0))
-        });
-        v
-    };
-    let open = open_runs("geoshard");
-    let ceiling = open_runs("baseline");
+    // geoshard's percentiles (medians over the repetitions), and the ceiling server's at the
+    // same offered loads: the floor this machine and client put under any server's latency.
+    let open = open_points(runs, "geoshard", workload);
+    let ceiling = open_points(runs, "baseline", workload);
     if open.is_empty() {
         return Ok(false);
     }
-    let curve = |rs: &[&RunRecord], f: fn(&RunRecord) -> u64| -> Vec<(f64, f64)> {
-        rs.iter()
-            .map(|r| (r.offered.unwrap_or(0.0) / 1000.0, f(r) as f64 / 1000.0))
-            .collect()
+    let curve = |ps: &[OpenPoint], f: fn(&OpenPoint) -> f64| -> Vec<(f64, f64)> {
+        ps.iter().map(|p| (p.offered / 1000.0, f(p))).collect()
     };
     let mut series: Vec<(&str, Vec<(f64, f64)>)> = vec![
-        ("geoshard p50", curve(&open, |r| r.p50_us)),
-        ("geoshard p90", curve(&open, |r| r.p90_us)),
-        ("geoshard p99", curve(&open, |r| r.p99_us)),
-        ("geoshard p99.9", curve(&open, |r| r.p999_us)),
+        ("geoshard p50", curve(&open, |p| p.p50)),
+        ("geoshard p90", curve(&open, |p| p.p90)),
+        ("geoshard p99", curve(&open, |p| p.p99)),
+        ("geoshard p99.9", curve(&open, |p| p.p999)),
     ];
     if !ceiling.is_empty() {
-        series.push(("HTTP ceiling p50", curve(&ceiling, |r| r.p50_us)));
-        series.push(("HTTP ceiling p99", curve(&ceiling, |r| r.p99_us)));
+        series.push(("HTTP ceiling p50", curve(&ceiling, |p| p.p50)));
+        series.push(("HTTP ceiling p99", curve(&ceiling, |p| p.p99)));
     }
-    let max_x = open
-        .iter()
-        .map(|r| r.offered.unwrap_or(0.0) / 1000.0)
-        .fold(1.0, f64::max)
-        * 1.05;
+    let max_x = open.iter().map(|p| p.offered / 1000.0).fold(1.0, f64::max) * 1.05;
     let max_y = series
         .iter()
         .flat_map(|s| s.1.iter().map(|p| p.1))
@@ -256,7 +285,7 @@ fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<bool
     root.fill(&WHITE).map_err(chart_err)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("Latency against offered load ({workload}, open loop)"),
+            format!("Latency against offered load ({workload}, open loop, medians)"),
             ("sans-serif", 18),
         )
         .margin(12)
@@ -430,39 +459,32 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
     }
     // Open loop: the latency at about 70% of the closed-loop peak.
     if let Some((_, peak, _, _)) = best(runs, "geoshard", "pip-counties") {
-        let near = runs
-            .iter()
-            .filter(|r| r.target == "geoshard" && r.mode == "open" && r.workload == "pip-counties")
-            .min_by(|a, b| {
-                (a.offered.unwrap_or(0.0) - 0.7 * peak)
-                    .abs()
-                    .total_cmp(&(b.offered.unwrap_or(0.0) - 0.7 * peak).abs())
-            });
-        if let Some(r) = near {
+        let open = open_points(runs, "geoshard", "pip-counties");
+        let near = open.iter().min_by(|a, b| {
+            (a.offered - 0.7 * peak)
+                .abs()
+                .total_cmp(&(b.offered - 0.7 * peak).abs())
+        });
+        if let Some(p) = near {
             md.push_str(&format!(
-                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms (latency from each request's due time).",
-                r.offered.unwrap_or(0.0),
-                100.0 * r.offered.unwrap_or(0.0) / peak,
+                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}), medians of {} runs: p50 {:.2} ms, p99 {:.2} ms (range {:.2}–{:.2}), p99.9 {:.2} ms, max {:.2} ms (latency from each request's due time).",
+                p.offered,
+                100.0 * p.offered / peak,
                 fmt_k(peak),
-                r.p50_us as f64 / 1000.0,
-                r.p99_us as f64 / 1000.0,
-                r.p999_us as f64 / 1000.0,
-                r.max_us as f64 / 1000.0
+                p.runs,
+                p.p50,
+                p.p99,
+                p.p99_min,
+                p.p99_max,
+                p.p999,
+                p.max
             ));
             // The same offered load on the ceiling server: what the client and machine add.
-            let same = runs.iter().find(|b| {
-                b.target == "baseline"
-                    && b.mode == "open"
-                    && b.workload == r.workload
-                    && b.offered == r.offered
-            });
-            if let Some(b) = same {
+            let ceiling = open_points(runs, "baseline", "pip-counties");
+            if let Some(b) = ceiling.iter().find(|b| b.offered == p.offered) {
                 md.push_str(&format!(
-                    " The HTTP ceiling server at the same offered load: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms.",
-                    b.p50_us as f64 / 1000.0,
-                    b.p99_us as f64 / 1000.0,
-                    b.p999_us as f64 / 1000.0,
-                    b.max_us as f64 / 1000.0
+                    " The HTTP ceiling server at the same offered load, medians of {} runs: p50 {:.2} ms, p99 {:.2} ms (range {:.2}–{:.2}), p99.9 {:.2} ms, max {:.2} ms.",
+                    b.runs, b.p50, b.p99, b.p99_min, b.p99_max, b.p999, b.max
                 ));
             }
             md.push('\n');
