@@ -49,10 +49,10 @@ for ds in counties countries "$PLACES"; do
   note "geoshard-loadtest prepare --addr $GS --user lt --password lt --dataset $ds --server-pid PID"
   summary=$(echo "$out" | python3 -c "import json,sys; d=json.load(sys.stdin); print('%d documents, %.0f docs/s over HTTP bulk, index built in %.1f s, server resident %.0f MiB' % (d['documents'], d['docs_per_sec'], d['index_seconds'], d['server_rss_bytes'] / 2**20))")
   FIGURES+=("--figure" "prepare $ds=$summary")
-  if [ "$ds" = countries ]; then
-    RSS_BEFORE_PLACES=$(echo "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['server_rss_bytes'])")
-  fi
-  PLACES_DOCS=$(echo "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['documents'])")
+  case $ds in
+    countries) RSS_BEFORE_PLACES=$(echo "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['server_rss_bytes'])") ;;
+    "$PLACES") PLACES_DOCS=$(echo "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['documents'])") ;;
+  esac
 done
 
 "$LT" baseline --listen $BASE --threads "$IO_THREADS" > "$WORK/baseline.log" 2>&1 &

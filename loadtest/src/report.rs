@@ -136,6 +136,36 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(127, 127, 127),
 ];
 
+/// Each series as a line with dots, in its own colour, and the legend.
+fn draw_lines<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    series: &[(&str, Vec<(f64, f64)>)],
+) -> Result<(), String>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(chart_err)?
+            .label(*name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+            .map_err(chart_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(chart_err)
+}
+
 fn throughput_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(), String> {
     let series: Vec<(&str, Vec<(f64, f64)>)> = ["geoshard", "baseline", "postgis"]
         .iter()
@@ -184,25 +214,7 @@ fn throughput_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(
         .x_label_formatter(&|x| format!("{}", 2f64.powf(x.round()) as u64))
         .draw()
         .map_err(chart_err)?;
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(chart_err)?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
-            .map_err(chart_err)?;
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()
-        .map_err(chart_err)?;
+    draw_lines(&mut chart, &series)?;
     root.present().map_err(chart_err)
 }
 
@@ -299,25 +311,7 @@ fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<bool
         .y_desc("latency, ms (log)")
         .draw()
         .map_err(chart_err)?;
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(chart_err)?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
-            .map_err(chart_err)?;
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()
-        .map_err(chart_err)?;
+    draw_lines(&mut chart, &series)?;
     root.present().map_err(chart_err)?;
     Ok(true)
 }

@@ -561,7 +561,7 @@ impl FeatureRequest {
 fn write_value(out: &mut Vec<u8>, v: &V<'_>) {
     match v {
         V::Null => out.extend_from_slice(b"null"),
-        V::Int(i) => out.extend_from_slice(i.to_string().as_bytes()),
+        V::Int(i) => write_int(out, *i),
         V::Float(f) if f.is_finite() => {
             let _ = serde_json::to_writer(&mut *out, f);
         }
@@ -574,6 +574,11 @@ fn write_value(out: &mut Vec<u8>, v: &V<'_>) {
             let _ = serde_json::to_writer(&mut *out, &format_datetime(*ms));
         }
     }
+}
+
+/// An integer's JSON text, without a temporary String (this runs per feature).
+fn write_int(out: &mut Vec<u8>, i: impl serde::Serialize) {
+    let _ = serde_json::to_writer(&mut *out, &i);
 }
 
 fn write_str(out: &mut Vec<u8>, s: &str) {
@@ -828,7 +833,7 @@ impl Features {
             let mut out = Vec::new();
             envelope_start(&mut out);
             out.extend_from_slice(b",\"count\":");
-            out.extend_from_slice(rows.len().to_string().as_bytes());
+            write_int(&mut out, rows.len());
             self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
             out.extend_from_slice(b",\"features\":[]}");
             return Ok(out);
@@ -866,7 +871,7 @@ impl Features {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(id.to_string().as_bytes());
+                write_int(&mut out, *id);
             }
             out.push(b']');
             self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
@@ -877,11 +882,11 @@ impl Features {
                     out.push(b',');
                 }
                 out.extend_from_slice(b"{\"type\":\"Feature\",\"id\":");
-                out.extend_from_slice(id.to_string().as_bytes());
+                write_int(&mut out, *id);
                 out.extend_from_slice(b",\"properties\":{");
                 write_str(&mut out, id_name);
                 out.push(b':');
-                out.extend_from_slice(id.to_string().as_bytes());
+                write_int(&mut out, *id);
                 out.extend_from_slice(b"},\"geometry\":null}");
             }
             out.extend_from_slice(b"]}");
@@ -915,7 +920,7 @@ impl Features {
         out.extend_from_slice(b",\"metadata\":{\"name\":");
         write_str(out, &descriptor.name);
         out.extend_from_slice(b",\"maxRecordCount\":");
-        out.extend_from_slice(self.settings.max_record_count.to_string().as_bytes());
+        write_int(out, self.settings.max_record_count);
         out.extend_from_slice(b",\"fields\":");
         match def {
             Some(d) => out.extend_from_slice(&d.fields_json),

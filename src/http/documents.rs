@@ -135,18 +135,22 @@ pub(super) fn decide_format(ctx: &Ctx, uri: &str) -> Result<Format, ApiError> {
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
+        .map(media_type)
         .unwrap_or_default();
     if let Some(f) = format_of_mime(&mime)? {
         return Ok(f);
     }
     Ok(format_of_extension(uri))
+}
+
+/// The media type of a Content-Type value, lowercased, without its parameters.
+fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
 }
 
 fn format_of_mime(mime: &str) -> Result<Option<Format>, ApiError> {
@@ -478,13 +482,7 @@ where
                 })?;
                 let mime = part
                     .header("content-type")
-                    .map(|v| {
-                        v.split(';')
-                            .next()
-                            .unwrap_or("")
-                            .trim()
-                            .to_ascii_lowercase()
-                    })
+                    .map(media_type)
                     .unwrap_or_default();
                 let format = match part
                     .disposition("format")
