@@ -62,6 +62,9 @@ pub struct Config {
     pub js_memory_limit_bytes: usize,
     /// Seconds in-flight requests get to finish at shutdown.
     pub shutdown_grace_secs: u64,
+    /// A connection that starts no request for this long, with none in flight, is closed:
+    /// idle keep-alives and clients that never finish a request head free their slot.
+    pub idle_timeout_secs: u64,
     /// Threads serving HTTP (tokio workers); 0 = the core count.
     pub io_threads: usize,
     /// The `tracing` filter, e.g. `info` or `geoshard=debug`.
@@ -94,6 +97,7 @@ impl Default for Config {
             js_time_limit_ms: 1000,
             js_memory_limit_bytes: 64 * 1024 * 1024,
             shutdown_grace_secs: 30,
+            idle_timeout_secs: 60,
             io_threads: 0,
             log: "info".to_string(),
         }
@@ -121,6 +125,7 @@ pub const KEYS: &[&str] = &[
     "js_time_limit_ms",
     "js_memory_limit_bytes",
     "shutdown_grace_secs",
+    "idle_timeout_secs",
     "io_threads",
     "log",
 ];
@@ -183,6 +188,9 @@ impl Config {
             "js_time_limit_ms" => self.js_time_limit_ms = parse(key, text)?,
             "js_memory_limit_bytes" => self.js_memory_limit_bytes = parse(key, text)?,
             "shutdown_grace_secs" => self.shutdown_grace_secs = parse(key, text)?,
+            "idle_timeout_secs" => {
+                self.idle_timeout_secs = positive(key, parse(key, text)?)? as u64
+            }
             "io_threads" => self.io_threads = parse(key, text)?,
             "log" => self.log = text.to_string(),
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
@@ -303,6 +311,7 @@ mod tests {
             ("js_time_limit_ms", "5"),
             ("js_memory_limit_bytes", "1000000"),
             ("shutdown_grace_secs", "1"),
+            ("idle_timeout_secs", "7"),
             ("io_threads", "1"),
             ("log", "debug"),
         ];

@@ -634,3 +634,44 @@ fn bulk_writes_are_one_transaction() {
     assert_eq!(r.status, 400);
     assert!(r.error().2.contains("Role boss does not exist"));
 }
+
+/// A connection that sends nothing, or never finishes its request head, is closed after the
+/// idle timeout; a connection in use keeps working past it.
+#[test]
+fn idle_and_stalled_connections_are_closed() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+    let server = TestServer::start_with(|c| c.idle_timeout_secs = 1);
+    let closed_within = |mut s: TcpStream, limit: Duration| -> bool {
+        s.set_read_timeout(Some(limit)).unwrap();
+        let mut buf = [0u8; 64];
+        // EOF (0) or a reset means the server closed it; a timeout means it is still open.
+        match s.read(&mut buf) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        }
+    };
+    let silent = TcpStream::connect(server.addr).unwrap();
+    let mut stalled = TcpStream::connect(server.addr).unwrap();
+    stalled
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let started = std::time::Instant::now();
+    // Busy: a request every 300 ms for 3 s, all on one keep-alive connection.
+    let mut busy = server.anonymous();
+    for _ in 0..10 {
+        assert_eq!(busy.get("/health").status, 200);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(closed_within(silent, Duration::from_secs(3)));
+    assert!(closed_within(stalled, Duration::from_secs(3)));
+    assert!(started.elapsed() < Duration::from_secs(9));
+    // The busy connection survived three idle periods and still answers.
+    assert_eq!(busy.get("/health").status, 200);
+    assert_eq!(busy.connects, 1);
+}

@@ -18,6 +18,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,7 +27,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::header::CONTENT_LENGTH;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -172,23 +173,30 @@ impl Server {
                 },
             };
             let _ = stream.set_nodelay(true);
+            let idle = Duration::from_secs(app.config.idle_timeout_secs);
             let app = app.clone();
+            let activity = Arc::new(Activity::default());
+            let seen = activity.clone();
             let service = service_fn(move |req| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(handle(app, req).await) }
+                let busy = seen.begin();
+                async move {
+                    let resp = handle(app, req).await;
+                    drop(busy);
+                    Ok::<_, Infallible>(resp)
+                }
             });
             let conn = http1::Builder::new()
                 .keep_alive(true)
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(60))
                 .serve_connection(TokioIo::new(stream), service);
             let conn = graceful.watch(conn);
-            tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 if let Err(e) = conn.await {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
                 drop(permit);
             });
+            tokio::spawn(close_when_idle(activity, task, idle));
         }
         drop(listener);
         tracing::info!("shutting down: finishing in-flight requests");
@@ -201,6 +209,56 @@ impl Server {
         }
         app.store.shutdown().await;
         tracing::info!("stopped");
+    }
+}
+
+/// What a connection's idle watchdog reads: requests started, and requests in flight.
+/// Counted on the request path instead of a per-request timer (hyper's header-read timeout
+/// arms and cancels a timer-wheel entry for every request).
+#[derive(Default)]
+struct Activity {
+    started: AtomicU64,
+    in_flight: AtomicU32,
+}
+
+/// Marks a request in flight until dropped (also when the handler future is dropped).
+struct Busy(Arc<Activity>);
+
+impl Activity {
+    fn begin(self: &Arc<Self>) -> Busy {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        Busy(self.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Close a connection that starts no request for a whole `idle` period with none in flight
+/// (so after between one and two periods of silence): an idle keep-alive, or a client that
+/// never completes a request head (slowloris). Ends with the connection's task.
+async fn close_when_idle(
+    activity: Arc<Activity>,
+    mut task: tokio::task::JoinHandle<()>,
+    idle: Duration,
+) {
+    let mut last = activity.started.load(Ordering::Relaxed);
+    loop {
+        tokio::select! {
+            _ = &mut task => return,
+            _ = tokio::time::sleep(idle) => {}
+        }
+        let now = activity.started.load(Ordering::Relaxed);
+        if now == last && activity.in_flight.load(Ordering::Relaxed) == 0 {
+            tracing::debug!("closing an idle connection");
+            task.abort();
+            return;
+        }
+        last = now;
     }
 }
 
