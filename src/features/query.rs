@@ -322,11 +322,14 @@ fn count(v: &Flex<'_>, name: &str) -> Result<Option<usize>, FeatureError> {
 }
 
 /// Strip a `gis`/`esri` prefix and a type word, case-insensitively: `esriSpatialRelContains`
-/// -> `contains`.
-fn enum_value(v: &str, kind: &str) -> Option<String> {
-    let l = v.to_ascii_lowercase();
-    let rest = l.strip_prefix("gis").or_else(|| l.strip_prefix("esri"))?;
-    rest.strip_prefix(kind).map(str::to_string)
+/// -> `Contains`. Borrows: it runs on every query.
+fn enum_value<'v>(v: &'v str, kind: &str) -> Option<&'v str> {
+    let strip = |s: &'v str, p: &str| {
+        (s.len() >= p.len() && s.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes()))
+            .then(|| &s[p.len()..])
+    };
+    let rest = strip(v, "gis").or_else(|| strip(v, "esri"))?;
+    strip(rest, kind)
 }
 
 fn parse_time(v: &Value) -> Result<Option<TimeWindow>, FeatureError> {
@@ -440,8 +443,9 @@ impl FeatureRequest {
             .ok_or_else(|| bad("params.id (the service name) is required"))?;
         let (layer, layer_text) = match &params.layer {
             Flex::Absent | Flex::Null => (None, None),
-            Flex::Int(i) => (Some(*i), Some(i.to_string())),
-            Flex::Float(f) if f.fract() == 0.0 => (Some(*f as i64), Some(f.to_string())),
+            // A number's text is the number itself: the 404 message writes it when needed.
+            Flex::Int(i) => (Some(*i), None),
+            Flex::Float(f) if f.fract() == 0.0 => (Some(*f as i64), None),
             Flex::Str(s) => match s.trim().parse::<i64>() {
                 Ok(id) => (Some(id), Some(s.to_string())),
                 Err(_) => return Err(FeatureError::LayerNotFound(s.to_string())),
@@ -503,20 +507,21 @@ impl FeatureRequest {
             _ => None,
         };
         if q.geometry_type.is_set() {
-            let gt = q.geometry_type.text().unwrap_or_default();
-            let kind = enum_value(&gt, "geometry")
-                .ok_or_else(|| bad(format!("unsupported geometryType {gt}")))?;
-            if !matches!(
-                kind.as_str(),
-                "point" | "multipoint" | "polyline" | "polygon" | "envelope"
-            ) {
-                return Err(bad(format!("unsupported geometryType {gt}")));
+            let gt = q.geometry_type.as_str().unwrap_or_default();
+            let known = enum_value(gt, "geometry").is_some_and(|kind| {
+                ["point", "multipoint", "polyline", "polygon", "envelope"]
+                    .iter()
+                    .any(|k| kind.eq_ignore_ascii_case(k))
+            });
+            if !known {
+                let shown = q.geometry_type.text().unwrap_or_default();
+                return Err(bad(format!("unsupported geometryType {shown}")));
             }
         }
         let relation = match q.spatial_rel.as_str().filter(|s| !s.is_empty()) {
             None => Relation::Intersects,
             Some(r) => enum_value(r, "spatialrel")
-                .and_then(|n| Relation::parse(&n))
+                .and_then(Relation::parse)
                 .ok_or_else(|| bad(format!("unsupported spatialRel {r}")))?,
         };
         if let Some(g) = q.extension.and_then(|e| e.geometry) {
@@ -1220,17 +1225,15 @@ mod tests {
     #[test]
     fn prefixes_in_any_case() {
         assert_eq!(
-            enum_value("gisSpatialRelContains", "spatialrel").as_deref(),
-            Some("contains")
+            enum_value("gisSpatialRelContains", "spatialrel"),
+            Some("Contains")
         );
         assert_eq!(
-            enum_value("ESRISPATIALRELWITHIN", "spatialrel").as_deref(),
-            Some("within")
+            enum_value("ESRISPATIALRELWITHIN", "spatialrel"),
+            Some("WITHIN")
         );
-        assert_eq!(
-            enum_value("esriGeometryPoint", "geometry").as_deref(),
-            Some("point")
-        );
+        assert_eq!(enum_value("esriGeometryPoint", "geometry"), Some("Point"));
+        assert_eq!(enum_value("gis", "spatialrel"), None);
         assert_eq!(enum_value("SpatialRelContains", "spatialrel"), None);
     }
 }

@@ -41,6 +41,12 @@ impl Relation {
 
     /// `intersects`, `contains`, … `envelopeintersects`, case-insensitively.
     pub fn parse(name: &str) -> Option<Relation> {
+        if let Some(r) = Relation::ALL
+            .into_iter()
+            .find(|r| r.name().eq_ignore_ascii_case(name))
+        {
+            return Some(r);
+        }
         let n = name.to_ascii_lowercase().replace(['-', '_'], "");
         Some(match n.as_str() {
             "intersects" => Relation::Intersects,
