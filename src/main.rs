@@ -113,10 +113,17 @@ fn main() -> ExitCode {
 }
 
 fn runtime(io_threads: usize) -> Result<tokio::runtime::Runtime, String> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if io_threads > 0 {
-        builder.worker_threads(io_threads);
-    }
+    // One thread: the current-thread scheduler, which skips the work-stealing machinery
+    // (shared queues, worker wake-ups) that a lone worker has no use for.
+    let mut builder = if io_threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if io_threads > 0 {
+            b.worker_threads(io_threads);
+        }
+        b
+    };
     builder
         .enable_all()
         .thread_name("geoshard-io")

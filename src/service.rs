@@ -63,7 +63,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     ready: impl FnOnce(&App, std::net::SocketAddr),
 ) -> Result<(), StartError> {
-    let app = tokio::task::block_in_place(|| App::open(config))?;
+    // Opening reads the store and rebuilds the indexes: off the runtime's threads, which
+    // may be a single one.
+    let app = match tokio::task::spawn_blocking(move || App::open(config)).await {
+        Ok(opened) => opened?,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
     let server = Server::bind(app.clone()).await?;
     let addr = server.local_addr();
     tracing::info!(%addr, data_dir = %app.config.data_dir.display(), "listening");

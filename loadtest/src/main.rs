@@ -167,11 +167,17 @@ struct RunArgs {
     server_pid: Option<u32>,
 }
 
+/// One thread: the current-thread scheduler, as geoshard uses for one io thread, so the
+/// baseline server and the client pay for no work-stealing machinery either.
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, BoxError> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads.max(1))
-        .enable_all()
-        .build()?)
+    let mut builder = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    Ok(builder.enable_all().build()?)
 }
 
 fn main() {

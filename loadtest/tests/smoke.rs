@@ -29,9 +29,10 @@ fn server() -> std::net::SocketAddr {
         ..Default::default()
     };
     let (tx, rx) = std::sync::mpsc::channel();
+    // The current-thread scheduler, as `geoshard serve` runs with one io thread (the report's
+    // setting): point, region and write requests all go through it here.
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+        let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
