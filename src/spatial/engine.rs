@@ -175,7 +175,7 @@ impl Engine {
             self.shards[s].write().points.remove(&e);
         }
         for (s, e) in b.parts {
-            self.shards[s].write().parts.remove(&e);
+            self.shards[s].write().remove_part(&e);
         }
         for (s, e) in b.envelopes {
             self.shards[s].write().envelopes.remove(&e);
@@ -188,7 +188,7 @@ impl Engine {
             self.shards[s].write().points.insert(e);
         }
         for (s, e) in b.parts {
-            self.shards[s].write().parts.insert(e);
+            self.shards[s].write().insert_part(e);
         }
         for (s, e) in b.envelopes {
             self.shards[s].write().envelopes.insert(e);

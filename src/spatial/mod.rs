@@ -5,12 +5,14 @@
 //! - [`pip`]: exact point location with striped, banded edge indexes.
 //! - [`predicate`]: relations (intersects, contains, ...), prepared shapes and queries.
 //! - [`partition`]: H3 cells -> shards; the cover of a box.
-//! - [`shard`]: one shard's R-trees; [`buckets`]: its point leaf level.
+//! - [`shard`]: one shard's R-trees; [`buckets`]: its point leaf level; [`grid`]: its
+//!   point-probe grid over polygon parts.
 //! - [`engine`]: insert/remove/bulk load, point and region queries, the async bridge.
 
 pub mod buckets;
 pub mod engine;
 pub mod geometry;
+pub mod grid;
 pub mod partition;
 pub mod pip;
 pub mod predicate;

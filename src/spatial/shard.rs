@@ -4,6 +4,7 @@
 //!   (see [`super::buckets`]).
 //! - `parts`: polygon bands and whole lines, each referring to its shared [`Shape`].
 //! - `envelopes`: the whole bounding box of each polygon, for `envelope-intersects` only.
+//! - `grid`: the parts again, in a uniform grid for point probes (see [`super::grid`]).
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use rstar::{AABB, RStarInsertionStrategy, RTree, RTreeObject, RTreeParams};
 
 use super::FeatureId;
 use super::buckets::PointIndex;
+use super::grid::PartGrid;
 use super::pip::BBox;
 use super::predicate::Shape;
 
@@ -70,8 +72,10 @@ pub fn aabb(b: &BBox) -> AABB<[f64; 2]> {
 #[derive(Default)]
 pub struct ShardIndex {
     pub points: PointIndex,
-    pub parts: RTree<PartEntry, Params>,
+    parts: RTree<PartEntry, Params>,
     pub envelopes: RTree<PartEntry, Params>,
+    /// Built with each bulk load; kept up to date by single inserts and removals.
+    grid: Option<PartGrid>,
 }
 
 impl ShardIndex {
@@ -80,6 +84,7 @@ impl ShardIndex {
             points: PointIndex::default(),
             parts: RTree::new_with_params(),
             envelopes: RTree::new_with_params(),
+            grid: None,
         }
     }
 
@@ -95,9 +100,24 @@ impl ShardIndex {
         envelopes.extend(self.envelopes.iter().cloned());
         ShardIndex {
             points: PointIndex::bulk(points),
+            grid: PartGrid::build(&parts),
             parts: RTree::bulk_load_with_params(parts),
             envelopes: RTree::bulk_load_with_params(envelopes),
         }
+    }
+
+    pub fn insert_part(&mut self, e: PartEntry) {
+        if let Some(g) = &mut self.grid {
+            g.insert(e.clone());
+        }
+        self.parts.insert(e);
+    }
+
+    pub fn remove_part(&mut self, e: &PartEntry) {
+        if let Some(g) = &mut self.grid {
+            g.remove(e);
+        }
+        self.parts.remove(e);
     }
 
     /// Point features exactly at `(x, y)`.
@@ -109,6 +129,9 @@ impl ShardIndex {
     /// Parts whose box contains `(x, y)`.
     #[inline]
     pub fn parts_at<'a>(&'a self, x: f64, y: f64, mut f: impl FnMut(&'a PartEntry)) {
+        if let Some(g) = self.grid.as_ref().filter(|g| g.usable()) {
+            return g.probe(x, y, f);
+        }
         let _ = self
             .parts
             .locate_in_envelope_intersecting_int(AABB::from_point([x, y]), |e| {
