@@ -9,8 +9,8 @@
 //!   two cells per part.
 //! - A part whose box spans more than [`WIDE_CELLS`] cells is kept in a `wide` list instead,
 //!   and one added later outside the covered extent in an `outside` list; probes scan both.
-//! - When those lists grow past [`MAX_SCANNED`] the grid gives up (`usable` is false) and
-//!   probes go to the R-tree until the next bulk rebuild.
+//! - A grid whose side lists hold more than [`MAX_SCANNED`] parts is not built, or is dropped
+//!   when inserts push it past that, and probes go to the R-tree until the next bulk load.
 //!
 //! Cell numbers come from `floor((v - origin) * scale)`, which is monotonic in `v`: a part
 //! whose box holds a point is always listed in the point's cell, edges and corners included.
@@ -67,7 +67,7 @@ impl PartGrid {
         for p in parts {
             grid.insert(p.clone());
         }
-        Some(grid)
+        grid.usable().then_some(grid)
     }
 
     fn col(&self, x: f64) -> Option<usize> {
@@ -234,5 +234,17 @@ mod tests {
             hits += got.len();
         }
         assert!(hits > 3000, "too few hits to mean much: {hits}");
+    }
+
+    /// Too many parts to scan beside the cells: no grid, so probes use the R-tree.
+    #[test]
+    fn no_grid_when_side_lists_would_be_long() {
+        let mut parts: Vec<PartEntry> = (0..200u32)
+            .map(|i| entry(i, [i as f64, 0.0, i as f64 + 0.5, 0.5]))
+            .collect();
+        assert!(PartGrid::build(&parts).is_some());
+        // Each of these spans the whole extent: wide.
+        parts.extend((200..200 + MAX_SCANNED as u32 + 1).map(|i| entry(i, [0.0, 0.0, 200.0, 0.5])));
+        assert!(PartGrid::build(&parts).is_none());
     }
 }

@@ -74,7 +74,8 @@ pub struct ShardIndex {
     pub points: PointIndex,
     parts: RTree<PartEntry, Params>,
     pub envelopes: RTree<PartEntry, Params>,
-    /// Built with each bulk load; kept up to date by single inserts and removals.
+    /// Built with each bulk load; kept up to date by single inserts and removals, and
+    /// dropped when inserts make it slower than the R-tree.
     grid: Option<PartGrid>,
 }
 
@@ -109,6 +110,9 @@ impl ShardIndex {
     pub fn insert_part(&mut self, e: PartEntry) {
         if let Some(g) = &mut self.grid {
             g.insert(e.clone());
+            if !g.usable() {
+                self.grid = None;
+            }
         }
         self.parts.insert(e);
     }
@@ -129,7 +133,7 @@ impl ShardIndex {
     /// Parts whose box contains `(x, y)`.
     #[inline]
     pub fn parts_at<'a>(&'a self, x: f64, y: f64, mut f: impl FnMut(&'a PartEntry)) {
-        if let Some(g) = self.grid.as_ref().filter(|g| g.usable()) {
+        if let Some(g) = &self.grid {
             return g.probe(x, y, f);
         }
         let _ = self
