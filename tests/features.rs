@@ -798,7 +798,8 @@ fn koop_shapes_and_multipart() {
     let r = geo.request(
         "POST",
         "/v1/resources/geoQueryService",
-        &[("Content-Type", "multipart/mixed; boundary=XyZ")],
+        // Media types are case-insensitive (RFC 9110 §8.3.1).
+        &[("Content-Type", "Multipart/Mixed; boundary=XyZ")],
         wire.as_bytes(),
     );
     assert_eq!(r.status, 200, "{}", r.text());

@@ -23,6 +23,8 @@ use super::sql::{Row, V, Where, WhereError, compare};
 use super::template::{ViewDef, format_datetime, write_datetime};
 use super::view::{GeometryOut, ViewData};
 use super::{Features, ViewState};
+
+mod scan;
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::spatial::geometry::parse_parts;
@@ -223,7 +225,7 @@ impl Flex<'_> {
     }
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Debug, PartialEq, Deserialize, Default)]
 #[serde(default)]
 struct RawParams<'a> {
     #[serde(borrow)]
@@ -236,14 +238,14 @@ struct RawParams<'a> {
 
 /// A GeoJSON geometry as the request carries it: its coordinates are nested arrays, so no
 /// JSON object map is built (`spatialReference` and other members are skipped).
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct RawGeometry<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
     coordinates: Option<Value>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Debug, PartialEq, Deserialize, Default)]
 #[serde(default)]
 struct RawExtension<'a> {
     #[serde(borrow)]
@@ -251,7 +253,7 @@ struct RawExtension<'a> {
 }
 
 /// The `query` members this service reads; every other member is ignored.
-#[derive(Deserialize, Default)]
+#[derive(Debug, PartialEq, Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
 struct RawQuery<'a> {
     #[serde(borrow, rename = "where")]
@@ -282,7 +284,7 @@ struct RawQuery<'a> {
     extension: Option<RawExtension<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct RawRequest<'a> {
     #[serde(borrow, default)]
     params: Option<RawParams<'a>>,
@@ -427,12 +429,16 @@ fn parse_statistics(v: &Value) -> Result<Option<Vec<StatSpec>>, FeatureError> {
 impl FeatureRequest {
     /// Parse and coerce a request body. Unknown members are ignored, as clients send many.
     pub fn parse(body: &[u8]) -> Result<FeatureRequest, FeatureError> {
-        let raw: RawRequest = serde_json::from_slice(body).map_err(|e| match e.classify() {
-            serde_json::error::Category::Data => bad(format!(
-                "the request body is not a geoQueryService request: {e}"
-            )),
-            _ => bad(format!("the request body is not JSON: {e}")),
-        })?;
+        // The common shape in one pass; serde for the rest, and for every error message.
+        let raw: RawRequest = match scan::read(body) {
+            Some(raw) => raw,
+            None => serde_json::from_slice(body).map_err(|e| match e.classify() {
+                serde_json::error::Category::Data => bad(format!(
+                    "the request body is not a geoQueryService request: {e}"
+                )),
+                _ => bad(format!("the request body is not JSON: {e}")),
+            })?,
+        };
         let params = raw
             .params
             .ok_or_else(|| bad("the request body has no \"params\" object"))?;
