@@ -23,12 +23,12 @@ use super::sql::{Row, V, Where, WhereError, compare};
 use super::template::{ViewDef, format_datetime, write_datetime};
 use super::view::{GeometryOut, ViewData};
 use super::{Features, ViewState};
-
-mod scan;
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::spatial::geometry::parse_parts;
 use crate::spatial::{Query, Relation};
+
+mod scan;
 
 #[derive(Debug, Error)]
 pub enum FeatureError {
