@@ -116,13 +116,9 @@ impl Digest {
                 h
             }
         };
-        let nc = {
-            let n = self.nc.to_be_bytes();
-            let h = hex(&n);
-            let mut nc = [0u8; 8];
-            nc.copy_from_slice(&h[..8]);
-            nc
-        };
+        // `nc` as 8 hex digits: the hex of its 4 big-endian bytes.
+        let nc_hex = hex(&self.nc.to_be_bytes());
+        let nc = &nc_hex[..8];
         let mut h = self.prefix_hash.clone();
         h.update(nc);
         h.update(b":");
@@ -136,7 +132,7 @@ impl Digest {
         out.extend_from_slice(self.head.as_bytes());
         out.extend_from_slice(uri.as_bytes());
         out.extend_from_slice(b"\", qop=auth, nc=");
-        out.extend_from_slice(&nc);
+        out.extend_from_slice(nc);
         out.extend_from_slice(self.middle.as_bytes());
         out.extend_from_slice(&response);
         out.extend_from_slice(self.tail.as_bytes());
@@ -280,7 +276,7 @@ mod tests {
         );
         let h = d.header("POST", "/v1/resources/geoQueryService").unwrap();
         let mut prompt = digest_auth::parse(challenge).unwrap();
-        let ctx = digest_auth::AuthContext::new_with_method(
+        let mut ctx = digest_auth::AuthContext::new_with_method(
             "Mufasa",
             "Circle Of Life",
             "/v1/resources/geoQueryService",
@@ -289,7 +285,6 @@ mod tests {
         );
         // The crate keeps its own nc; bring it to the second request, with our cnonce.
         prompt.nc = 1;
-        let mut ctx = ctx;
         ctx.set_custom_cnonce("0a4f113b");
         let theirs = prompt.respond(&ctx).unwrap();
         let ours = h.to_str().unwrap();

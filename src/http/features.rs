@@ -82,9 +82,10 @@ where
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    const MULTIPART: &str = "multipart/";
     let multipart = content_type
-        .get(..10)
-        .is_some_and(|p| p.eq_ignore_ascii_case("multipart/"));
+        .get(..MULTIPART.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(MULTIPART));
     let body = if multipart {
         multipart_json(content_type, &body).ok_or_else(|| {
             ApiError::new(

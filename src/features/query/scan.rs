@@ -5,7 +5,7 @@
 //!
 //! - strings of printable ASCII without escapes;
 //! - numbers in strict JSON grammar;
-//! - nesting under 64 levels;
+//! - skipped values nested under 64 levels;
 //! - no known member given twice.
 //!
 //! Anything else, valid or not, gives `None`, and the caller falls back to serde. serde then
@@ -21,7 +21,8 @@ use serde_json::Value;
 
 use super::{Flex, RawExtension, RawGeometry, RawParams, RawQuery, RawRequest};
 
-/// Deeper than this, the reader gives up (serde_json allows 128).
+/// A skipped value nested deeper than this makes the reader give up (serde_json allows 128;
+/// the members this reader walks add at most four levels).
 const MAX_DEPTH: usize = 64;
 
 struct Reader<'a> {
@@ -183,13 +184,13 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// `null` (consumed: true) or something else (left in place: false).
-    fn null(&mut self) -> R<bool> {
+    /// `None` for `null`, else what `read` makes of the value (serde's `Option<T>`).
+    fn nullable<T>(&mut self, read: impl FnOnce(&mut Self) -> R<T>) -> R<Option<T>> {
         if self.peek()? == b'n' {
             self.literal(b"null")?;
-            return Some(true);
+            return Some(None);
         }
-        Some(false)
+        read(self).map(Some)
     }
 
     /// A scalar member as [`Flex`] reads it.
@@ -238,11 +239,7 @@ impl<'a> Reader<'a> {
 
     /// A member that stays a JSON value (`Option<Value>` in serde: null is `None`).
     fn value(&mut self) -> R<Option<Value>> {
-        if self.null()? {
-            return Some(None);
-        }
-        let raw = self.skip(0)?;
-        serde_json::from_slice(raw).ok().map(Some)
+        self.nullable(|r| serde_json::from_slice(r.skip(0)?).ok())
     }
 }
 
@@ -256,60 +253,44 @@ fn once<T>(seen: &mut u32, bit: u32, slot: &mut T, value: T) -> R<()> {
     Some(())
 }
 
-fn params<'a>(r: &mut Reader<'a>) -> R<Option<RawParams<'a>>> {
-    if r.null()? {
-        return Some(None);
-    }
+fn params<'a>(r: &mut Reader<'a>) -> R<RawParams<'a>> {
     let mut p = RawParams::default();
     let mut seen = 0;
     r.object(|r, key| match key {
         "id" => once(&mut seen, 1, &mut p.id, r.flex()?),
         "layer" => once(&mut seen, 2, &mut p.layer, r.flex()?),
         "method" => once(&mut seen, 4, &mut p.method, r.flex()?),
-        _ => r.skip(1).map(drop),
+        _ => r.skip(0).map(drop),
     })?;
-    Some(Some(p))
+    Some(p)
 }
 
-fn geometry<'a>(r: &mut Reader<'a>) -> R<Option<RawGeometry<'a>>> {
-    if r.null()? {
-        return Some(None);
-    }
+fn geometry<'a>(r: &mut Reader<'a>) -> R<RawGeometry<'a>> {
     let mut kind = None;
     let mut coordinates = None;
     let mut seen = 0;
     r.object(|r, key| match key {
         "type" => {
-            let v = if r.null()? {
-                None
-            } else {
-                Some(Cow::Borrowed(r.string()?))
-            };
+            let v = r.nullable(|r| r.string().map(Cow::Borrowed))?;
             once(&mut seen, 1, &mut kind, v)
         }
         "coordinates" => once(&mut seen, 2, &mut coordinates, r.value()?),
-        _ => r.skip(3).map(drop),
+        _ => r.skip(0).map(drop),
     })?;
-    Some(Some(RawGeometry { kind, coordinates }))
+    Some(RawGeometry { kind, coordinates })
 }
 
-fn extension<'a>(r: &mut Reader<'a>) -> R<Option<RawExtension<'a>>> {
-    if r.null()? {
-        return Some(None);
-    }
+fn extension<'a>(r: &mut Reader<'a>) -> R<RawExtension<'a>> {
     let mut e = RawExtension::default();
     let mut seen = 0;
     r.object(|r, key| match key {
-        "geometry" => once(&mut seen, 1, &mut e.geometry, geometry(r)?),
-        _ => r.skip(2).map(drop),
+        "geometry" => once(&mut seen, 1, &mut e.geometry, r.nullable(geometry)?),
+        _ => r.skip(0).map(drop),
     })?;
-    Some(Some(e))
+    Some(e)
 }
 
-fn query<'a>(r: &mut Reader<'a>) -> R<Option<RawQuery<'a>>> {
-    if r.null()? {
-        return Some(None);
-    }
+fn query<'a>(r: &mut Reader<'a>) -> R<RawQuery<'a>> {
     let mut q = RawQuery::default();
     let mut seen = 0u32;
     r.object(|r, key| {
@@ -334,11 +315,11 @@ fn query<'a>(r: &mut Reader<'a>) -> R<Option<RawQuery<'a>>> {
             "time" => once(s, 1 << 11, &mut q.time, r.value()?),
             "geometryType" => once(s, 1 << 12, &mut q.geometry_type, r.flex()?),
             "spatialRel" => once(s, 1 << 13, &mut q.spatial_rel, r.flex()?),
-            "extension" => once(s, 1 << 14, &mut q.extension, extension(r)?),
-            _ => r.skip(1).map(drop),
+            "extension" => once(s, 1 << 14, &mut q.extension, r.nullable(extension)?),
+            _ => r.skip(0).map(drop),
         }
     })?;
-    Some(Some(q))
+    Some(q)
 }
 
 /// The members of `body`, as serde would read them, or `None` to ask serde.
@@ -353,9 +334,9 @@ pub(super) fn read(body: &[u8]) -> Option<RawRequest<'_>> {
     let mut query_ = None;
     let mut seen = 0;
     r.object(|r, key| match key {
-        "params" => once(&mut seen, 1, &mut params_, params(r)?),
-        "query" => once(&mut seen, 2, &mut query_, query(r)?),
-        _ => r.skip(1).map(drop),
+        "params" => once(&mut seen, 1, &mut params_, r.nullable(params)?),
+        "query" => once(&mut seen, 2, &mut query_, r.nullable(query)?),
+        _ => r.skip(0).map(drop),
     })?;
     r.ws();
     (r.i == body.len()).then_some(RawRequest {
