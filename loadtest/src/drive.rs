@@ -18,6 +18,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{BoxError, Conn};
+use crate::pace::Pacer;
 use crate::workload::{PgArgs, Query, QuerySet};
 
 /// One measured run, as the report reads it.
@@ -160,9 +161,14 @@ pub async fn drive(
     let measure_to = measure_from + spec.duration;
     let next = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    // Open loop: requests 0..total are due by measure_to.
+    let pacer = spec.rate.map(|rate| {
+        let total = ((measure_to - start).as_secs_f64() * rate) as u64 + 1;
+        Arc::new(Pacer::start(start, rate, total).expect("start the pacer thread"))
+    });
     let mut tasks = Vec::new();
     for mut sender in senders {
-        let (set, next, stop) = (set.clone(), next.clone(), stop.clone());
+        let (set, next, stop, pacer) = (set.clone(), next.clone(), stop.clone(), pacer.clone());
         tasks.push(tokio::spawn(async move {
             let mut t = Tally {
                 hist: Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds"),
@@ -173,16 +179,14 @@ pub async fn drive(
             };
             tokio::time::sleep_until(start.into()).await;
             while !stop.load(Ordering::Relaxed) {
+                if let Some(pacer) = &pacer
+                    && !pacer.ready().await
+                {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let due = match spec.rate {
-                    Some(rate) => {
-                        let due = start + Duration::from_secs_f64(i as f64 / rate);
-                        if due > measure_to {
-                            break;
-                        }
-                        tokio::time::sleep_until(due.into()).await;
-                        due
-                    }
+                let due = match &pacer {
+                    Some(pacer) => pacer.due(i),
                     None => Instant::now(),
                 };
                 let q = &set.queries[(i as usize) % set.queries.len()];
@@ -233,6 +237,9 @@ pub async fn drive(
     };
     tokio::time::sleep(grace).await;
     stop.store(true, Ordering::Relaxed);
+    if let Some(pacer) = &pacer {
+        pacer.close();
+    }
     let mut hist = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds");
     let (mut errors, mut checked, mut mismatched, mut first) = (0, 0, 0, None);
     for task in tasks {

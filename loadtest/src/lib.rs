@@ -3,6 +3,7 @@
 //! - [`data`]: datasets and the answer oracle.
 //! - [`workload`]: queries and expected answers.
 //! - [`drive`]: closed- and open-loop drivers, histograms, checks.
+//! - [`pace`]: when open-loop requests are due, released from a thread of its own.
 //! - [`load`]: `prepare` over the bulk documents API.
 //! - [`baseline`]: the HTTP ceiling server.
 //! - [`postgis`]: the PostGIS peer.
@@ -14,6 +15,7 @@ pub mod client;
 pub mod data;
 pub mod drive;
 pub mod load;
+pub mod pace;
 pub mod postgis;
 pub mod report;
 pub mod workload;
