@@ -768,6 +768,27 @@ fn errors() {
         404,
         "nothing stored"
     );
+    // A second document for a service name already taken is refused, so a name always
+    // answers with one descriptor; the first one still does.
+    let mut twin = read_json("gds/mollusks/descriptor.json");
+    twin["info"]["description"] = json!("a twin");
+    let r = put(
+        &mut admin,
+        "/services/twin.json",
+        &format!("&collection={}", enc(SERVICES)),
+        &twin,
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.error().2.contains("already exists"), "{}", r.text());
+    let listing = admin.get("/v1/resources/modelService").json();
+    assert_eq!(
+        listing["models"]["ArcGIS Hub Data"]["description"],
+        read_json("gds/mollusks/descriptor.json")["info"]["description"]
+    );
+    assert_eq!(
+        admin.get("/v1/documents?uri=/services/twin.json").status,
+        404
+    );
 }
 
 #[test]
