@@ -64,10 +64,11 @@ fn smoke() {
             assert!(p.documents > 3000);
         }
     });
+    let duration = Duration::from_millis(1500);
     let spec = |connections, rate| drive::Spec {
         connections,
         warmup: Duration::from_millis(300),
-        duration: Duration::from_millis(1500),
+        duration,
         rate,
     };
     let mut runs = Vec::new();
@@ -94,6 +95,15 @@ fn smoke() {
         assert!(record.checked > 0, "{}: no answer was checked", wl.name());
         assert_eq!(record.errors, 0, "{}", wl.name());
         assert!(record.requests > 0);
+        if let Some(rate) = rate {
+            // Open loop: every request due in the measured window is sent and measured.
+            let due = rate * duration.as_secs_f64();
+            assert!(
+                (record.requests as f64 - due).abs() <= 1.0,
+                "open loop at {rate}/s measured {} requests, {due} were due",
+                record.requests
+            );
+        }
         runs.push(record);
     }
     // The ceiling, by the same client code.
