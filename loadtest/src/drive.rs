@@ -150,22 +150,26 @@ struct Tally {
     first_mismatch: Option<String>,
 }
 
-/// Run `set` through `senders` (one per connection).
+/// Run `set` through `senders` (one per connection). Fails only if the open-loop pacer's
+/// thread cannot start.
 pub async fn drive(
     set: Arc<QuerySet>,
     senders: Vec<Sender>,
     spec: Spec,
-) -> (RunRecord, Option<String>) {
+) -> Result<(RunRecord, Option<String>), BoxError> {
     let start = Instant::now() + Duration::from_millis(20);
     let measure_from = start + spec.warmup;
     let measure_to = measure_from + spec.duration;
     let next = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     // Open loop: requests 0..total are due by measure_to.
-    let pacer = spec.rate.map(|rate| {
-        let total = ((measure_to - start).as_secs_f64() * rate) as u64 + 1;
-        Arc::new(Pacer::start(start, rate, total).expect("start the pacer thread"))
-    });
+    let pacer = match spec.rate {
+        Some(rate) => {
+            let total = ((measure_to - start).as_secs_f64() * rate) as u64 + 1;
+            Some(Arc::new(Pacer::start(start, rate, total)?))
+        }
+        None => None,
+    };
     let mut tasks = Vec::new();
     for mut sender in senders {
         let (set, next, stop, pacer) = (set.clone(), next.clone(), stop.clone(), pacer.clone());
@@ -278,7 +282,7 @@ pub async fn drive(
         server_rss_bytes: None,
         note: None,
     };
-    (record, first)
+    Ok((record, first))
 }
 
 /// Open `n` HTTP connections (Digest negotiated on first use).

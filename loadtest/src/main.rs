@@ -351,7 +351,7 @@ fn run(args: RunArgs) -> Result<(), BoxError> {
                 );
             }
         };
-        Ok(drive::drive(set.clone(), senders, spec).await)
+        drive::drive(set.clone(), senders, spec).await
     })?;
     record.target = args.target.clone();
     record.dataset = match dataset {
