@@ -15,7 +15,6 @@
 //! the few requests due by then. It never releases a request before it is due.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,8 +29,8 @@ pub const STEP: Duration = Duration::from_micros(250);
 pub struct Pacer {
     start: Instant,
     rate: f64,
+    /// Closed when the run stops: waiters get `false`, and the thread ends.
     permits: Arc<Semaphore>,
-    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -39,18 +38,16 @@ impl Pacer {
     /// Release requests `0..total` at `rate` per second from `start`.
     pub fn start(start: Instant, rate: f64, total: u64) -> std::io::Result<Pacer> {
         let permits = Arc::new(Semaphore::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (permits, stop) = (permits.clone(), stop.clone());
+            let permits = permits.clone();
             std::thread::Builder::new()
                 .name("lt-pacer".into())
-                .spawn(move || release(start, rate, total, &permits, &stop))?
+                .spawn(move || release(start, rate, total, &permits))?
         };
         Ok(Pacer {
             start,
             rate,
             permits,
-            stop,
             thread: Some(thread),
         })
     }
@@ -73,7 +70,6 @@ impl Pacer {
 
     /// Stop releasing, and wake every waiter with `false`.
     pub fn close(&self) {
-        self.stop.store(true, Ordering::Relaxed);
         self.permits.close();
         if let Some(t) = &self.thread {
             t.thread().unpark();
@@ -94,21 +90,15 @@ fn due(start: Instant, rate: f64, i: u64) -> Instant {
     start + Duration::from_secs_f64(i as f64 / rate)
 }
 
-fn release(start: Instant, rate: f64, total: u64, permits: &Semaphore, stop: &AtomicBool) {
+fn release(start: Instant, rate: f64, total: u64, permits: &Semaphore) {
     let mut released = 0u64;
-    while released < total && !stop.load(Ordering::Relaxed) {
+    while released < total && !permits.is_closed() {
         let now = Instant::now();
-        // Requests 0..n are due by now: i / rate <= elapsed.
-        let n = match now.checked_duration_since(start) {
-            Some(elapsed) => ((elapsed.as_secs_f64() * rate) as u64 + 1).min(total),
-            None => 0,
-        };
-        // The float product can land one past a due time by rounding: never release early.
-        let n = if n > 0 && due(start, rate, n - 1) > now {
-            n - 1
-        } else {
-            n
-        };
+        // By the same `due` the connections measure from, so never early: a few steps a wake.
+        let mut n = released;
+        while n < total && due(start, rate, n) <= now {
+            n += 1;
+        }
         if n > released {
             permits.add_permits((n - released) as usize);
             released = n;
@@ -122,7 +112,7 @@ fn release(start: Instant, rate: f64, total: u64, permits: &Semaphore, stop: &At
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// Every request is released at or after its due time, the count matches the rate, and
     /// requests leave close to when they are due (tokio's timer gave 1–2 ms).
