@@ -292,10 +292,14 @@ impl Conn {
 
     async fn receive(&mut self) -> Result<(Head, Bytes), BoxError> {
         let head = loop {
-            if let Some(head) = parse_head(&self.read)? {
-                break head;
+            match parse_head(&self.read)? {
+                // An interim answer (103 Early Hints, say): the final one follows.
+                Some(head) if (100..200).contains(&head.status) && head.status != 101 => {
+                    self.read.advance(head.len);
+                }
+                Some(head) => break head,
+                None => self.fill().await?,
             }
-            self.fill().await?;
         };
         let bodyless = head.status == 204 || head.status == 304 || head.status < 200;
         let body = if bodyless {
@@ -509,8 +513,8 @@ mod tests {
     }
 
     /// Against a scripted server: a 401 that closes the connection without reading the body
-    /// (the client reconnects and answers the challenge), a chunked answer, then a sized one
-    /// written in two parts on the same kept-alive connection.
+    /// (the client reconnects and answers the challenge), an interim 103 and then a chunked
+    /// answer, then a sized one written in two parts on the same kept-alive connection.
     #[tokio::test]
     async fn negotiates_reconnects_and_reads_both_body_kinds() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -528,7 +532,7 @@ mod tests {
             let (mut s, _) = listener.accept().await.unwrap();
             let mut buf = Vec::new();
             let first = read_request(&mut s, &mut buf).await;
-            s.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n").await.unwrap();
+            s.write_all(b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n").await.unwrap();
             let second = read_request(&mut s, &mut buf).await;
             s.write_all(b"HTTP/1.1 201 Created\r\ncontent-length: 10\r\n\r\n01234")
                 .await
