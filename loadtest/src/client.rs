@@ -150,6 +150,7 @@ impl Digest {
     }
 }
 
+#[derive(Debug)]
 pub struct Reply {
     pub status: u16,
     pub body: Bytes,
@@ -247,6 +248,26 @@ fn parse_chunked(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, BoxError> {
     }
 }
 
+/// The server closed the connection before the answer was complete.
+#[derive(Debug)]
+struct Closed;
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the server closed the connection")
+    }
+}
+
+impl std::error::Error for Closed {}
+
+/// Whether an exchange failed because the peer had closed the connection.
+fn closed(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    e.is::<Closed>()
+        || e.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| matches!(e.kind(), BrokenPipe | ConnectionReset | ConnectionAborted))
+}
+
 /// Requests whose bodies are at most this long are sent in one write with their head.
 const COALESCE: usize = 16 * 1024;
 
@@ -285,7 +306,7 @@ impl Conn {
         let stream = self.stream.as_mut().ok_or("not connected")?;
         self.read.reserve(8192);
         if stream.read_buf(&mut self.read).await? == 0 {
-            return Err("the server closed the connection".into());
+            return Err(Box::new(Closed));
         }
         Ok(())
     }
@@ -366,31 +387,43 @@ impl Conn {
         if coalesce {
             w.extend_from_slice(body);
         }
-        if self.stream.is_none() {
-            self.stream = Some(Conn::open(self.addr).await?);
-            self.read.clear();
-        }
-        let result = async {
-            let stream = self.stream.as_mut().ok_or("not connected")?;
-            stream.write_all(&self.write).await?;
-            if !coalesce {
-                stream.write_all(body).await?;
+        let mut retried = false;
+        loop {
+            let reused = self.stream.is_some();
+            if !reused {
+                self.stream = Some(Conn::open(self.addr).await?);
+                self.read.clear();
             }
-            self.receive().await
-        }
-        .await;
-        match result {
-            Ok((head, reply)) => {
-                // A server may answer an error without reading the request body, and then
-                // close: start the next request on a new connection.
-                if head.close || (!body.is_empty() && !(200..300).contains(&head.status)) {
-                    self.stream = None;
+            let result = async {
+                let stream = self.stream.as_mut().ok_or("not connected")?;
+                stream.write_all(&self.write).await?;
+                if !coalesce {
+                    stream.write_all(body).await?;
                 }
-                Ok((head.status, head.digest, reply))
+                self.receive().await
             }
-            Err(e) => {
-                self.stream = None;
-                Err(e)
+            .await;
+            match result {
+                Ok((head, reply)) => {
+                    // A server may answer an error without reading the request body, and
+                    // then close: start the next request on a new connection.
+                    if head.close || (!body.is_empty() && !(200..300).contains(&head.status)) {
+                        self.stream = None;
+                    }
+                    return Ok((head.status, head.digest, reply));
+                }
+                Err(e) => {
+                    self.stream = None;
+                    // A kept-alive connection that the server closed while it was idle fails
+                    // before any byte of an answer: the request was not read, so it goes once
+                    // more on a new connection, as HTTP clients do with idempotent requests
+                    // (every request sent here is a query or a write by URI).
+                    if reused && !retried && self.read.is_empty() && closed(&*e) {
+                        retried = true;
+                        continue;
+                    }
+                    return Err(e);
+                }
             }
         }
     }
@@ -441,6 +474,29 @@ pub async fn get_plain(addr: SocketAddr, target: &str) -> Result<Bytes, BoxError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `response` of a POST answering `challenge`, by an independent implementation (the
+    /// `digest_auth` crate), after `nc_before` earlier requests on the same nonce.
+    fn reference_response(
+        challenge: &str,
+        (user, password): (&str, &str),
+        uri: &str,
+        nc_before: u32,
+        cnonce: &str,
+    ) -> String {
+        let mut prompt = digest_auth::parse(challenge).unwrap();
+        let mut ctx = digest_auth::AuthContext::new_with_method(
+            user,
+            password,
+            uri,
+            Option::<&[u8]>::None,
+            digest_auth::HttpMethod::POST,
+        );
+        // The crate keeps its own nc, and counts up from it.
+        prompt.nc = nc_before;
+        ctx.set_custom_cnonce(cnonce);
+        prompt.respond(&ctx).unwrap().response
+    }
 
     #[test]
     fn heads_are_read_whole_or_not_at_all() {
@@ -552,33 +608,77 @@ mod tests {
         assert_eq!((r.status, &r.body[..]), (201, &b"0123456789"[..]));
         let (first, second) = server.await.unwrap();
         // The answered challenge, checked against an independent implementation.
-        let mut prompt =
-            digest_auth::parse("Digest realm=\"r\", qop=\"auth\", nonce=\"n1\", opaque=\"o\"")
-                .unwrap();
         let cnonce = first
             .split("cnonce=\"")
             .nth(1)
             .and_then(|v| v.split('"').next())
             .unwrap();
-        let mut ctx = digest_auth::AuthContext::new_with_method(
-            "u",
-            "p",
+        let theirs = reference_response(
+            "Digest realm=\"r\", qop=\"auth\", nonce=\"n1\", opaque=\"o\"",
+            ("u", "p"),
             "/q",
-            Option::<&[u8]>::None,
-            digest_auth::HttpMethod::POST,
+            0,
+            cnonce,
         );
-        ctx.set_custom_cnonce(cnonce);
-        let theirs = prompt.respond(&ctx).unwrap();
         assert!(first.starts_with("POST /q HTTP/1.1\r\n"), "{first}");
         assert!(first.contains("nc=00000001"), "{first}");
-        assert!(
-            first.contains(&format!("response=\"{}\"", theirs.response)),
-            "{first}"
-        );
+        assert!(first.contains(&format!("response=\"{theirs}\"")), "{first}");
         assert!(first.ends_with("\r\n\r\n{\"q\":1}"), "{first}");
         assert!(second.starts_with("PUT /d?x=1 HTTP/1.1\r\n"), "{second}");
         assert!(second.contains("nc=00000002"), "{second}");
         assert!(second.contains("content-length: 7\r\n"), "{second}");
+    }
+
+    /// A kept-alive connection that the server closed while idle: the next request goes
+    /// again on a new connection, once; a server that closes every connection unanswered is
+    /// an error, not a loop.
+    #[tokio::test]
+    async fn a_request_on_a_connection_closed_while_idle_is_sent_again() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let mut requests = Vec::new();
+            for answer in [true, true, false, false] {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = Vec::new();
+                requests.push(read_request(&mut s, &mut buf).await);
+                if answer {
+                    s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await
+                        .unwrap();
+                }
+                // Closed without a `connection: close` header, as an idle timeout does.
+            }
+            requests
+        });
+        let mut c = Conn::connect(addr, "", "").await.unwrap();
+        let r = c.request("GET", "/a", None, Bytes::new()).await.unwrap();
+        assert_eq!((r.status, &r.body[..]), (200, &b"ok"[..]));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let r = c.request("GET", "/b", None, Bytes::new()).await.unwrap();
+        assert_eq!((r.status, &r.body[..]), (200, &b"ok"[..]));
+        // A fresh connection closed unanswered is not retried: one more connection in all.
+        let e = c
+            .request("GET", "/c", None, Bytes::new())
+            .await
+            .unwrap_err();
+        assert!(closed(&*e), "{e}");
+        let e = c
+            .request("GET", "/d", None, Bytes::new())
+            .await
+            .unwrap_err();
+        assert!(closed(&*e), "{e}");
+        let requests = server.await.unwrap();
+        let lines: Vec<&str> = requests.iter().map(|r| r.lines().next().unwrap()).collect();
+        assert_eq!(
+            lines,
+            [
+                "GET /a HTTP/1.1",
+                "GET /b HTTP/1.1",
+                "GET /c HTTP/1.1",
+                "GET /d HTTP/1.1"
+            ]
+        );
     }
 
     /// RFC 2617 §3.5's worked example, then the next request of the same session checked
@@ -594,24 +694,15 @@ mod tests {
             r#"Digest username="Mufasa", realm="testrealm@host.com", nonce="dcd98b7102dd2f0e8b11d0f600bfb0c093", uri="/dir/index.html", qop=auth, nc=00000001, cnonce="0a4f113b", response="6629fae49393a05397450978507c4ef1", opaque="5ccc069c403ebaf9f0171e9517f40e41""#
         );
         let h = d.header("POST", "/v1/resources/geoQueryService").unwrap();
-        let mut prompt = digest_auth::parse(challenge).unwrap();
-        let mut ctx = digest_auth::AuthContext::new_with_method(
-            "Mufasa",
-            "Circle Of Life",
+        let theirs = reference_response(
+            challenge,
+            ("Mufasa", "Circle Of Life"),
             "/v1/resources/geoQueryService",
-            Option::<&[u8]>::None,
-            digest_auth::HttpMethod::POST,
+            1,
+            "0a4f113b",
         );
-        // The crate keeps its own nc; bring it to the second request, with our cnonce.
-        prompt.nc = 1;
-        ctx.set_custom_cnonce("0a4f113b");
-        let theirs = prompt.respond(&ctx).unwrap();
         let ours = h.to_str().unwrap();
         assert!(ours.contains("nc=00000002"), "{ours}");
-        assert!(
-            ours.contains(&format!("response=\"{}\"", theirs.response)),
-            "{ours} vs {}",
-            theirs.to_header_string()
-        );
+        assert!(ours.contains(&format!("response=\"{theirs}\"")), "{ours}");
     }
 }
