@@ -193,7 +193,11 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, BoxError> {
     for h in r.headers.iter() {
         let value = std::str::from_utf8(h.value).map_err(|_| "header value not UTF-8")?;
         if h.name.eq_ignore_ascii_case("content-length") {
-            head.length = Some(value.trim().parse()?);
+            let length: usize = value.trim().parse()?;
+            if length > MAX_BODY {
+                return Err("response body too large".into());
+            }
+            head.length = Some(length);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             head.chunked = value.to_ascii_lowercase().contains("chunked");
         } else if h.name.eq_ignore_ascii_case("connection") {
@@ -208,6 +212,10 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, BoxError> {
     }
     Ok(Some(head))
 }
+
+/// A body or chunk longer than this is refused, so that a wrong size cannot grow the buffer
+/// without end (or overflow an offset).
+const MAX_BODY: usize = 1 << 30;
 
 /// Decode a chunked body at the start of `buf`: the body and the bytes it spanned, or `None`
 /// while it is incomplete. Chunk extensions and trailers are skipped.
@@ -236,7 +244,10 @@ fn parse_chunked(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, BoxError> {
                 }
             }
         }
-        let end = i.checked_add(size).ok_or("bad chunk size")?;
+        if size > MAX_BODY {
+            return Err("chunk too large".into());
+        }
+        let end = i + size;
         if buf.len() < end + 2 {
             return Ok(None);
         }
@@ -531,6 +542,8 @@ mod tests {
         let kept = parse_head(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n");
         assert!(!kept.unwrap().unwrap().close);
         assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+        let huge = b"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\n";
+        assert!(parse_head(huge).is_err());
         assert!(parse_head(b"SMTP ready\r\n\r\n").is_err());
     }
 
@@ -545,6 +558,9 @@ mod tests {
         }
         assert_eq!(parse_chunked(b"0\r\n\r\n").unwrap(), Some((Vec::new(), 5)));
         assert!(parse_chunked(b"zz\r\n").is_err());
+        assert!(parse_chunked(b"ffffffffffffffff\r\n").is_err());
+        assert!(parse_chunked(b"40000001\r\n").is_err());
+        assert_eq!(parse_chunked(b"40000000\r\n").unwrap(), None);
         assert!(parse_chunked(b"2\r\nabc\r\n0\r\n\r\n").is_err());
     }
 
