@@ -6,12 +6,12 @@
 //! API, used before, runs each connection as a task of its own and passes every request and
 //! response through channels to it, which cost the client about as much CPU as the server it
 //! measured; on a machine the two share, that CPU is taken from the server. Heads are parsed
-//! with `httparse` (hyper's own parser); bodies may be sized or chunked.
+//! with `httparse` (hyper's own parser); bodies may be sized, chunked, or end with the
+//! connection, and none may pass [`MAX_BODY`].
 
 use std::net::SocketAddr;
 
 use bytes::{Buf, Bytes, BytesMut};
-use hyper::header::HeaderValue;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -115,7 +115,8 @@ impl Digest {
         })
     }
 
-    fn header(&mut self, method: &str, uri: &str) -> Result<HeaderValue, BoxError> {
+    /// Append the next request's `Authorization` value to `out`.
+    fn write_header(&mut self, out: &mut Vec<u8>, method: &str, uri: &str) {
         use md5::Digest as _;
         self.nc += 1;
         let ha2 = match &self.ha2 {
@@ -136,9 +137,6 @@ impl Digest {
         h.update(b":auth:");
         h.update(ha2);
         let response = hex(&h.finalize());
-        let mut out = Vec::with_capacity(
-            self.head.len() + uri.len() + 24 + self.middle.len() + 32 + self.tail.len(),
-        );
         out.extend_from_slice(self.head.as_bytes());
         out.extend_from_slice(uri.as_bytes());
         out.extend_from_slice(b"\", qop=auth, nc=");
@@ -146,7 +144,6 @@ impl Digest {
         out.extend_from_slice(self.middle.as_bytes());
         out.extend_from_slice(&response);
         out.extend_from_slice(self.tail.as_bytes());
-        Ok(HeaderValue::from_maybe_shared(Bytes::from(out))?)
     }
 }
 
@@ -301,17 +298,6 @@ impl Conn {
         })
     }
 
-    fn authorization(
-        &mut self,
-        method: &str,
-        target: &str,
-    ) -> Result<Option<HeaderValue>, BoxError> {
-        self.digest
-            .as_mut()
-            .map(|d| d.header(method, target))
-            .transpose()
-    }
-
     /// Read more of the response; an error at the end of the stream.
     async fn fill(&mut self) -> Result<(), BoxError> {
         let stream = self.stream.as_mut().ok_or("not connected")?;
@@ -355,7 +341,12 @@ impl Conn {
             // Delimited by the end of the connection.
             let stream = self.stream.as_mut().ok_or("not connected")?;
             let mut rest = Vec::new();
-            stream.read_to_end(&mut rest).await?;
+            let limit = MAX_BODY.saturating_sub(self.read.len() - head.len) as u64;
+            stream.take(limit + 1).read_to_end(&mut rest).await?;
+            if rest.len() as u64 > limit {
+                self.stream = None;
+                return Err("response body too large".into());
+            }
             self.read.advance(head.len);
             let mut body = self.read.split().to_vec();
             body.extend_from_slice(&rest);
@@ -372,7 +363,6 @@ impl Conn {
         content_type: Option<&str>,
         body: &Bytes,
     ) -> Result<(u16, Option<String>, Bytes), BoxError> {
-        let auth = self.authorization(method, target)?;
         let w = &mut self.write;
         w.clear();
         for part in [method, " ", target, " HTTP/1.1\r\nhost: geoshard\r\n"] {
@@ -383,15 +373,15 @@ impl Conn {
             w.extend_from_slice(ct.as_bytes());
             w.extend_from_slice(b"\r\n");
         }
-        if let Some(auth) = &auth {
+        if let Some(digest) = &mut self.digest {
             w.extend_from_slice(b"authorization: ");
-            w.extend_from_slice(auth.as_bytes());
+            digest.write_header(w, method, target);
             w.extend_from_slice(b"\r\n");
         }
         if !body.is_empty() || method == "POST" || method == "PUT" {
-            w.extend_from_slice(b"content-length: ");
-            w.extend_from_slice(body.len().to_string().as_bytes());
-            w.extend_from_slice(b"\r\n");
+            use std::io::Write as _;
+            // Writing to a Vec cannot fail.
+            let _ = write!(w, "content-length: {}\r\n", body.len());
         }
         w.extend_from_slice(b"\r\n");
         let coalesce = body.len() <= COALESCE;
@@ -697,6 +687,44 @@ mod tests {
         );
     }
 
+    /// A body with neither a length nor chunks ends with the connection; the next request
+    /// opens a new one.
+    #[tokio::test]
+    async fn a_body_that_ends_with_the_connection() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            for answer in [
+                &b"HTTP/1.1 200 OK\r\n\r\nuntil the "[..],
+                b"HTTP/1.1 204 No Content\r\n\r\n",
+            ] {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = Vec::new();
+                read_request(&mut s, &mut buf).await;
+                s.write_all(answer).await.unwrap();
+                if answer.starts_with(b"HTTP/1.1 200") {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    s.write_all(b"end").await.unwrap();
+                } else {
+                    // Kept open: the client must not wait for it to close.
+                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                }
+            }
+        });
+        let mut c = Conn::connect(addr, "", "").await.unwrap();
+        let r = c.request("GET", "/a", None, Bytes::new()).await.unwrap();
+        assert_eq!((r.status, &r.body[..]), (200, &b"until the end"[..]));
+        let r = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            c.request("GET", "/b", None, Bytes::new()),
+        )
+        .await
+        .expect("a 204 has no body to wait for")
+        .unwrap();
+        assert_eq!((r.status, r.body.len()), (204, 0));
+        server.abort();
+    }
+
     /// RFC 2617 §3.5's worked example, then the next request of the same session checked
     /// against an independent implementation (the `digest_auth` crate).
     #[test]
@@ -704,12 +732,17 @@ mod tests {
         let challenge = r#"Digest realm="testrealm@host.com", qop="auth", nonce="dcd98b7102dd2f0e8b11d0f600bfb0c093", opaque="5ccc069c403ebaf9f0171e9517f40e41""#;
         let mut d =
             Digest::with_cnonce(challenge, "Mufasa", "Circle Of Life", "0a4f113b".into()).unwrap();
-        let h = d.header("GET", "/dir/index.html").unwrap();
+        let header = |d: &mut Digest, method, uri| {
+            let mut out = Vec::new();
+            d.write_header(&mut out, method, uri);
+            String::from_utf8(out).unwrap()
+        };
+        let h = header(&mut d, "GET", "/dir/index.html");
         assert_eq!(
-            h.to_str().unwrap(),
+            h,
             r#"Digest username="Mufasa", realm="testrealm@host.com", nonce="dcd98b7102dd2f0e8b11d0f600bfb0c093", uri="/dir/index.html", qop=auth, nc=00000001, cnonce="0a4f113b", response="6629fae49393a05397450978507c4ef1", opaque="5ccc069c403ebaf9f0171e9517f40e41""#
         );
-        let h = d.header("POST", "/v1/resources/geoQueryService").unwrap();
+        let h = header(&mut d, "POST", "/v1/resources/geoQueryService");
         let theirs = reference_response(
             challenge,
             ("Mufasa", "Circle Of Life"),
@@ -717,7 +750,7 @@ mod tests {
             1,
             "0a4f113b",
         );
-        let ours = h.to_str().unwrap();
+        let ours = h.as_str();
         assert!(ours.contains("nc=00000002"), "{ours}");
         assert!(ours.contains(&format!("response=\"{theirs}\"")), "{ours}");
     }
