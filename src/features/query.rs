@@ -7,6 +7,7 @@
 //! (the layer's index) -> permission filter (only rows of documents the caller may read)
 //! -> objectIds, time and where -> statistics, count, ids, or order and page.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -612,15 +613,44 @@ fn write_geometry(out: &mut Vec<u8>, g: Option<&GeometryOut>) {
 
 /// `"$version"` and `"$timestamp"` as the first members of a response object.
 fn envelope_start(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"{\"$version\":");
-    write_str(out, env!("CARGO_PKG_VERSION"));
-    out.extend_from_slice(b",\"$timestamp\":\"");
+    // The version is plain semver: nothing to escape.
+    out.extend_from_slice(
+        concat!(
+            "{\"$version\":\"",
+            env!("CARGO_PKG_VERSION"),
+            "\",\"$timestamp\":\""
+        )
+        .as_bytes(),
+    );
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
-    write_datetime(out, ms);
+    write_timestamp(out, ms);
     out.push(b'"');
+}
+
+thread_local! {
+    /// The last timestamp text written on this thread. At thousands of answers a second, most
+    /// share their millisecond with the one before.
+    static LAST_TIMESTAMP: Cell<(i64, [u8; 24])> = const { Cell::new((i64::MIN, [0; 24])) };
+}
+
+/// [`write_datetime`], from the thread's last text when `ms` is the same millisecond.
+fn write_timestamp(out: &mut Vec<u8>, ms: i64) {
+    LAST_TIMESTAMP.with(|last| {
+        let (at, text) = last.get();
+        if at == ms {
+            out.extend_from_slice(&text);
+            return;
+        }
+        let start = out.len();
+        write_datetime(out, ms);
+        // Years 0 to 9999 (every real clock) give 24 bytes; others are not kept.
+        if let Ok(text) = <[u8; 24]>::try_from(&out[start..]) {
+            last.set((ms, text));
+        }
+    });
 }
 
 struct Plan<'a> {
@@ -961,17 +991,20 @@ impl Features {
         exceeded: bool,
         q: &QuerySpec,
     ) -> Vec<u8> {
-        let path = plan.layer.geometry_path.text();
-        let geometry_bytes: usize = match data {
-            Some(d) if q.return_geometry => page
-                .iter()
-                .map(|s| match d.geometry(path, *s) {
+        let geometries = match data {
+            Some(d) if q.return_geometry => {
+                Some(d.geometry_column(plan.layer.geometry_path.text()))
+            }
+            _ => None,
+        };
+        let geometry_bytes: usize = geometries.map_or(0, |g| {
+            page.iter()
+                .map(|s| match g.get(*s) {
                     Some(GeometryOut::Json(b)) => b.len(),
                     _ => 64,
                 })
-                .sum(),
-            _ => 0,
-        };
+                .sum()
+        });
         let mut out = Vec::with_capacity(768 + page.len() * 256 + geometry_bytes);
         envelope_start(&mut out);
         self.write_tail(
@@ -1000,12 +1033,7 @@ impl Features {
                     write_value(&mut out, &data.columns[c].get(slot as usize));
                 }
                 out.extend_from_slice(b"},\"geometry\":");
-                let g = if q.return_geometry {
-                    data.geometry(path, slot)
-                } else {
-                    None
-                };
-                write_geometry(&mut out, g);
+                write_geometry(&mut out, geometries.and_then(|g| g.get(slot)));
                 out.push(b'}');
             }
         }

@@ -133,6 +133,16 @@ pub struct ViewData {
     rows: usize,
 }
 
+/// One geometry path's geometries, by slot.
+#[derive(Clone, Copy)]
+pub struct GeometryColumn<'v>(&'v [Option<GeometryOut>]);
+
+impl<'v> GeometryColumn<'v> {
+    pub fn get(self, slot: u32) -> Option<&'v GeometryOut> {
+        self.0.get(slot as usize)?.as_ref()
+    }
+}
+
 /// A row to add: its cells, and its geometry per geometry path.
 pub struct NewRow {
     pub cells: Vec<Option<Cell>>,
@@ -264,8 +274,9 @@ impl ViewData {
         }
     }
 
-    pub fn geometry(&self, path: &str, slot: u32) -> Option<&GeometryOut> {
-        self.geometries.get(path)?.get(slot as usize)?.as_ref()
+    /// The geometries of every slot at `path`: one lookup for a whole page of rows.
+    pub fn geometry_column(&self, path: &str) -> GeometryColumn<'_> {
+        GeometryColumn(self.geometries.get(path).map_or(&[], Vec::as_slice))
     }
 
     /// Every live slot, ascending.
