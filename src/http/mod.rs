@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::header::CONTENT_LENGTH;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -313,14 +313,38 @@ where
         return Err(too_large());
     }
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("cannot read the request body: {e}"),
-        )),
+    // Frame by frame, without a list of buffers: a small body comes as one frame, which is
+    // returned as it is, with no copy.
+    let mut body = std::pin::pin!(body);
+    let mut whole: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("cannot read the request body: {}", e.into()),
+            )
+        })?;
+        // Trailers carry nothing the service reads.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let size = whole.as_ref().map_or(joined.len(), Bytes::len) + data.len();
+        if size > limit {
+            return Err(too_large());
+        }
+        match whole.take() {
+            None if joined.is_empty() => whole = Some(data),
+            first => {
+                if let Some(first) = first {
+                    joined.reserve(size);
+                    joined.extend_from_slice(&first);
+                }
+                joined.extend_from_slice(&data);
+            }
+        }
     }
+    Ok(whole.unwrap_or_else(|| Bytes::from(joined)))
 }
 
 /// A 403 unless the caller holds one of `roles`.
