@@ -1,6 +1,8 @@
 //! HTTP Digest (RFC 7616, MD5, `qop=auth`) and Basic: parsing the `Authorization` header and
 //! computing the hashes. Pure functions; no state, no HTTP types.
 
+use std::cell::RefCell;
+
 use md5::{Digest as _, Md5};
 
 /// The members of a Digest `Authorization` header that the verification needs.
@@ -37,7 +39,8 @@ pub fn parse_digest(params: &str) -> Option<DigestResponse<'_>> {
             break;
         }
         let eq = i + memchr::memchr(b'=', &b[i..])?;
-        let key = params[i..eq].trim();
+        // Header values are visible ASCII (`HeaderValue::to_str`), so ASCII trims suffice.
+        let key = b[i..eq].trim_ascii();
         i = skip_ws(eq + 1);
         let value;
         if b.get(i) == Some(&b'"') {
@@ -46,34 +49,27 @@ pub fn parse_digest(params: &str) -> Option<DigestResponse<'_>> {
             i = end + 1;
         } else {
             let end = memchr::memchr(b',', &b[i..]).map_or(b.len(), |e| i + e);
-            value = params[i..end].trim();
+            value = params[i..end].trim_ascii();
             i = end;
         }
         i = skip_ws(i);
         if b.get(i) == Some(&b',') {
             i += 1;
         }
-        let k = key.as_bytes();
-        if k.eq_ignore_ascii_case(b"username") {
-            out.username = value;
-        } else if k.eq_ignore_ascii_case(b"realm") {
-            out.realm = value;
-        } else if k.eq_ignore_ascii_case(b"nonce") {
-            out.nonce = value;
-        } else if k.eq_ignore_ascii_case(b"uri") {
-            out.uri = value;
-        } else if k.eq_ignore_ascii_case(b"response") {
-            out.response = value;
-        } else if k.eq_ignore_ascii_case(b"qop") {
-            out.qop = Some(value);
-        } else if k.eq_ignore_ascii_case(b"nc") {
-            out.nc = Some(value);
-        } else if k.eq_ignore_ascii_case(b"cnonce") {
-            out.cnonce = Some(value);
-        } else if k.eq_ignore_ascii_case(b"opaque") {
-            out.opaque = Some(value);
-        } else if k.eq_ignore_ascii_case(b"algorithm") {
-            out.algorithm = Some(value);
+        // One compare a key: by its length first (at most two names share one).
+        let is = |name: &[u8]| key.eq_ignore_ascii_case(name);
+        match key.len() {
+            2 if is(b"nc") => out.nc = Some(value),
+            3 if is(b"uri") => out.uri = value,
+            3 if is(b"qop") => out.qop = Some(value),
+            5 if is(b"realm") => out.realm = value,
+            5 if is(b"nonce") => out.nonce = value,
+            6 if is(b"cnonce") => out.cnonce = Some(value),
+            6 if is(b"opaque") => out.opaque = Some(value),
+            8 if is(b"username") => out.username = value,
+            8 if is(b"response") => out.response = value,
+            9 if is(b"algorithm") => out.algorithm = Some(value),
+            _ => {}
         }
     }
     if out.username.is_empty() || out.nonce.is_empty() || out.response.is_empty() {
@@ -107,7 +103,7 @@ pub fn ha1(user: &str, realm: &str, password: &str) -> [u8; 32] {
 
 /// The `response` a client with the right password sends.
 pub fn expected_response(ha1: &[u8; 32], method: &str, r: &DigestResponse<'_>) -> Option<[u8; 32]> {
-    let ha2 = hex_md5(&[method.as_bytes(), r.uri.as_bytes()]);
+    let ha2 = ha2(method, r.uri);
     match r.qop {
         Some(qop) if qop.eq_ignore_ascii_case("auth") => Some(hex_md5(&[
             ha1,
@@ -120,6 +116,33 @@ pub fn expected_response(ha1: &[u8; 32], method: &str, r: &DigestResponse<'_>) -
         // We always offer qop=auth; replay protection needs nc, so nothing else is accepted.
         _ => None,
     }
+}
+
+thread_local! {
+    /// The last `method:uri` hashed on this thread, and its hash. Query clients send one URI
+    /// over and over (`POST /v1/resources/geoQueryService`).
+    static LAST_HA2: RefCell<(Vec<u8>, [u8; 32])> = const { RefCell::new((Vec::new(), [0; 32])) };
+}
+
+/// `HA2 = MD5(method:uri)`, lowercase hex, from the thread's last one when it is the same.
+fn ha2(method: &str, uri: &str) -> [u8; 32] {
+    let (m, u) = (method.as_bytes(), uri.as_bytes());
+    LAST_HA2.with(|last| {
+        let mut last = last.borrow_mut();
+        let (key, hash) = &mut *last;
+        let same = key.len() == m.len() + 1 + u.len()
+            && key[..m.len()] == *m
+            && key[m.len()] == b':'
+            && key[m.len() + 1..] == *u;
+        if !same {
+            *hash = hex_md5(&[m, u]);
+            key.clear();
+            key.extend_from_slice(m);
+            key.push(b':');
+            key.extend_from_slice(u);
+        }
+        *hash
+    })
 }
 
 /// Compare without an early exit, so timing does not reveal how much matched.
@@ -152,6 +175,26 @@ mod tests {
         let h = ha1("Mufasa", "testrealm@host.com", "Circle Of Life");
         let want = expected_response(&h, "GET", &r).unwrap();
         assert_eq!(&want, r.response.as_bytes());
+    }
+
+    /// The kept HA2 is the one of the same method and URI, never of another that shares a
+    /// prefix, a length or the other half.
+    #[test]
+    fn ha2_is_kept_only_for_the_same_method_and_uri() {
+        let fresh = |m: &str, u: &str| hex_md5(&[m.as_bytes(), u.as_bytes()]);
+        for (m, u) in [
+            ("POST", "/v1/resources/geoQueryService"),
+            ("POST", "/v1/resources/geoQueryService"),
+            ("GET", "/v1/resources/geoQueryService"),
+            ("POST", "/v1/resources/geoQueryServicf"),
+            ("POS", "T:/v1/resources/geoQueryService"),
+            ("POST", "/v1/resources/geoQueryService?x"),
+            ("POST", ""),
+            ("", "POST"),
+            ("POST", "/v1/resources/geoQueryService"),
+        ] {
+            assert_eq!(ha2(m, u), fresh(m, u), "{m} {u}");
+        }
     }
 
     #[test]
