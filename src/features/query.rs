@@ -1256,6 +1256,38 @@ mod tests {
         ));
     }
 
+    /// The kept timestamp text is the one of the same millisecond, and a new millisecond,
+    /// earlier or later, is written afresh.
+    #[test]
+    fn timestamps_are_kept_only_for_their_millisecond() {
+        let fresh = |ms: i64| {
+            let mut v = Vec::new();
+            write_datetime(&mut v, ms);
+            v
+        };
+        for ms in [
+            1_763_700_000_123,
+            1_763_700_000_123,
+            1_763_700_000_124,
+            1_763_700_000_123,
+            0,
+            // Outside years 0 to 9999: not kept, still right.
+            -62_200_000_000_000,
+            253_402_300_800_000,
+            1_763_700_000_124,
+        ] {
+            let mut out = b"x".to_vec();
+            write_timestamp(&mut out, ms);
+            assert_eq!(out[1..], fresh(ms), "{ms}");
+        }
+        let mut out = Vec::new();
+        envelope_start(&mut out);
+        out.extend_from_slice(b"}");
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["$version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(v["$timestamp"].as_str().unwrap().len(), 24);
+    }
+
     #[test]
     fn prefixes_in_any_case() {
         assert_eq!(
