@@ -71,11 +71,11 @@ run() { # target workload conns [extra]
   local target=$1 wl=$2 c=$3; shift 3
   case $target in
     geoshard) "$LT" run --target geoshard --addr $GS --user lt --password lt --workload "$wl" --connections "$c" --server-pid $GS_PID $COMMON "$@" >/dev/null ;;
-    baseline) "$LT" run --target baseline --addr $BASE --workload "$wl" --connections "$c" $COMMON "$@" >/dev/null ;;
+    baseline) "$LT" run --target baseline --addr $BASE --workload "$wl" --connections "$c" --server-pid $BASE_PID $COMMON "$@" >/dev/null ;;
     postgis) [ -n "${SKIP_POSTGIS:-}" ] || "$ROOT/loadtest/peers/postgis.sh" run "$wl" "$c" $COMMON "$@" >/dev/null ;;
   esac
 }
-note "geoshard-loadtest run --target {geoshard,baseline,postgis} --workload W --connections C --duration $DURATION --warmup 2 --threads $CLIENT_THREADS [--rate R] [--dataset D]"
+note "geoshard-loadtest run --target {geoshard,baseline,postgis} --workload W --connections C --duration $DURATION --warmup 2 --threads $CLIENT_THREADS [--rate R] [--dataset D] [--server-pid PID]"
 
 # Throughput against concurrency, targets alternating within each repetition.
 for r in $(seq "$REPEAT"); do

@@ -46,6 +46,14 @@ pub struct RunRecord {
     pub mismatched: u64,
     /// Resident memory of the server process, when its pid was given.
     pub server_rss_bytes: Option<u64>,
+    /// CPU time (user and system, all threads) the server process used in the measured
+    /// window, divided by the requests measured; when its pid was given. On a shared machine
+    /// this tells a slow minute (every request costs more) from a server that got slower.
+    #[serde(default)]
+    pub server_cpu_us_per_request: Option<f64>,
+    /// The same for this load generator, which shares the machine with the server.
+    #[serde(default)]
+    pub client_cpu_us_per_request: Option<f64>,
     pub note: Option<String>,
 }
 
@@ -56,6 +64,8 @@ pub struct Spec {
     pub duration: Duration,
     /// Open loop at this many requests per second.
     pub rate: Option<f64>,
+    /// The server's process, for its CPU time in the measured window.
+    pub server_pid: Option<u32>,
 }
 
 /// What answers a query: an HTTP connection or a PostgreSQL connection.
@@ -170,6 +180,21 @@ pub async fn drive(
         }
         None => None,
     };
+    // CPU time of both processes over the measured window, sampled at its two ends.
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        let at_start = (
+            spec.server_pid.and_then(cpu_us_of),
+            cpu_us_of(std::process::id()),
+        );
+        tokio::time::sleep_until(measure_to.into()).await;
+        let at_end = (
+            spec.server_pid.and_then(cpu_us_of),
+            cpu_us_of(std::process::id()),
+        );
+        let used = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?));
+        (used(at_start.0, at_end.0), used(at_start.1, at_end.1))
+    });
     let mut tasks = Vec::new();
     for mut sender in senders {
         let (set, next, stop, pacer) = (set.clone(), next.clone(), stop.clone(), pacer.clone());
@@ -256,6 +281,11 @@ pub async fn drive(
         }
     }
     let seconds = spec.duration.as_secs_f64();
+    let (server_cpu, client_cpu) = cpu.await.unwrap_or((None, None));
+    let per_request = |us: Option<u64>| {
+        us.filter(|_| !hist.is_empty())
+            .map(|us| us as f64 / hist.len() as f64)
+    };
     let record = RunRecord {
         target: String::new(),
         workload: set.workload.name().to_string(),
@@ -280,6 +310,8 @@ pub async fn drive(
         checked,
         mismatched,
         server_rss_bytes: None,
+        server_cpu_us_per_request: per_request(server_cpu),
+        client_cpu_us_per_request: per_request(client_cpu),
         note: None,
     };
     Ok((record, first))
@@ -303,10 +335,52 @@ pub async fn http_senders(
     Ok(out)
 }
 
+/// CPU time (user and system, all threads) a process has used so far, in microseconds, from
+/// /proc.
+pub fn cpu_us_of(pid: u32) -> Option<u64> {
+    cpu_us_in(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// `utime + stime` of a `/proc/PID/stat` line, in microseconds. The command name in
+/// parentheses may hold spaces and parentheses itself, so fields are counted from the last
+/// `)`. Times are in USER_HZ ticks, which Linux fixes at 100 a second in /proc.
+fn cpu_us_in(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After the name: state is field 3, utime field 14, stime field 15.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) * 10_000)
+}
+
 /// Resident set size of a process, from /proc.
 pub fn rss_of(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fields are counted from the last `)`, whatever the command name holds.
+    #[test]
+    fn cpu_time_is_read_after_the_command_name() {
+        let line = "4242 (a) b (c) d) S 1 4242 4242 0 -1 4194560 900 0 0 0 \
+                    1234 56 0 0 20 0 3 0 777 1000000 200 18446744073709551615";
+        assert_eq!(cpu_us_in(line), Some((1234 + 56) * 10_000));
+        assert_eq!(cpu_us_in("4242 (x) S 1 2"), None);
+        assert_eq!(cpu_us_in("no name here"), None);
+        // This process: it grows with work done.
+        let before = cpu_us_of(std::process::id()).unwrap();
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(60) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let after = cpu_us_of(std::process::id()).unwrap();
+        assert!(after >= before + 20_000, "{before} -> {after} µs");
+    }
 }

@@ -162,7 +162,7 @@ struct RunArgs {
     /// Append the result here (JSON lines).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// The server's pid, to record its resident memory.
+    /// The server's pid, to record its resident memory and its CPU time a request.
     #[arg(long)]
     server_pid: Option<u32>,
 }
@@ -320,6 +320,7 @@ fn run(args: RunArgs) -> Result<(), BoxError> {
         warmup: Duration::from_secs_f64(args.warmup),
         duration: Duration::from_secs_f64(args.duration),
         rate: args.rate,
+        server_pid: args.server_pid,
     };
     let rt = runtime(args.threads)?;
     let (mut record, mismatch) = rt.block_on(async {

@@ -499,11 +499,12 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
             md.push_str(&format!("![{chart}]({name}-{chart}.svg)\n\n"));
         }
     }
-    md.push_str("## Every run\n\n| target | workload | dataset | mode | conns | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | errors | checked | mismatched |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("## Every run\n\nServer and client CPU are the CPU time (user and system) each process used in the measured window, divided by the requests measured: on a shared machine, a minute in which every request costs more shows there. Blank where the process is not one (PostGIS runs a backend a connection).\n\n| target | workload | dataset | mode | conns | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | server CPU µs/req | client CPU µs/req | errors | checked | mismatched |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
+    let cpu = |us: Option<f64>| us.map_or(String::new(), |us| format!("{us:.1}"));
     for r in runs {
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.target,
             r.workload,
             r.dataset,
@@ -516,6 +517,8 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
             ms(r.p99_us),
             ms(r.p999_us),
             ms(r.max_us),
+            cpu(r.server_cpu_us_per_request),
+            cpu(r.client_cpu_us_per_request),
             r.errors,
             r.checked,
             r.mismatched

@@ -70,6 +70,8 @@ fn smoke() {
         warmup: Duration::from_millis(300),
         duration,
         rate,
+        // The server runs in this process: its CPU time is the whole process's.
+        server_pid: Some(std::process::id()),
     };
     let mut runs = Vec::new();
     for (wl, ds, rate) in [
@@ -95,6 +97,17 @@ fn smoke() {
         assert!(record.checked > 0, "{}: no answer was checked", wl.name());
         assert_eq!(record.errors, 0, "{}", wl.name());
         assert!(record.requests > 0);
+        for cpu in [
+            record.server_cpu_us_per_request,
+            record.client_cpu_us_per_request,
+        ] {
+            let cpu = cpu.unwrap_or_else(|| panic!("{}: no CPU time", wl.name()));
+            assert!(
+                cpu > 0.0 && cpu.is_finite(),
+                "{}: {cpu} µs a request",
+                wl.name()
+            );
+        }
         if let Some(rate) = rate {
             // Open loop: every request due in the measured window is sent and measured.
             let due = rate * duration.as_secs_f64();
