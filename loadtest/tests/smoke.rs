@@ -102,8 +102,15 @@ fn smoke() {
             record.client_cpu_us_per_request,
         ] {
             let cpu = cpu.unwrap_or_else(|| panic!("{}: no CPU time", wl.name()));
+            // A closed loop keeps the process busy for the whole window. The light open loop
+            // may fall between the kernel's accounting ticks, so it need only be there.
+            let least_ok = if rate.is_none() {
+                cpu > 0.0
+            } else {
+                cpu >= 0.0
+            };
             assert!(
-                cpu > 0.0 && cpu.is_finite(),
+                least_ok && cpu.is_finite(),
                 "{}: {cpu} µs a request",
                 wl.name()
             );
