@@ -333,16 +333,15 @@ where
         if size > limit {
             return Err(too_large());
         }
-        match whole.take() {
-            None if joined.is_empty() => whole = Some(data),
-            first => {
-                if let Some(first) = first {
-                    joined.reserve(size);
-                    joined.extend_from_slice(&first);
-                }
-                joined.extend_from_slice(&data);
-            }
+        if whole.is_none() && joined.is_empty() {
+            whole = Some(data);
+            continue;
         }
+        if let Some(first) = whole.take() {
+            joined.reserve(size);
+            joined.extend_from_slice(&first);
+        }
+        joined.extend_from_slice(&data);
     }
     Ok(whole.unwrap_or_else(|| Bytes::from(joined)))
 }

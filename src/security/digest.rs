@@ -1,5 +1,6 @@
 //! HTTP Digest (RFC 7616, MD5, `qop=auth`) and Basic: parsing the `Authorization` header and
-//! computing the hashes. Pure functions; no state, no HTTP types.
+//! computing the hashes. No HTTP types; the only state is a per-thread copy of the last HA2
+//! (`ha2`), which gives the same hash as computing it again.
 
 use std::cell::RefCell;
 

@@ -8,6 +8,9 @@
 //! - skipped values nested under 64 levels;
 //! - no known member given twice.
 //!
+//! The members that stay JSON values are read whole by serde_json, so the rules above are
+//! serde's own inside them.
+//!
 //! Anything else, valid or not, gives `None`, and the caller falls back to serde. serde then
 //! gives the same answer, or the error message. Where this reader does answer, the answer is
 //! the one serde gives: the tests compare the two on generated bodies. Numbers other than
