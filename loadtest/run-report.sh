@@ -6,10 +6,7 @@
 #
 # Environment: REPEAT (runs per configuration, default 3), DURATION (seconds per run,
 # default 8), IO_THREADS (server threads, geoshard and baseline alike, default 1),
-# CLIENT_THREADS (default 1), IDLE_POLL_US (how long geoshard's io thread and the ceiling's
-# keep polling after a request, default 500; 0 = off), SPIN (--spin for the HTTP targets'
-# client, default 1; PostGIS's client never spins, its backends need that core),
-# SKIP_POSTGIS=1, PLACES=places-1m.
+# CLIENT_THREADS (default 1), SKIP_POSTGIS=1, PLACES=places-1m.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NAME=${1:-$(date -u +%Y-%m-%d)}
@@ -17,10 +14,6 @@ REPEAT=${REPEAT:-3}
 DURATION=${DURATION:-8}
 IO_THREADS=${IO_THREADS:-1}
 CLIENT_THREADS=${CLIENT_THREADS:-1}
-IDLE_POLL_US=${IDLE_POLL_US:-500}
-SPIN=${SPIN:-1}
-HTTP_SPIN=""
-if [ "$SPIN" = 1 ]; then HTTP_SPIN="--spin"; fi
 PLACES=${PLACES:-places-1m}
 BIN=$ROOT/target/release
 LT=$BIN/geoshard-loadtest
@@ -46,10 +39,9 @@ note "cargo build --release -p geoshard -p geoshard-loadtest"
 # geoshard on a fresh data directory.
 "$BIN/geoshard" user add --data-dir "$WORK/data" --name lt --password lt \
   --role rest-writer --role geo-data-services-writer --role rest-extension-user >/dev/null
-GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_IO_IDLE_POLL_US=$IDLE_POLL_US GEOSHARD_LOG=warn \
-  "$BIN/geoshard" serve --data-dir "$WORK/data" --listen $GS > "$WORK/geoshard.log" 2>&1 &
+GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data" --listen $GS > "$WORK/geoshard.log" 2>&1 &
 GS_PID=$!
-note "GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_IO_IDLE_POLL_US=$IDLE_POLL_US geoshard serve --data-dir DIR --listen $GS"
+note "GEOSHARD_IO_THREADS=$IO_THREADS geoshard serve --data-dir DIR --listen $GS"
 sleep 2
 for ds in counties countries "$PLACES"; do
   out=$("$LT" prepare --addr $GS --user lt --password lt --dataset "$ds" --server-pid $GS_PID)
@@ -63,11 +55,10 @@ for ds in counties countries "$PLACES"; do
   esac
 done
 
-"$LT" baseline --listen $BASE --threads "$IO_THREADS" --idle-poll-us "$IDLE_POLL_US" > "$WORK/baseline.log" 2>&1 &
+"$LT" baseline --listen $BASE --threads "$IO_THREADS" > "$WORK/baseline.log" 2>&1 &
 BASE_PID=$!
-note "geoshard-loadtest baseline --listen $BASE --threads $IO_THREADS --idle-poll-us $IDLE_POLL_US"
+note "geoshard-loadtest baseline --listen $BASE --threads $IO_THREADS"
 
-FIGURES+=("--figure" "polling=geoshard and the ceiling each serve on $IO_THREADS io thread(s), which keep polling their sockets for $IDLE_POLL_US µs after a request before they sleep (geoshard's io_idle_poll_us; 0 = off). Their client runs ${HTTP_SPIN:-without --spin}${HTTP_SPIN:+: it polls instead of sleeping, so a response never has to wake it (one core stays busy)}. PostGIS's client never spins: PostGIS runs a backend a connection, and they need that core")
 if [ -z "${SKIP_POSTGIS:-}" ]; then
   "$ROOT/loadtest/peers/postgis.sh" start
   for ds in counties countries "$PLACES"; do "$ROOT/loadtest/peers/postgis.sh" load "$ds"; done
@@ -79,12 +70,12 @@ COMMON="--duration $DURATION --warmup 2 --threads $CLIENT_THREADS --out $RES"
 run() { # target workload conns [extra]
   local target=$1 wl=$2 c=$3; shift 3
   case $target in
-    geoshard) "$LT" run --target geoshard --addr $GS --user lt --password lt --workload "$wl" --connections "$c" --server-pid $GS_PID $COMMON $HTTP_SPIN "$@" >/dev/null ;;
-    baseline) "$LT" run --target baseline --addr $BASE --workload "$wl" --connections "$c" --server-pid $BASE_PID $COMMON $HTTP_SPIN "$@" >/dev/null ;;
+    geoshard) "$LT" run --target geoshard --addr $GS --user lt --password lt --workload "$wl" --connections "$c" --server-pid $GS_PID $COMMON "$@" >/dev/null ;;
+    baseline) "$LT" run --target baseline --addr $BASE --workload "$wl" --connections "$c" --server-pid $BASE_PID $COMMON "$@" >/dev/null ;;
     postgis) [ -n "${SKIP_POSTGIS:-}" ] || "$ROOT/loadtest/peers/postgis.sh" run "$wl" "$c" $COMMON "$@" >/dev/null ;;
   esac
 }
-note "geoshard-loadtest run --target {geoshard,baseline,postgis} --workload W --connections C --duration $DURATION --warmup 2 --threads $CLIENT_THREADS [--rate R] [--dataset D] [--server-pid PID]${HTTP_SPIN:+ ($HTTP_SPIN for geoshard and baseline, not for postgis)}"
+note "geoshard-loadtest run --target {geoshard,baseline,postgis} --workload W --connections C --duration $DURATION --warmup 2 --threads $CLIENT_THREADS [--rate R] [--dataset D] [--server-pid PID]"
 
 # Throughput against concurrency, targets alternating within each repetition.
 for r in $(seq "$REPEAT"); do

@@ -67,9 +67,6 @@ pub struct Config {
     pub idle_timeout_secs: u64,
     /// Threads serving HTTP (tokio workers); 0 = the core count.
     pub io_threads: usize,
-    /// After a request, keep polling the sockets this long before the io thread sleeps
-    /// (Seastar's idle-poll-time-us); 0 = sleep at once. Spends CPU to spare the wake-ups.
-    pub io_idle_poll_us: u64,
     /// The `tracing` filter, e.g. `info` or `geoshard=debug`.
     pub log: String,
 }
@@ -102,7 +99,6 @@ impl Default for Config {
             shutdown_grace_secs: 30,
             idle_timeout_secs: 60,
             io_threads: 0,
-            io_idle_poll_us: 0,
             log: "info".to_string(),
         }
     }
@@ -131,7 +127,6 @@ pub const KEYS: &[&str] = &[
     "shutdown_grace_secs",
     "idle_timeout_secs",
     "io_threads",
-    "io_idle_poll_us",
     "log",
 ];
 
@@ -197,7 +192,6 @@ impl Config {
                 self.idle_timeout_secs = positive(key, parse(key, text)?)? as u64
             }
             "io_threads" => self.io_threads = parse(key, text)?,
-            "io_idle_poll_us" => self.io_idle_poll_us = parse(key, text)?,
             "log" => self.log = text.to_string(),
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
@@ -319,7 +313,6 @@ mod tests {
             ("shutdown_grace_secs", "1"),
             ("idle_timeout_secs", "7"),
             ("io_threads", "1"),
-            ("io_idle_poll_us", "200"),
             ("log", "debug"),
         ];
         assert_eq!(samples.len(), KEYS.len());

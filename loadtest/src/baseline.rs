@@ -6,10 +6,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use bytes::Bytes;
-use geoshard::http::idle_poll::IdlePoll;
 use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -18,27 +16,14 @@ use tokio::net::TcpListener;
 
 const BODY: &[u8] = br#"{"type":"FeatureCollection","features":[]}"#;
 
-/// Serve until the listener fails. `idle_poll` as geoshard's `io_idle_poll_us` (zero: off).
-pub async fn serve(
-    listen: SocketAddr,
-    idle_poll: Duration,
-    ready: impl FnOnce(SocketAddr),
-) -> std::io::Result<()> {
+pub async fn serve(listen: SocketAddr, ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let listener = TcpListener::bind(listen).await?;
     ready(listener.local_addr()?);
-    let idle_poll = (!idle_poll.is_zero()).then(|| IdlePoll::new(idle_poll));
-    if let Some(p) = &idle_poll {
-        tokio::spawn(p.clone().run());
-    }
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let idle_poll = idle_poll.clone();
         tokio::spawn(async move {
-            let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| async {
-                if let Some(p) = &idle_poll {
-                    p.touch();
-                }
+            let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
                 let authorized = req.headers().contains_key(hyper::header::AUTHORIZATION);
                 // Read the body, as a real server must.
                 let _ = req.into_body().collect().await;

@@ -66,8 +66,6 @@ pub struct Spec {
     pub rate: Option<f64>,
     /// The server's process, for its CPU time in the measured window.
     pub server_pid: Option<u32>,
-    /// Keep the runtime polling instead of sleeping, and pace the open loop from it.
-    pub spin: bool,
 }
 
 /// What answers a query: an HTTP connection or a PostgreSQL connection.
@@ -178,29 +176,10 @@ pub async fn drive(
     let pacer = match spec.rate {
         Some(rate) => {
             let total = ((measure_to - start).as_secs_f64() * rate) as u64 + 1;
-            Some(Arc::new(if spec.spin {
-                Pacer::polled(start, rate, total)
-            } else {
-                Pacer::start(start, rate, total)?
-            }))
+            Some(Arc::new(Pacer::start(start, rate, total)?))
         }
         None => None,
     };
-    // A spinning client: a task that always has work, so the runtime polls its sockets
-    // between tasks and never sleeps in epoll_wait; it releases the open loop's requests too.
-    // A response then reaches a client that is awake, and the server sends it without waking
-    // anyone (on this virtual machine that wake-up cost the server ~3 µs a request).
-    if spec.spin {
-        let (stop, pacer) = (stop.clone(), pacer.clone());
-        tokio::spawn(async move {
-            if let Some(pacer) = &pacer {
-                pacer.poll().await;
-            }
-            while !stop.load(Ordering::Relaxed) {
-                tokio::task::yield_now().await;
-            }
-        });
-    }
     // CPU time of both processes over the measured window, sampled at its two ends.
     let cpu = tokio::spawn(async move {
         tokio::time::sleep_until(measure_from.into()).await;

@@ -63,10 +63,6 @@ enum Command {
         listen: SocketAddr,
         #[arg(long, default_value_t = 1)]
         threads: usize,
-        /// Keep polling this long after a request before sleeping, as geoshard's
-        /// `io_idle_poll_us` (0 = off).
-        #[arg(long, default_value_t = 0)]
-        idle_poll_us: u64,
     },
     /// Load a dataset into PostGIS (the cluster is started by peers/postgis.sh).
     PeerLoad {
@@ -169,11 +165,6 @@ struct RunArgs {
     /// The server's pid, to record its resident memory and its CPU time a request.
     #[arg(long)]
     server_pid: Option<u32>,
-    /// Poll instead of sleeping between events (one thread stays busy), and release
-    /// open-loop requests from that thread instead of a pacer thread of their own. A client
-    /// that sleeps makes the server pay for waking it with every response.
-    #[arg(long)]
-    spin: bool,
 }
 
 /// One thread: the current-thread scheduler, as geoshard uses for one io thread, so the
@@ -227,16 +218,9 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             Ok(())
         }
         Command::Run(args) => run(args),
-        Command::Baseline {
-            listen,
-            threads,
-            idle_poll_us,
-        } => runtime(threads)?
+        Command::Baseline { listen, threads } => runtime(threads)?
             .block_on(async {
-                baseline::serve(listen, Duration::from_micros(idle_poll_us), |a| {
-                    println!("baseline listening on http://{a}")
-                })
-                .await
+                baseline::serve(listen, |a| println!("baseline listening on http://{a}")).await
             })
             .map_err(Into::into),
         Command::PeerLoad { pg, dataset } => {
@@ -337,7 +321,6 @@ fn run(args: RunArgs) -> Result<(), BoxError> {
         duration: Duration::from_secs_f64(args.duration),
         rate: args.rate,
         server_pid: args.server_pid,
-        spin: args.spin,
     };
     let rt = runtime(args.threads)?;
     let (mut record, mismatch) = rt.block_on(async {

@@ -13,9 +13,6 @@
 //! The pacer parks with a timeout on its own thread (a futex wait, microseconds) until the next
 //! request is due, but at least [`STEP`], so at high rates it wakes every `STEP` and releases
 //! the few requests due by then. It never releases a request before it is due.
-//!
-//! A spinning client ([`Pacer::polled`]) has no pacer thread: its polling task runs
-//! [`Pacer::poll`], which releases by the same rule between yields.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -33,10 +30,7 @@ pub struct Pacer {
     start: Instant,
     rate: f64,
     /// Closed when the run stops: waiters get `false`, and the thread ends.
-    /// Requests `0..total` are released.
-    total: u64,
     permits: Arc<Semaphore>,
-    /// None for a polled pacer.
     thread: Option<JoinHandle<()>>,
 }
 
@@ -53,45 +47,9 @@ impl Pacer {
         Ok(Pacer {
             start,
             rate,
-            total,
             permits,
             thread: Some(thread),
         })
-    }
-
-    /// The same schedule, released by [`Pacer::poll`] on the caller's runtime instead of a
-    /// thread of its own.
-    pub fn polled(start: Instant, rate: f64, total: u64) -> Pacer {
-        Pacer {
-            start,
-            rate,
-            total,
-            permits: Arc::new(Semaphore::new(0)),
-            thread: None,
-        }
-    }
-
-    /// Release requests as they come due, by the thread's rule (a release at most every
-    /// [`STEP`] at high rates), yielding between checks, until all are released or the pacer
-    /// is closed. Only for a pacer made by [`Pacer::polled`].
-    pub async fn poll(&self) {
-        let mut released = 0u64;
-        let mut next_check = self.start;
-        while released < self.total && !self.permits.is_closed() {
-            let now = Instant::now();
-            if now >= next_check {
-                released = release_due(
-                    self.start,
-                    self.rate,
-                    self.total,
-                    released,
-                    now,
-                    &self.permits,
-                );
-                next_check = due(self.start, self.rate, released).max(now + STEP);
-            }
-            tokio::task::yield_now().await;
-        }
     }
 
     /// When request `i` is due.
@@ -132,30 +90,19 @@ fn due(start: Instant, rate: f64, i: u64) -> Instant {
     start + Duration::from_secs_f64(i as f64 / rate)
 }
 
-/// Release every request due by `now` after the first `released`; the new count released.
-/// By the same `due` the connections measure from, so never early.
-fn release_due(
-    start: Instant,
-    rate: f64,
-    total: u64,
-    released: u64,
-    now: Instant,
-    permits: &Semaphore,
-) -> u64 {
-    let mut n = released;
-    while n < total && due(start, rate, n) <= now {
-        n += 1;
-    }
-    if n > released {
-        permits.add_permits((n - released) as usize);
-    }
-    n
-}
-
 fn release(start: Instant, rate: f64, total: u64, permits: &Semaphore) {
     let mut released = 0u64;
     while released < total && !permits.is_closed() {
-        released = release_due(start, rate, total, released, Instant::now(), permits);
+        let now = Instant::now();
+        // By the same `due` the connections measure from, so never early: a few steps a wake.
+        let mut n = released;
+        while n < total && due(start, rate, n) <= now {
+            n += 1;
+        }
+        if n > released {
+            permits.add_permits((n - released) as usize);
+            released = n;
+        }
         let next = due(start, rate, released);
         // Parked rather than slept, so that close() ends the wait at once.
         std::thread::park_timeout(next.saturating_duration_since(Instant::now()).max(STEP));
@@ -171,16 +118,6 @@ mod tests {
     /// requests leave close to when they are due (tokio's timer gave 1–2 ms).
     #[test]
     fn releases_on_time_and_never_early() {
-        releases_on_time(false);
-    }
-
-    /// The same for the pacer a spinning client runs on its own thread.
-    #[test]
-    fn a_polled_pacer_releases_on_time_and_never_early() {
-        releases_on_time(true);
-    }
-
-    fn releases_on_time(polled: bool) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -188,17 +125,9 @@ mod tests {
         let rate = 20_000.0;
         let total = 6_000; // 300 ms
         let start = Instant::now() + Duration::from_millis(20);
-        let pacer = Arc::new(if polled {
-            Pacer::polled(start, rate, total)
-        } else {
-            Pacer::start(start, rate, total).unwrap()
-        });
+        let pacer = Arc::new(Pacer::start(start, rate, total).unwrap());
         let next = Arc::new(AtomicU64::new(0));
         let lateness = rt.block_on(async {
-            if polled {
-                let pacer = pacer.clone();
-                tokio::spawn(async move { pacer.poll().await });
-            }
             let mut tasks = Vec::new();
             for _ in 0..32 {
                 let (pacer, next) = (pacer.clone(), next.clone());

@@ -26,8 +26,6 @@ fn server() -> std::net::SocketAddr {
     let config = geoshard::config::Config {
         data_dir: dir,
         listen: "127.0.0.1:0".parse().unwrap(),
-        // As the report runs it: the io thread polls for a while after each request.
-        io_idle_poll_us: 200,
         ..Default::default()
     };
     let (tx, rx) = std::sync::mpsc::channel();
@@ -67,61 +65,33 @@ fn smoke() {
         }
     });
     let duration = Duration::from_millis(1500);
-    let spec = |connections, rate, spin| drive::Spec {
+    let spec = |connections, rate| drive::Spec {
         connections,
         warmup: Duration::from_millis(300),
         duration,
         rate,
         // The server runs in this process: its CPU time is the whole process's.
         server_pid: Some(std::process::id()),
-        spin,
     };
     let mut runs = Vec::new();
-    for (wl, ds, rate, spin) in [
+    for (wl, ds, rate) in [
         (
             workload::Workload::PipCounties,
             data::Dataset::Counties,
             None,
-            false,
         ),
         (
             workload::Workload::PipCounties,
             data::Dataset::Counties,
             Some(300.0),
-            false,
         ),
-        // A spinning client, paced from its polling task.
-        (
-            workload::Workload::PipCounties,
-            data::Dataset::Counties,
-            None,
-            true,
-        ),
-        (
-            workload::Workload::PipCounties,
-            data::Dataset::Counties,
-            Some(300.0),
-            true,
-        ),
-        (workload::Workload::PointEq, small, None, false),
-        (workload::Workload::Envelope, small, None, false),
-        (
-            workload::Workload::Mixed,
-            data::Dataset::Counties,
-            None,
-            false,
-        ),
+        (workload::Workload::PointEq, small, None),
+        (workload::Workload::Envelope, small, None),
+        (workload::Workload::Mixed, data::Dataset::Counties, None),
     ] {
         let set = Arc::new(workload::build(wl, ds, &places, 400, 100, true).unwrap());
         let (record, mismatch) = rt
-            .block_on(run_http(
-                addr,
-                "lt",
-                "lt",
-                "geoshard",
-                set,
-                spec(4, rate, spin),
-            ))
+            .block_on(run_http(addr, "lt", "lt", "geoshard", set, spec(4, rate)))
             .unwrap();
         assert_eq!(mismatch, None, "{}: {mismatch:?}", wl.name());
         assert!(record.checked > 0, "{}: no answer was checked", wl.name());
@@ -158,13 +128,9 @@ fn smoke() {
     }
     // The ceiling, by the same client code.
     let (tx, rx) = std::sync::mpsc::channel();
-    rt.spawn(baseline::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_micros(200),
-        move |a| {
-            let _ = tx.send(a);
-        },
-    ));
+    rt.spawn(baseline::serve("127.0.0.1:0".parse().unwrap(), move |a| {
+        let _ = tx.send(a);
+    }));
     let base = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let set = Arc::new(
         workload::build(
@@ -178,14 +144,7 @@ fn smoke() {
         .unwrap(),
     );
     let (record, _) = rt
-        .block_on(run_http(
-            base,
-            "lt",
-            "lt",
-            "baseline",
-            set,
-            spec(4, None, false),
-        ))
+        .block_on(run_http(base, "lt", "lt", "baseline", set, spec(4, None)))
         .unwrap();
     assert!(record.requests > 0);
     runs.push(record);

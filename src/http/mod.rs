@@ -8,7 +8,6 @@
 mod documents;
 mod features;
 mod flows;
-pub mod idle_poll;
 mod manage;
 mod multipart;
 pub mod params;
@@ -33,7 +32,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use self::idle_poll::IdlePoll;
 use crate::acl::{Caller, Role};
 use crate::config::Config;
 use crate::error::{ApiError, ErrorCode};
@@ -153,9 +151,6 @@ impl Server {
         let Server { listener, app } = self;
         let graceful = GracefulShutdown::new();
         let permits = Arc::new(Semaphore::new(app.config.max_connections));
-        let idle_poll = (app.config.io_idle_poll_us > 0)
-            .then(|| IdlePoll::new(Duration::from_micros(app.config.io_idle_poll_us)));
-        let poller = idle_poll.clone().map(|p| tokio::spawn(p.run()));
         tokio::pin!(shutdown);
         loop {
             let permit = tokio::select! {
@@ -182,13 +177,9 @@ impl Server {
             let app = app.clone();
             let activity = Arc::new(Activity::default());
             let seen = activity.clone();
-            let idle_poll = idle_poll.clone();
             let service = service_fn(move |req| {
                 let app = app.clone();
                 let busy = seen.begin();
-                if let Some(p) = &idle_poll {
-                    p.touch();
-                }
                 async move {
                     let resp = handle(app, req).await;
                     drop(busy);
@@ -215,9 +206,6 @@ impl Server {
             .is_err()
         {
             tracing::warn!("grace period over; closing remaining connections");
-        }
-        if let Some(p) = poller {
-            p.abort();
         }
         app.store.shutdown().await;
         tracing::info!("stopped");
