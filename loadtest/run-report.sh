@@ -82,6 +82,12 @@ for r in $(seq "$REPEAT"); do
   for c in 1 4 16 64 256; do
     for t in geoshard baseline postgis; do run $t pip-counties $c; done
   done
+  if [ -z "${SKIP_POSTGIS:-}" ]; then
+    # The peer checked from outside the harness, by PostgreSQL's own client.
+    for w in select-1 pip-counties; do
+      echo "$w $("$ROOT/loadtest/peers/postgis.sh" pgbench $w 4 "$DURATION")" >> "$WORK/pgbench.txt"
+    done
+  fi
   for c in 4 64; do
     for t in geoshard postgis; do
       run $t pip-countries $c
@@ -127,6 +133,29 @@ print("resident memory per point feature=%.0f bytes ((%.0f - %.0f MiB) / %d plac
       % (per, after / 2**20, before / 2**20, n, per * 10e6 / 2**30, mem / 2**30, mem * 0.8 / per / 1e6))
 PY
 )")
+if [ -s "$WORK/pgbench.txt" ]; then
+  note "loadtest/peers/postgis.sh pgbench {select-1,pip-counties} 4 $DURATION"
+  while IFS= read -r line; do FIGURES+=("--figure" "$line"); done < <(python3 - "$WORK/pgbench.txt" "$RES" <<'PY'
+import json, sys, statistics
+from collections import defaultdict
+tps = defaultdict(list)
+for l in open(sys.argv[1]):
+    w, v = l.split()
+    tps[w].append(float(v))
+harness = defaultdict(list)
+for l in open(sys.argv[2]):
+    r = json.loads(l)
+    if r["workload"] == "pip-counties" and r["mode"] == "closed" and r["connections"] == 4:
+        harness[r["target"]].append(r["throughput"])
+def fig(v):
+    return "%.1fk [%.1fk] (%d runs)" % (statistics.median(v) / 1e3, min(v) / 1e3, len(v))
+print("PostgreSQL round trip, pgbench SELECT 1, 4 conns=%s; the HTTP ceiling at 4 conns: %s"
+      % (fig(tps["select-1"]), fig(harness["baseline"])))
+print("PostGIS by pgbench, the harness's pip-counties statement at uniform US points, 4 conns=%s; "
+      "the harness's client at 4 conns: %s" % (fig(tps["pip-counties"]), fig(harness["postgis"])))
+PY
+)
+fi
 if [ -f "$ROOT/loadtest/reports/$NAME-places-10m.md" ]; then
   FIGURES+=("--figure" "places-10m, loaded and served for real=[$NAME-places-10m.md]($NAME-places-10m.md) (loadtest/run-places-10m.sh)")
 fi
