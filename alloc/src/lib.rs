@@ -39,6 +39,32 @@ fn aligned(p: *mut c_void, align: usize) -> bool {
     (p as usize) & (align - 1) == 0
 }
 
+/// A block from `plain_call` when the layout allows it and the block is at the alignment,
+/// else from `aligned_call`.
+///
+/// # Safety
+///
+/// The two calls must be mimalloc's allocating calls (or behave as they do).
+#[inline(always)]
+unsafe fn block(
+    layout: Layout,
+    plain_call: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned_call: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    let (size, align) = (layout.size(), layout.align());
+    if plain(align, size) {
+        // SAFETY: an allocating call; any size is accepted.
+        let p = unsafe { plain_call(size) };
+        if aligned(p, align) {
+            return p.cast();
+        }
+        // SAFETY: `p` came from mimalloc just now.
+        unsafe { mi::mi_free(p) };
+    }
+    // SAFETY: `align` is a power of two (a `Layout` guarantees it).
+    unsafe { aligned_call(size, align).cast() }
+}
+
 // SAFETY: every block comes from mimalloc and goes back to it. `mi_free` and `mi_realloc`
 // accept blocks from the `_aligned` calls too (mimalloc finds the block's start itself), so
 // blocks from either path can be freed and resized alike. Plain blocks are returned only at
@@ -46,34 +72,14 @@ fn aligned(p: *mut c_void, align: usize) -> bool {
 unsafe impl GlobalAlloc for MiMalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let (size, align) = (layout.size(), layout.align());
-        if plain(align, size) {
-            // SAFETY: plain FFI call; any size is accepted.
-            let p = unsafe { mi::mi_malloc(size) };
-            if aligned(p, align) {
-                return p.cast();
-            }
-            // SAFETY: `p` came from mi_malloc just now (null is accepted too).
-            unsafe { mi::mi_free(p) };
-        }
-        // SAFETY: `align` is a power of two (a `Layout` guarantees it).
-        unsafe { mi::mi_malloc_aligned(size, align).cast() }
+        // SAFETY: mimalloc's allocating calls take any size and a power-of-two alignment.
+        unsafe { block(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let (size, align) = (layout.size(), layout.align());
-        if plain(align, size) {
-            // SAFETY: as in `alloc`.
-            let p = unsafe { mi::mi_zalloc(size) };
-            if aligned(p, align) {
-                return p.cast();
-            }
-            // SAFETY: as in `alloc`.
-            unsafe { mi::mi_free(p) };
-        }
         // SAFETY: as in `alloc`.
-        unsafe { mi::mi_zalloc_aligned(size, align).cast() }
+        unsafe { block(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
