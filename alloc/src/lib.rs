@@ -16,6 +16,9 @@
 
 #![no_std]
 
+extern crate alloc;
+
+use alloc::alloc::handle_alloc_error;
 use core::alloc::{GlobalAlloc, Layout};
 use core::ffi::c_void;
 
@@ -99,14 +102,17 @@ unsafe impl GlobalAlloc for MiMalloc {
                 return p.cast();
             }
             // Never expected: the contents are in `p` now, at the wrong alignment. Move them
-            // to a block at the right one.
+            // to a block at the right one. `ptr` may be gone already, so a failure here
+            // cannot be answered with null (which promises the old block is intact): it is
+            // an allocation error.
             // SAFETY: `p` is a live block of at least `new_size` bytes; `q` is a fresh one.
             unsafe {
                 let q = mi::mi_malloc_aligned(new_size, align);
-                if !q.is_null() {
-                    core::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), new_size);
-                    mi::mi_free(p);
+                if q.is_null() {
+                    handle_alloc_error(Layout::from_size_align(new_size, align).unwrap_or(layout));
                 }
+                core::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), new_size);
+                mi::mi_free(p);
                 return q.cast();
             }
         }

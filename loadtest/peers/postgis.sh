@@ -71,7 +71,9 @@ SQL
     chmod a+r "$script"
     out=$(as_postgres "$PGBIN/pgbench -n -M prepared -f $script -c $conns -j 1 -T $secs -h $SOCK postgres" 2>&1) || { echo "$out" >&2; rm -f "$script"; exit 1; }
     rm -f "$script"
-    echo "$out" | awk '/^tps = /{print $3}'
+    tps=$(echo "$out" | awk '/^tps = /{print $3}')
+    [ -n "$tps" ] || { echo "pgbench gave no tps:" >&2; echo "$out" >&2; exit 1; }
+    echo "$tps"
     ;;
   stop)
     as_postgres "$PGBIN/pg_ctl -D $DATA -w stop -m fast" >/dev/null || true
