@@ -7,7 +7,7 @@
 //! (the layer's index) -> permission filter (only rows of documents the caller may read)
 //! -> objectIds, time and where -> statistics, count, ids, or order and page.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -109,7 +109,7 @@ impl StatKind {
 }
 
 /// The query members, coerced.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct QuerySpec {
     pub where_text: Option<String>,
     pub object_ids: Option<Vec<i64>>,
@@ -127,7 +127,7 @@ pub struct QuerySpec {
 }
 
 /// A geoQueryService request.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FeatureRequest {
     pub service: String,
     pub layer: Option<i64>,
@@ -427,19 +427,130 @@ fn parse_statistics(v: &Value) -> Result<Option<Vec<StatSpec>>, FeatureError> {
     Ok(Some(out))
 }
 
+/// serde's reading of a body the reader gave up on, with the error messages clients see.
+fn serde_read(body: &[u8]) -> Result<RawRequest<'_>, FeatureError> {
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => bad(format!(
+            "the request body is not a geoQueryService request: {e}"
+        )),
+        _ => bad(format!("the request body is not JSON: {e}")),
+    })
+}
+
+/// A body this thread parsed, kept so that the next body of the same shape from the same user
+/// is bound rather than parsed: the server's side of a prepared statement. Clients send one
+/// request again and again with only the point or box changed, so a body that is the kept one
+/// up to its coordinates array and again after it is the kept request with new coordinates.
+///
+/// That holds because the reader ([`scan`]) reads the body in one pass from the left: over the
+/// same prefix it does the same; a JSON array ends at its own `]`, so it reads the new array
+/// whole and then the same suffix. And every member but the geometry was coerced and checked
+/// already, with the geometry last (as in [`FeatureRequest::from_raw`]). Kept only for bodies
+/// the reader (not serde) read, and a user's bodies are only ever compared with that user's.
+struct Prepared {
+    user: String,
+    body: Vec<u8>,
+    /// The coordinates array in `body`, from its `[` to just after its `]`.
+    coordinates: (usize, usize),
+    /// The geometry's `type`.
+    kind: String,
+    relation: Relation,
+    /// The request, without its geometry.
+    request: FeatureRequest,
+}
+
+/// Bodies longer than this are not kept (the common ones are a few hundred bytes).
+const PREPARED_MAX_BODY: usize = 4096;
+
+thread_local! {
+    static PREPARED: RefCell<Option<Prepared>> = const { RefCell::new(None) };
+}
+
+impl Prepared {
+    /// The request `body` makes, when it is the kept body with other coordinates.
+    fn bind(&self, user: &str, body: &[u8]) -> Option<Result<FeatureRequest, FeatureError>> {
+        let (start, end) = self.coordinates;
+        let suffix = &self.body[end..];
+        let middle = body.get(start..body.len().checked_sub(suffix.len())?)?;
+        if self.user != user
+            || body[..start] != self.body[..start]
+            || !body.ends_with(suffix)
+            || middle.first() != Some(&b'[')
+            || middle.last() != Some(&b']')
+        {
+            return None;
+        }
+        // One array and nothing else, read as the reader reads it (serde_json).
+        let coords: Value = serde_json::from_slice(middle).ok()?;
+        let mut request = self.request.clone();
+        Some(query_geometry(&self.kind, &coords, self.relation).map(|g| {
+            request.query.geometry = Some(g);
+            request
+        }))
+    }
+}
+
+/// The query geometry and relation of a request's `extension.geometry`.
+fn query_geometry(
+    kind: &str,
+    coords: &Value,
+    relation: Relation,
+) -> Result<(Arc<Query>, Relation), FeatureError> {
+    let geometry = parse_parts(kind, coords, Default::default())
+        .map_err(|e| bad(format!("extension.geometry: {e}")))?;
+    Ok((Arc::new(Query::new(geometry)), relation))
+}
+
 impl FeatureRequest {
     /// Parse and coerce a request body. Unknown members are ignored, as clients send many.
     pub fn parse(body: &[u8]) -> Result<FeatureRequest, FeatureError> {
-        // The common shape in one pass; serde for the rest, and for every error message.
-        let raw: RawRequest = match scan::read(body) {
-            Some(raw) => raw,
-            None => serde_json::from_slice(body).map_err(|e| match e.classify() {
-                serde_json::error::Category::Data => bad(format!(
-                    "the request body is not a geoQueryService request: {e}"
-                )),
-                _ => bad(format!("the request body is not JSON: {e}")),
-            })?,
+        match scan::read_spanned(body) {
+            Some((raw, _)) => FeatureRequest::from_raw(raw),
+            None => FeatureRequest::from_raw(serde_read(body)?),
+        }
+    }
+
+    /// [`FeatureRequest::parse`], for `user`: a body of the same shape as the last one this
+    /// thread parsed for `user` is bound to that one's request ([`Prepared`]).
+    pub fn parse_for(user: &str, body: &[u8]) -> Result<FeatureRequest, FeatureError> {
+        let bound = PREPARED.with(|p| p.borrow().as_ref().and_then(|p| p.bind(user, body)));
+        if let Some(request) = bound {
+            return request;
+        }
+        let Some((raw, span)) = scan::read_spanned(body) else {
+            return FeatureRequest::from_raw(serde_read(body)?);
         };
+        let kind = match span {
+            Some(_) if body.len() <= PREPARED_MAX_BODY => raw
+                .query
+                .as_ref()
+                .and_then(|q| q.extension.as_ref()?.geometry.as_ref()?.kind.as_deref())
+                .map(str::to_string),
+            _ => None,
+        };
+        let request = FeatureRequest::from_raw(raw)?;
+        if let (Some(coordinates), Some(kind), Some((_, relation))) =
+            (span, kind, &request.query.geometry)
+        {
+            let mut kept = request.clone();
+            kept.query.geometry = None;
+            PREPARED.with(|p| {
+                *p.borrow_mut() = Some(Prepared {
+                    user: user.to_string(),
+                    body: body.to_vec(),
+                    coordinates,
+                    kind,
+                    relation: *relation,
+                    request: kept,
+                })
+            });
+        }
+        Ok(request)
+    }
+
+    /// Coerce and check the members as read. The geometry comes last: [`Prepared`] relies on
+    /// every other member having been checked before it.
+    fn from_raw(raw: RawRequest<'_>) -> Result<FeatureRequest, FeatureError> {
         let params = raw
             .params
             .ok_or_else(|| bad("the request body has no \"params\" object"))?;
@@ -540,9 +651,7 @@ impl FeatureRequest {
                     "extension.geometry: coordinates: {kind} has no member \"coordinates\""
                 ))
             })?;
-            let geometry = parse_parts(&kind, &coords, Default::default())
-                .map_err(|e| bad(format!("extension.geometry: {e}")))?;
-            spec.geometry = Some((Arc::new(Query::new(geometry)), relation));
+            spec.geometry = Some(query_geometry(&kind, &coords, relation)?);
         }
         Ok(FeatureRequest {
             service,
@@ -1286,6 +1395,120 @@ mod tests {
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["$version"], env!("CARGO_PKG_VERSION"));
         assert_eq!(v["$timestamp"].as_str().unwrap().len(), 24);
+    }
+
+    /// A body bound to the kept one ([`Prepared`]) gives what parsing it gives, whatever its
+    /// coordinates, including ones that are not a valid geometry, not JSON, or not one array;
+    /// bodies of several shapes and two users are interleaved, so kept bodies are also
+    /// compared with ones that differ from them elsewhere.
+    #[test]
+    fn a_bound_body_is_what_parsing_gives() {
+        let templates = [
+            r#"{"params":{"id":"lt-counties","layer":0,"method":"query"},"query":{"returnGeometry":1,"geometryType":"gisGeometryPoint","spatialRel":"gisSpatialRelContains","extension":{"geometry":{"type":"Point","coordinates":@}}}}"#,
+            r#"{"params":{"id":"lt-counties","layer":1,"method":"query"},"query":{"returnGeometry":1,"geometryType":"gisGeometryPoint","spatialRel":"gisSpatialRelContains","extension":{"geometry":{"type":"Point","coordinates":@}}}}"#,
+            r#"{"params":{"id":"lt-counties","layer":0,"method":"query"},"query":{"returnGeometry":0,"geometryType":"gisGeometryPoint","spatialRel":"gisSpatialRelContains","extension":{"geometry":{"type":"Point","coordinates":@}}}}"#,
+            "{ \"query\": {\"extension\": {\"geometry\": {\"coordinates\": @ , \"type\": \"Point\"}},\n \"where\": \"name = 'Potter'\", \"outFields\": \"*\", \"spatialRel\": \"esriSpatialRelIntersects\"},\n \"params\": {\"id\": \"s\", \"layer\": \"0\", \"method\": \"query\"} }\n",
+            r#"{"params":{"id":"lt-places","layer":0,"method":"query"},"query":{"returnGeometry":0,"geometryType":"gisGeometryEnvelope","spatialRel":"gisSpatialRelIntersects","extension":{"geometry":{"type":"Polygon","coordinates":@}}}}"#,
+            r#"{"params":{"id":"s","layer":0},"query":{"extension":{"geometry":{"type":"MultiPoint","coordinates":@}},"resultRecordCount":"5"}}"#,
+        ];
+        let mut coords: Vec<String> = [
+            "[1.5,2.25]",
+            "[-100.26183662316625,45.246596062450614]",
+            "[0,0]",
+            "[-0,1e2]",
+            "[ 3 , 4 ]",
+            "[1,2,3]",
+            "[1]",
+            "[]",
+            "[1e400,0]",
+            r#"["a",1]"#,
+            r#"["]",1]"#,
+            "[[1,2]]",
+            "[[1,2],[3,4]]",
+            "[null,1]",
+            "[1,2] ",
+            " [1,2]",
+            "[1,2]]",
+            "[1,2],[3,4]",
+            "[1,2],\"x\":[3,4]",
+            "[1,2}",
+            "1",
+            "null",
+            "[[[0,0],[1,0],[1,1],[0,1],[0,0]]]",
+            "[[[0,0],[1,0]]]",
+            "[[[0,0],[1,0],[1,1],[0,1],[0,0]],[[0.2,0.2],[0.4,0.2],[0.4,0.4],[0.2,0.2]]]",
+        ]
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..200 {
+            let x = (next() % 36_000_000) as f64 / 100_000.0 - 180.0;
+            let y = (next() % 18_000_000) as f64 / 100_000.0 - 90.0;
+            coords.push(format!("[{x},{y}]"));
+            coords.push(format!(
+                "[[[{x},{y}],[{},{y}],[{},{}],[{x},{}],[{x},{y}]]]",
+                x + 0.5,
+                x + 0.5,
+                y + 0.5,
+                y + 0.5
+            ));
+        }
+        let (mut bound, mut total) = (0, 0);
+        // Runs of one shape and user, as a client sends them, between changes of both.
+        while total < 6_000 {
+            let template = templates[(next() % templates.len() as u64) as usize];
+            assert_eq!(template.matches('@').count(), 1);
+            let user = ["u1", "u2"][(next() % 2) as usize];
+            for _ in 0..1 + next() % 8 {
+                let c = &coords[(next() % coords.len() as u64) as usize];
+                let body = template.replace('@', c);
+                let binds = PREPARED.with(|p| {
+                    let kept = p.borrow();
+                    kept.as_ref()
+                        .and_then(|p| p.bind(user, body.as_bytes()))
+                        .is_some()
+                });
+                bound += usize::from(binds);
+                total += 1;
+                let got = FeatureRequest::parse_for(user, body.as_bytes());
+                let want = FeatureRequest::parse(body.as_bytes());
+                assert_eq!(format!("{got:?}"), format!("{want:?}"), "{user}: {body}");
+            }
+        }
+        assert!(bound > total / 3, "{bound} of {total} bound");
+    }
+
+    /// The kept body is one user's: another's body of the same shape is parsed.
+    #[test]
+    fn a_kept_body_binds_only_for_its_user() {
+        let body = |x: f64| {
+            format!(
+                r#"{{"params":{{"id":"s","layer":0}},"query":{{"extension":{{"geometry":{{"type":"Point","coordinates":[{x},1]}}}}}}}}"#
+            )
+        };
+        FeatureRequest::parse_for("u1", body(1.0).as_bytes()).unwrap();
+        let binds = |user: &str, b: &str| {
+            PREPARED.with(|p| {
+                p.borrow()
+                    .as_ref()
+                    .and_then(|p| p.bind(user, b.as_bytes()))
+                    .is_some()
+            })
+        };
+        assert!(binds("u1", &body(2.5)));
+        assert!(!binds("u2", &body(2.5)));
+        assert!(!binds("u", &body(2.5)));
+        assert!(!binds("u1", &body(2.5).replace("\"s\"", "\"t\"")));
+        let r = FeatureRequest::parse_for("u1", body(2.5).as_bytes()).unwrap();
+        let (q, _) = r.query.geometry.unwrap();
+        assert_eq!(q.as_point(), Some((2.5, 1.0)));
     }
 
     #[test]

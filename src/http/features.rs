@@ -96,7 +96,7 @@ where
     } else {
         body
     };
-    let request = FeatureRequest::parse(&body)?;
+    let request = FeatureRequest::parse_for(ctx.caller.name(), &body)?;
     let out = if request.is_light() {
         app.features.execute(&ctx.caller, &request)?
     } else {

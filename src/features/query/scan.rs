@@ -33,6 +33,8 @@ struct Reader<'a> {
     text: &'a str,
     b: &'a [u8],
     i: usize,
+    /// Where the geometry's `coordinates` value lies, when it is an array.
+    coordinates: Option<(usize, usize)>,
 }
 
 /// The index of the first byte of `b` from `start` that is `"`, `\`, or not printable ASCII.
@@ -310,7 +312,15 @@ fn geometry<'a>(r: &mut Reader<'a>) -> R<RawGeometry<'a>> {
             let v = r.nullable(|r| r.string().map(Cow::Borrowed))?;
             once(&mut seen, 1, &mut kind, v)
         }
-        "coordinates" => once(&mut seen, 2, &mut coordinates, r.value()?),
+        "coordinates" => {
+            r.ws();
+            let start = r.i;
+            let v = r.value()?;
+            if matches!(v, Some(Value::Array(_))) {
+                r.coordinates = Some((start, r.i));
+            }
+            once(&mut seen, 2, &mut coordinates, v)
+        }
         _ => r.skip(0).map(drop),
     })?;
     Some(RawGeometry { kind, coordinates })
@@ -359,12 +369,20 @@ fn query<'a>(r: &mut Reader<'a>) -> R<RawQuery<'a>> {
 }
 
 /// The members of `body`, as serde would read them, or `None` to ask serde.
+#[cfg(test)]
 pub(super) fn read(body: &[u8]) -> Option<RawRequest<'_>> {
+    read_spanned(body).map(|(raw, _)| raw)
+}
+
+/// [`read`], and where the geometry's `coordinates` lie in `body` when they are an array: from
+/// its `[` to just after its `]`.
+pub(super) fn read_spanned(body: &[u8]) -> Option<(RawRequest<'_>, Option<(usize, usize)>)> {
     let text = std::str::from_utf8(body).ok()?;
     let mut r = Reader {
         text,
         b: body,
         i: 0,
+        coordinates: None,
     };
     let mut params_ = None;
     let mut query_ = None;
@@ -375,10 +393,11 @@ pub(super) fn read(body: &[u8]) -> Option<RawRequest<'_>> {
         _ => r.skip(0).map(drop),
     })?;
     r.ws();
-    (r.i == body.len()).then_some(RawRequest {
+    let raw = RawRequest {
         params: params_,
         query: query_,
-    })
+    };
+    (r.i == body.len()).then_some((raw, r.coordinates))
 }
 
 #[cfg(test)]
