@@ -480,9 +480,18 @@ impl Prepared {
         {
             return None;
         }
+        let mut request = self.request.clone();
+        // The common case without a JSON value: two numbers (serde_json reads a number for an
+        // f64 as for a Value) that make a valid point. Anything else takes the general way.
+        if self.kind == "Point"
+            && let Ok((x, y)) = serde_json::from_slice::<(f64, f64)>(middle)
+            && let Some(point) = crate::spatial::geometry::point(x, y)
+        {
+            request.query.geometry = Some((Arc::new(Query::new(point)), self.relation));
+            return Some(Ok(request));
+        }
         // One array and nothing else, read as the reader reads it (serde_json).
         let coords: Value = serde_json::from_slice(middle).ok()?;
-        let mut request = self.request.clone();
         Some(query_geometry(&self.kind, &coords, self.relation).map(|g| {
             request.query.geometry = Some(g);
             request
@@ -1421,6 +1430,13 @@ mod tests {
             "[1]",
             "[]",
             "[1e400,0]",
+            "[181,0]",
+            "[0,-90.5]",
+            "[180,90]",
+            "[-180.0,-90.0]",
+            "[12345678901234567890,1]",
+            "[-9223372036854775809,1]",
+            "[1.7976931348623157e308,0]",
             r#"["a",1]"#,
             r#"["]",1]"#,
             "[[1,2]]",

@@ -170,6 +170,13 @@ fn position(v: &Value, path: &str) -> Result<Coord<f64>, GeometryError> {
     Ok(Coord { x: xy[0], y: xy[1] })
 }
 
+/// The point `[x, y]` when [`parse_parts`] accepts it as a `Point`'s coordinates (finite, and
+/// within longitude and latitude range); `None` where it gives an error.
+pub fn point(x: f64, y: f64) -> Option<Geometry<f64>> {
+    ((-180.0..=180.0).contains(&x) && (-90.0..=90.0).contains(&y))
+        .then_some(Geometry::Point(Point(Coord { x, y })))
+}
+
 fn positions(v: &Value, path: &str) -> Result<Vec<Coord<f64>>, GeometryError> {
     non_empty_array(v, path)?
         .iter()
