@@ -225,6 +225,27 @@ fn http_path(c: &mut Criterion) {
             start.elapsed()
         })
     });
+    // The same bodies for one user: after the first, each is bound to the kept one (the
+    // server's path for a client repeating one request shape).
+    g.bench_function("stage_parse_bound", |b| {
+        b.iter_custom(|iters| {
+            let bodies: Vec<String> = (0..iters)
+                .map(|_| {
+                    let (x, y) = us[k % us.len()];
+                    k += 1;
+                    body(x, y, true)
+                })
+                .collect();
+            let start = Instant::now();
+            for text in &bodies {
+                black_box(
+                    geoshard::features::FeatureRequest::parse_for("bench", text.as_bytes())
+                        .unwrap(),
+                );
+            }
+            start.elapsed()
+        })
+    });
     g.bench_function("stage_execute_and_serialize", |b| {
         b.iter_custom(|iters| {
             let reqs: Vec<_> = (0..iters)
