@@ -161,8 +161,11 @@ print("PostGIS by pgbench, the harness's pip-counties statement at uniform US po
 PY
 )
 fi
-if [ -f "$ROOT/loadtest/reports/$NAME-places-10m.md" ]; then
-  FIGURES+=("--figure" "places-10m, loaded and served for real=[$NAME-places-10m.md]($NAME-places-10m.md) (loadtest/run-places-10m.sh)")
+# The places-10m run (loadtest/run-places-10m.sh) is long and not repeated with every report:
+# link the newest one.
+P10=$(cd "$ROOT/loadtest/reports" && ls -- *-places-10m.md 2>/dev/null | sort | tail -n 1)
+if [ -n "$P10" ]; then
+  FIGURES+=("--figure" "places-10m, loaded and served for real=[$P10]($P10) (loadtest/run-places-10m.sh)")
 fi
 "$LT" report --results "$RES" --name "$NAME" --dir "$ROOT/loadtest/reports" --commands "$CMDS" "${FIGURES[@]}"
 cp "$RES" "$ROOT/loadtest/reports/$NAME.results.jsonl"
