@@ -246,6 +246,27 @@ fn http_path(c: &mut Criterion) {
             start.elapsed()
         })
     });
+    // Two users alternating on one thread: no body binds, and each is kept after parsing
+    // (the worst case of parse_for against plain parsing).
+    g.bench_function("stage_parse_two_users", |b| {
+        b.iter_custom(|iters| {
+            let bodies: Vec<String> = (0..iters)
+                .map(|_| {
+                    let (x, y) = us[k % us.len()];
+                    k += 1;
+                    body(x, y, true)
+                })
+                .collect();
+            let start = Instant::now();
+            for (i, text) in bodies.iter().enumerate() {
+                let user = if i % 2 == 0 { "bench-a" } else { "bench-b" };
+                black_box(
+                    geoshard::features::FeatureRequest::parse_for(user, text.as_bytes()).unwrap(),
+                );
+            }
+            start.elapsed()
+        })
+    });
     g.bench_function("stage_execute_and_serialize", |b| {
         b.iter_custom(|iters| {
             let reqs: Vec<_> = (0..iters)
