@@ -93,6 +93,17 @@ fn app() -> Arc<App> {
     App::open(config).unwrap()
 }
 
+/// `n` query bodies with geometry, at the next US points from `k` on.
+fn next_bodies(us: &[(f64, f64)], k: &mut usize, n: u64) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let (x, y) = us[*k % us.len()];
+            *k += 1;
+            body(x, y, true)
+        })
+        .collect()
+}
+
 fn body(x: f64, y: f64, geometry: bool) -> String {
     serde_json::json!({
         "params": {"id": "US Counties", "layer": 0, "method": "query"},
@@ -211,13 +222,7 @@ fn http_path(c: &mut Criterion) {
     );
     g.bench_function("stage_parse_and_coerce", |b| {
         b.iter_custom(|iters| {
-            let bodies: Vec<String> = (0..iters)
-                .map(|_| {
-                    let (x, y) = us[k % us.len()];
-                    k += 1;
-                    body(x, y, true)
-                })
-                .collect();
+            let bodies = next_bodies(&us, &mut k, iters);
             let start = Instant::now();
             for text in &bodies {
                 black_box(geoshard::features::FeatureRequest::parse(text.as_bytes()).unwrap());
@@ -229,13 +234,7 @@ fn http_path(c: &mut Criterion) {
     // server's path for a client repeating one request shape).
     g.bench_function("stage_parse_bound", |b| {
         b.iter_custom(|iters| {
-            let bodies: Vec<String> = (0..iters)
-                .map(|_| {
-                    let (x, y) = us[k % us.len()];
-                    k += 1;
-                    body(x, y, true)
-                })
-                .collect();
+            let bodies = next_bodies(&us, &mut k, iters);
             let start = Instant::now();
             for text in &bodies {
                 black_box(
@@ -250,13 +249,7 @@ fn http_path(c: &mut Criterion) {
     // (the worst case of parse_for against plain parsing).
     g.bench_function("stage_parse_two_users", |b| {
         b.iter_custom(|iters| {
-            let bodies: Vec<String> = (0..iters)
-                .map(|_| {
-                    let (x, y) = us[k % us.len()];
-                    k += 1;
-                    body(x, y, true)
-                })
-                .collect();
+            let bodies = next_bodies(&us, &mut k, iters);
             let start = Instant::now();
             for (i, text) in bodies.iter().enumerate() {
                 let user = if i % 2 == 0 { "bench-a" } else { "bench-b" };
