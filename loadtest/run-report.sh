@@ -162,8 +162,11 @@ PY
 )
 fi
 # The places-10m run (loadtest/run-places-10m.sh) is long and not repeated with every report:
-# link the newest one.
-P10=$(cd "$ROOT/loadtest/reports" && ls -- *-places-10m.md 2>/dev/null | sort | tail -n 1)
+# link the newest. A glob expands sorted, so the last match is the newest date; none is no link.
+P10=
+for f in "$ROOT"/loadtest/reports/*-places-10m.md; do
+  [ -e "$f" ] && P10=$(basename "$f")
+done
 if [ -n "$P10" ]; then
   FIGURES+=("--figure" "places-10m, loaded and served for real=[$P10]($P10) (loadtest/run-places-10m.sh)")
 fi
