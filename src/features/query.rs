@@ -454,8 +454,7 @@ struct Prepared {
     coordinates: (usize, usize),
     /// The geometry's `type`.
     kind: String,
-    relation: Relation,
-    /// The request, without its geometry.
+    /// The request; its geometry is replaced when a body binds.
     request: FeatureRequest,
 }
 
@@ -481,18 +480,19 @@ impl Prepared {
             return None;
         }
         let mut request = self.request.clone();
+        let (_, relation) = request.query.geometry.take()?;
         // The common case without a JSON value: two numbers (serde_json reads a number for an
         // f64 as for a Value) that make a valid point. Anything else takes the general way.
         if self.kind == "Point"
             && let Ok((x, y)) = serde_json::from_slice::<(f64, f64)>(middle)
             && let Some(point) = crate::spatial::geometry::point(x, y)
         {
-            request.query.geometry = Some((Arc::new(Query::new(point)), self.relation));
+            request.query.geometry = Some((Arc::new(Query::new(point)), relation));
             return Some(Ok(request));
         }
         // One array and nothing else, read as the reader reads it (serde_json).
         let coords: Value = serde_json::from_slice(middle).ok()?;
-        Some(query_geometry(&self.kind, &coords, self.relation).map(|g| {
+        Some(query_geometry(&self.kind, &coords, relation).map(|g| {
             request.query.geometry = Some(g);
             request
         }))
@@ -538,19 +538,14 @@ impl FeatureRequest {
             _ => None,
         };
         let request = FeatureRequest::from_raw(raw)?;
-        if let (Some(coordinates), Some(kind), Some((_, relation))) =
-            (span, kind, &request.query.geometry)
-        {
-            let mut kept = request.clone();
-            kept.query.geometry = None;
+        if let (Some(coordinates), Some(kind), Some(_)) = (span, kind, &request.query.geometry) {
             PREPARED.with(|p| {
                 *p.borrow_mut() = Some(Prepared {
                     user: user.to_string(),
                     body: body.to_vec(),
                     coordinates,
                     kind,
-                    relation: *relation,
-                    request: kept,
+                    request: request.clone(),
                 })
             });
         }

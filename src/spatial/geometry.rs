@@ -123,6 +123,9 @@ fn non_empty_array<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>, Geome
     }
 }
 
+const LONGITUDE: std::ops::RangeInclusive<f64> = -180.0..=180.0;
+const LATITUDE: std::ops::RangeInclusive<f64> = -90.0..=90.0;
+
 fn position(v: &Value, path: &str) -> Result<Coord<f64>, GeometryError> {
     let Value::Array(a) = v else {
         return fail(path, "a position must be an array of numbers");
@@ -161,19 +164,20 @@ fn position(v: &Value, path: &str) -> Result<Coord<f64>, GeometryError> {
             xy[i] = f;
         }
     }
-    if !(-180.0..=180.0).contains(&xy[0]) {
+    if !LONGITUDE.contains(&xy[0]) {
         return fail(path, format!("longitude {} is outside [-180, 180]", xy[0]));
     }
-    if !(-90.0..=90.0).contains(&xy[1]) {
+    if !LATITUDE.contains(&xy[1]) {
         return fail(path, format!("latitude {} is outside [-90, 90]", xy[1]));
     }
     Ok(Coord { x: xy[0], y: xy[1] })
 }
 
 /// The point `[x, y]` when [`parse_parts`] accepts it as a `Point`'s coordinates (finite, and
-/// within longitude and latitude range); `None` where it gives an error.
+/// within longitude and latitude range, as [`position`] checks); `None` where it gives an
+/// error.
 pub fn point(x: f64, y: f64) -> Option<Geometry<f64>> {
-    ((-180.0..=180.0).contains(&x) && (-90.0..=90.0).contains(&y))
+    (LONGITUDE.contains(&x) && LATITUDE.contains(&y))
         .then_some(Geometry::Point(Point(Coord { x, y })))
 }
 
