@@ -65,7 +65,8 @@ pub struct Config {
     /// A connection that starts no request for this long, with none in flight, is closed:
     /// idle keep-alives and clients that never finish a request head free their slot.
     pub idle_timeout_secs: u64,
-    /// Threads serving HTTP (tokio workers); 0 = the core count.
+    /// Threads serving HTTP, each with its own current-thread runtime and its own
+    /// connections; 0 = the core count.
     pub io_threads: usize,
     /// The `tracing` filter, e.g. `info` or `geoshard=debug`.
     pub log: String,
@@ -151,6 +152,16 @@ fn positive(key: &str, n: usize) -> Result<usize, ConfigError> {
 }
 
 impl Config {
+    /// `io_threads`, with 0 resolved to the core count.
+    pub fn io_thread_count(&self) -> usize {
+        match self.io_threads {
+            0 => std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            n => n,
+        }
+    }
+
     /// Set one setting from its text form. The file and the environment both land here.
     pub fn set(&mut self, key: &str, text: &str) -> Result<(), ConfigError> {
         match key {

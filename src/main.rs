@@ -112,19 +112,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn runtime(io_threads: usize) -> Result<tokio::runtime::Runtime, String> {
-    // One thread: the current-thread scheduler, which skips the work-stealing machinery
-    // (shared queues, worker wake-ups) that a lone worker has no use for.
-    let mut builder = if io_threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        if io_threads > 0 {
-            b.worker_threads(io_threads);
-        }
-        b
-    };
-    builder
+/// The runtime of the accept loop and of start-up and shutdown. It serves connections
+/// itself only with one io thread; with more, they run on their own threads (one
+/// current-thread runtime each), so this one needs no work-stealing machinery either.
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("geoshard-io")
         .build()
@@ -146,7 +138,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     service::init_logging(&config.log);
-    runtime(config.io_threads)?
+    runtime()?
         .block_on(service::serve(
             config,
             service::shutdown_signal(),
@@ -192,7 +184,7 @@ fn demo(listen: &str, examples: Option<PathBuf>) -> Result<(), String> {
         }
     }
     let data_dir = config.data_dir.clone();
-    runtime(config.io_threads)?
+    runtime()?
         .block_on(service::serve(
             config,
             service::shutdown_signal(),

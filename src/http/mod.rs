@@ -8,6 +8,7 @@
 mod documents;
 mod features;
 mod flows;
+pub mod io_threads;
 mod manage;
 mod multipart;
 pub mod params;
@@ -32,13 +33,14 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use self::io_threads::IoThreads;
 use crate::acl::{Caller, Role};
 use crate::config::Config;
 use crate::error::{ApiError, ErrorCode};
 use crate::features::{FeatureHook, FeatureSettings, Features};
 use crate::flow::js::JsSettings;
 use crate::flow::{FlowSettings, Flows};
-use crate::security::Security;
+use crate::security::{HeaderCache, Security};
 use crate::spatial::EngineConfig;
 use crate::store::{Store, StoreOptions};
 
@@ -151,6 +153,13 @@ impl Server {
         let Server { listener, app } = self;
         let graceful = GracefulShutdown::new();
         let permits = Arc::new(Semaphore::new(app.config.max_connections));
+        // One io thread: connections are served right here, on the accept loop's runtime.
+        // More: each goes to its own thread (see `io_threads`).
+        let io =
+            IoThreads::start(app.config.io_thread_count(), "geoshard-io").unwrap_or_else(|e| {
+                tracing::error!(error = %e, "cannot start the io threads; serving on this one");
+                IoThreads::none()
+            });
         tokio::pin!(shutdown);
         loop {
             let permit = tokio::select! {
@@ -173,6 +182,13 @@ impl Server {
                 },
             };
             let _ = stream.set_nodelay(true);
+            let (stream, placement) = match io.place(stream) {
+                Ok(placed) => placed,
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "cannot hand a connection to an io thread");
+                    continue;
+                }
+            };
             let idle = Duration::from_secs(app.config.idle_timeout_secs);
             let app = app.clone();
             let activity = Arc::new(Activity::default());
@@ -181,7 +197,7 @@ impl Server {
                 let app = app.clone();
                 let busy = seen.begin();
                 async move {
-                    let resp = handle(app, req).await;
+                    let resp = handle_on(app, Some(&busy.0.digest), req).await;
                     drop(busy);
                     Ok::<_, Infallible>(resp)
                 }
@@ -190,13 +206,15 @@ impl Server {
                 .keep_alive(true)
                 .serve_connection(TokioIo::new(stream), service);
             let conn = graceful.watch(conn);
-            let task = tokio::spawn(async move {
+            let runtime = placement.runtime().clone();
+            let task = runtime.spawn(async move {
                 if let Err(e) = conn.await {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
                 drop(permit);
+                drop(placement);
             });
-            tokio::spawn(close_when_idle(activity, task, idle));
+            runtime.spawn(close_when_idle(activity, task, idle));
         }
         drop(listener);
         tracing::info!("shutting down: finishing in-flight requests");
@@ -208,17 +226,24 @@ impl Server {
             tracing::warn!("grace period over; closing remaining connections");
         }
         app.store.shutdown().await;
+        if !io.is_empty() {
+            // Whatever is left on them past the grace period is dropped with them.
+            let _ = tokio::task::spawn_blocking(move || io.stop()).await;
+        }
         tracing::info!("stopped");
     }
 }
 
-/// What a connection's idle watchdog reads: requests started, and requests in flight.
-/// Counted on the request path instead of a per-request timer (hyper's header-read timeout
-/// arms and cancels a timer-wheel entry for every request).
+/// What a connection keeps between its requests. Its idle watchdog reads requests started
+/// and requests in flight, counted on the request path instead of a per-request timer
+/// (hyper's header-read timeout arms and cancels a timer-wheel entry for every request).
 #[derive(Default)]
 struct Activity {
     started: AtomicU64,
     in_flight: AtomicU32,
+    /// The connection's last Digest header, so that the next one, which differs only in
+    /// `nc` and `response`, is bound instead of parsed.
+    digest: HeaderCache,
 }
 
 /// Marks a request in flight until dropped (also when the handler future is dropped).
@@ -272,7 +297,20 @@ where
     B: hyper::body::Body<Data = Bytes> + Send,
     B::Error: Into<BoxError>,
 {
-    match std::panic::AssertUnwindSafe(router::dispatch(&app, req))
+    handle_on(app, None, req).await
+}
+
+/// [`handle`], for a request of a connection that keeps its last Digest header in `kept`.
+pub async fn handle_on<B>(
+    app: Arc<App>,
+    kept: Option<&HeaderCache>,
+    req: hyper::Request<B>,
+) -> response::Resp
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
+    match std::panic::AssertUnwindSafe(router::dispatch(&app, kept, req))
         .catch_unwind()
         .await
     {

@@ -11,7 +11,7 @@ use super::response::{self, Resp};
 use super::{App, BoxError, documents, features, flows, manage};
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
-use crate::security::AuthOutcome;
+use crate::security::{AuthOutcome, HeaderCache};
 use bytes::Bytes;
 
 /// The endpoint families, by path.
@@ -87,7 +87,8 @@ pub(crate) struct Ctx {
     pub path: String,
 }
 
-pub(super) async fn dispatch<B>(app: &Arc<App>, req: Request<B>) -> Resp
+/// `kept`: the connection's last Digest header, when the request came over a connection.
+pub(super) async fn dispatch<B>(app: &Arc<App>, kept: Option<&HeaderCache>, req: Request<B>) -> Resp
 where
     B: hyper::body::Body<Data = Bytes> + Send,
     B::Error: Into<BoxError>,
@@ -113,7 +114,7 @@ where
         .and_then(|v| v.to_str().ok());
     let caller = match app
         .security
-        .authenticate(parts.method.as_str(), target, header)
+        .authenticate_on(parts.method.as_str(), target, header, kept)
     {
         AuthOutcome::Authenticated(c) => c,
         AuthOutcome::Challenge { stale } => {

@@ -1,8 +1,10 @@
 //! HTTP Digest (RFC 7616, MD5, `qop=auth`) and Basic: parsing the `Authorization` header and
-//! computing the hashes. No HTTP types; the only state is a per-thread copy of the last HA2
-//! (`ha2`), which gives the same hash as computing it again.
+//! computing the hashes. No HTTP types. The state: a per-thread copy of the last HA2 (`ha2`),
+//! which gives the same hash as computing it again, and a connection's last header
+//! ([`HeaderCache`]), which parses as parsing it again does.
 
 use std::cell::RefCell;
+use std::sync::Mutex;
 
 use md5::{Digest as _, Md5};
 
@@ -77,6 +79,171 @@ pub fn parse_digest(params: &str) -> Option<DigestResponse<'_>> {
         return None;
     }
     Some(out)
+}
+
+/// Where each member's value lies in a parsed header: `None` for an empty or missing
+/// required member (parsed as `""`), and for an optional one the outer `None` when missing.
+#[derive(Debug, Clone, Copy)]
+struct Spans {
+    username: Option<Span>,
+    realm: Option<Span>,
+    nonce: Option<Span>,
+    uri: Option<Span>,
+    response: Option<Span>,
+    qop: Option<Option<Span>>,
+    nc: Option<Option<Span>>,
+    cnonce: Option<Option<Span>>,
+    opaque: Option<Option<Span>>,
+    algorithm: Option<Option<Span>>,
+}
+
+type Span = (usize, usize);
+
+impl Spans {
+    /// The spans of `r`, whose values are all slices of `params` (or empty).
+    fn of(params: &str, r: &DigestResponse<'_>) -> Spans {
+        let base = params.as_ptr() as usize;
+        let span = |v: &str| {
+            (!v.is_empty()).then(|| {
+                let start = v.as_ptr() as usize - base;
+                (start, start + v.len())
+            })
+        };
+        Spans {
+            username: span(r.username),
+            realm: span(r.realm),
+            nonce: span(r.nonce),
+            uri: span(r.uri),
+            response: span(r.response),
+            qop: r.qop.map(span),
+            nc: r.nc.map(span),
+            cnonce: r.cnonce.map(span),
+            opaque: r.opaque.map(span),
+            algorithm: r.algorithm.map(span),
+        }
+    }
+
+    fn apply<'a>(&self, params: &'a str) -> DigestResponse<'a> {
+        let at = |s: Option<Span>| s.map_or("", |(a, b)| &params[a..b]);
+        DigestResponse {
+            username: at(self.username),
+            realm: at(self.realm),
+            nonce: at(self.nonce),
+            uri: at(self.uri),
+            response: at(self.response),
+            qop: self.qop.map(at),
+            nc: self.nc.map(at),
+            cnonce: self.cnonce.map(at),
+            opaque: self.opaque.map(at),
+            algorithm: self.algorithm.map(at),
+        }
+    }
+}
+
+/// The last Digest header a connection parsed that can be bound: its bytes, where its
+/// members lie, and the two that change from request to request (`nc`, `response`), in order.
+struct KeptHeader {
+    params: String,
+    spans: Spans,
+    varying: [Span; 2],
+}
+
+/// Headers longer than this are parsed every time and never kept.
+const KEPT_HEADER_MAX: usize = 1024;
+
+fn is_hex(b: &[u8]) -> bool {
+    b.iter().all(u8::is_ascii_hexdigit)
+}
+
+impl KeptHeader {
+    /// A client sends the same header again with the next `nc` and its `response`. When
+    /// `params` is the kept header with only those two values replaced by as many hex digits,
+    /// it parses as the kept one does, with those values at the same places: hex digits are
+    /// none of the bytes the parser looks at (`=`, `"`, `,`, whitespace), and keys lie
+    /// outside the two values. The rest is compared in full, without an early exit, so the
+    /// time taken does not depend on another client's header.
+    fn bind<'a>(&self, params: &'a str) -> Option<DigestResponse<'a>> {
+        let (new, kept) = (params.as_bytes(), self.params.as_bytes());
+        if new.len() != kept.len() {
+            return None;
+        }
+        let [(a0, a1), (b0, b1)] = self.varying;
+        let fixed = [(0, a0), (a1, b0), (b1, new.len())];
+        let diff = fixed.iter().fold(0u8, |acc, &(s, e)| {
+            new[s..e]
+                .iter()
+                .zip(&kept[s..e])
+                .fold(acc, |acc, (x, y)| acc | (x ^ y))
+        });
+        (diff == 0 && is_hex(&new[a0..a1]) && is_hex(&new[b0..b1]))
+            .then(|| self.spans.apply(params))
+    }
+
+    fn keep(slot: &mut Option<KeptHeader>, params: &str, r: &DigestResponse<'_>) {
+        let spans = Spans::of(params, r);
+        let (Some(Some(nc)), Some(response)) = (spans.nc, spans.response) else {
+            return;
+        };
+        let b = params.as_bytes();
+        if params.len() > KEPT_HEADER_MAX
+            || !is_hex(&b[nc.0..nc.1])
+            || !is_hex(&b[response.0..response.1])
+        {
+            return;
+        }
+        let varying = if nc.0 < response.0 {
+            [nc, response]
+        } else {
+            [response, nc]
+        };
+        match slot {
+            Some(k) => {
+                k.params.clear();
+                k.params.push_str(params);
+                k.spans = spans;
+                k.varying = varying;
+            }
+            None => {
+                *slot = Some(KeptHeader {
+                    params: params.to_string(),
+                    spans,
+                    varying,
+                })
+            }
+        }
+    }
+}
+
+/// One connection's last Digest header that can be bound. A connection is one client, so a
+/// header is only ever compared with an earlier one of its own connection.
+#[derive(Default)]
+pub struct HeaderCache {
+    kept: Mutex<Option<KeptHeader>>,
+}
+
+impl HeaderCache {
+    /// [`parse_digest`], from the kept header when this one differs from it only in `nc`
+    /// and `response` (see [`KeptHeader::bind`]); otherwise parsed, and kept.
+    pub fn parse<'a>(&self, params: &'a str) -> Option<DigestResponse<'a>> {
+        self.parse_bound(params).0
+    }
+
+    /// [`HeaderCache::parse`], and whether the header was bound.
+    fn parse_bound<'a>(&self, params: &'a str) -> (Option<DigestResponse<'a>>, bool) {
+        // A connection's requests come one at a time: the lock is never contended, and a
+        // poisoned one (a panic mid-keep) only costs the parse.
+        let Ok(mut slot) = self.kept.lock() else {
+            return (parse_digest(params), false);
+        };
+        if let Some(r) = slot.as_ref().and_then(|k| k.bind(params)) {
+            return (Some(r), true);
+        }
+        let r = parse_digest(params);
+        if let Some(r) = &r {
+            KeptHeader::keep(&mut slot, params, r);
+        }
+        (r, false)
+    }
 }
 
 fn hex_md5(parts: &[&[u8]]) -> [u8; 32] {
@@ -176,6 +343,121 @@ mod tests {
         let h = ha1("Mufasa", "testrealm@host.com", "Circle Of Life");
         let want = expected_response(&h, "GET", &r).unwrap();
         assert_eq!(&want, r.response.as_bytes());
+    }
+
+    /// Headers in runs from one client shape, as clients send them, with `nc` and
+    /// `response` replaced by all sorts of text, and sometimes another member changed to
+    /// text of the same length: binding to the kept header must give what parsing gives,
+    /// every time, and must bind the ordinary ones.
+    #[test]
+    fn a_bound_header_is_what_parsing_gives() {
+        let shapes = [
+            // The load test client's order (loadtest/src/client.rs), with an algorithm.
+            r#"username="{u}", realm="public", nonce="{n}", uri="/v1/resources/geoQueryService", qop=auth, nc={nc}, cnonce="{c}", response="{r}", opaque="{o}", algorithm=MD5"#,
+            // curl's order.
+            r#"username="{u}", realm="public", nonce="{n}", uri="/v1/resources/geoQueryService", cnonce="{c}", nc={nc}, qop=auth, response="{r}", opaque="{o}", algorithm=MD5"#,
+            // response before nc, quoted nc, upper-case keys, folded lines.
+            "Response=\"{r}\",\r\n USERNAME=\"{u}\", realm=public, NC=\"{nc}\", nonce={n},\n\turi=\"/x\", qop=\"auth\", cnonce={c}",
+            // A response given twice: the last counts.
+            r#"username="{u}", realm="public", nonce="{n}", uri="/", qop=auth, nc={nc}, cnonce="{c}", response="{r}", response="{r}""#,
+            // No nc: never kept.
+            r#"username="{u}", realm="public", nonce="{n}", uri="/", response="{r}""#,
+        ];
+        let texts = [
+            "00000001",
+            "0000000a",
+            "DEADBEEF",
+            "0000000",
+            "000000001",
+            "0000000g",
+            "0000 001",
+            "00,00001",
+            "000=0001",
+            "0000\"001",
+            "",
+            "6629fae49393a05397450978507c4ef1",
+            "6629FAE49393A05397450978507C4EF1",
+            "6629fae49393a05397450978507c4ef",
+            "6629fae49393a05397450978507c4eF1x",
+            "6629fae49393a0539745097850 c4ef1",
+            "6629fae49393a05397450978507c4e\"1",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let hex = |v: usize, width: usize| format!("{v:0width$x}");
+        let (mut total, mut bound) = (0, 0);
+        let cache = HeaderCache::default();
+        for run in 0..400 {
+            let shape = shapes[run % shapes.len()];
+            // Same-length values, so only a compare can tell them apart.
+            let u = ["alice", "bobby", "carol"][next(3)];
+            let n = ["nonce-one-000", "nonce-two-000"][next(2)];
+            let c = ["0a4f113b", "0a4f113c"][next(2)];
+            for i in 0..15 {
+                let (mut nc, mut r) = (hex(i + 1, 8), hex(next(1 << 30) * 7919, 32));
+                match next(8) {
+                    0 => nc = texts[next(texts.len())].to_string(),
+                    1 => r = texts[next(texts.len())].to_string(),
+                    _ => {}
+                }
+                let (mut u, mut o) = (u, "opaque-0");
+                match next(20) {
+                    0 => u = "alicf",
+                    1 => o = "opaque-1",
+                    _ => {}
+                }
+                let h = shape
+                    .replace("{u}", u)
+                    .replace("{n}", n)
+                    .replace("{c}", c)
+                    .replace("{o}", o)
+                    .replace("{nc}", &nc)
+                    .replace("{r}", &r);
+                let (got, was_bound) = cache.parse_bound(&h);
+                assert_eq!(got, parse_digest(&h), "{h}");
+                total += 1;
+                bound += usize::from(was_bound);
+            }
+        }
+        assert_eq!(total, 6000);
+        // A third bind: of the four shapes with nc, all but the first of a run, the changed
+        // ones, and the one after each changed one that was kept.
+        assert!(bound > 1500, "{bound} bound");
+    }
+
+    /// A kept header binds the next request's nc and response, and nothing else: not a
+    /// header with another member changed, nor one with non-hex text in those two places.
+    #[test]
+    fn a_kept_header_binds_only_new_nc_and_response() {
+        let h = |u: &str, nc: &str, r: &str| {
+            format!(
+                r#"username="{u}", realm="public", nonce="abc", uri="/", qop=auth, nc={nc}, cnonce="c0", response="{r}""#
+            )
+        };
+        let cache = HeaderCache::default();
+        let first = h("alice", "00000001", "aaaa");
+        assert!(!cache.parse_bound(&first).1);
+        let next = h("alice", "00000002", "bbbb");
+        let (r, bound) = cache.parse_bound(&next);
+        assert!(bound);
+        let r = r.unwrap();
+        assert_eq!(
+            (r.username, r.nc, r.response),
+            ("alice", Some("00000002"), "bbbb")
+        );
+        // Kept now: the second. Another user of the same length is parsed, and kept.
+        let other = h("bobby", "00000003", "cccc");
+        let (r, bound) = cache.parse_bound(&other);
+        assert_eq!((bound, r.unwrap().username), (false, "bobby"));
+        // A comma in the unquoted nc's place is parsed: it ends the value.
+        let comma = h("bobby", "0000,004", "cccc");
+        let (r, bound) = cache.parse_bound(&comma);
+        assert_eq!((bound, r.unwrap().nc), (false, Some("0000")));
     }
 
     /// The kept HA2 is the one of the same method and URI, never of another that shares a

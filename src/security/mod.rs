@@ -27,7 +27,7 @@ use crate::acl::{Caller, Role, RoleSet};
 use crate::error::{ApiError, ErrorCode};
 use crate::store::{Op, Store, StoreError, Table};
 
-pub use digest::{DigestResponse, expected_response, ha1, parse_digest};
+pub use digest::{DigestResponse, HeaderCache, expected_response, ha1, parse_digest};
 pub use nonce::{NonceCheck, NonceTable};
 
 #[derive(Debug, Error)]
@@ -219,13 +219,25 @@ impl Security {
     /// Check the `Authorization` header of a request.
     /// `target` is the request target as sent (path and query).
     pub fn authenticate(&self, method: &str, target: &str, header: Option<&str>) -> AuthOutcome {
+        self.authenticate_on(method, target, header, None)
+    }
+
+    /// [`Security::authenticate`], for a request of a connection that keeps its last Digest
+    /// header in `kept`.
+    pub fn authenticate_on(
+        &self,
+        method: &str,
+        target: &str,
+        header: Option<&str>,
+        kept: Option<&HeaderCache>,
+    ) -> AuthOutcome {
         let Some(header) = header else {
             return AuthOutcome::Challenge { stale: false };
         };
         let header = header.trim_start();
         let (scheme, rest) = header.split_once(' ').unwrap_or((header, ""));
         if scheme.eq_ignore_ascii_case("digest") {
-            self.digest(method, target, rest)
+            self.digest(method, target, rest, kept)
         } else if scheme.eq_ignore_ascii_case("basic") {
             self.basic(rest.trim())
         } else {
@@ -233,9 +245,19 @@ impl Security {
         }
     }
 
-    fn digest(&self, method: &str, target: &str, params: &str) -> AuthOutcome {
+    fn digest(
+        &self,
+        method: &str,
+        target: &str,
+        params: &str,
+        kept: Option<&HeaderCache>,
+    ) -> AuthOutcome {
         let fail = AuthOutcome::Challenge { stale: false };
-        let Some(r) = parse_digest(params) else {
+        let parsed = match kept {
+            Some(k) => k.parse(params),
+            None => parse_digest(params),
+        };
+        let Some(r) = parsed else {
             return fail;
         };
         if r.realm != self.realm
@@ -430,6 +452,39 @@ mod tests {
             "Digest username=\"{user}\", realm=\"{realm}\", nonce=\"{nonce}\", uri=\"{uri}\", qop=auth, nc={nc}, cnonce=\"abc\", response=\"{}\", opaque=\"{opaque}\"",
             String::from_utf8_lossy(&resp)
         )
+    }
+
+    /// Over a connection that keeps its last header, bound headers are checked in full:
+    /// replays, wrong passwords and other users are refused or seen as such.
+    #[test]
+    fn a_connections_kept_header_still_checks_every_request() {
+        let dir = crate::store::tests::tempdir();
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        put_user_offline(&store, "ann", "secret", &["rest-reader".into()], "public").unwrap();
+        put_user_offline(&store, "bob", "hidden", &["rest-writer".into()], "public").unwrap();
+        let sec = Security::open(&store, "public", 60, 100).unwrap();
+        let kept = HeaderCache::default();
+        let ch = sec.challenges(false);
+        let auth = |h: &str| sec.authenticate_on("GET", "/v1/ping", Some(h), Some(&kept));
+        let name = |out: AuthOutcome| match out {
+            AuthOutcome::Authenticated(c) => c.name().to_string(),
+            other => format!("{other:?}"),
+        };
+        let ann =
+            |pass: &str, nc| digest_header("ann", pass, "public", "GET", "/v1/ping", &ch[0], nc);
+        let refused = format!("{:?}", AuthOutcome::Challenge { stale: false });
+        assert_eq!(name(auth(&ann("secret", 1))), "ann");
+        assert_eq!(name(auth(&ann("secret", 2))), "ann");
+        // The same header again: bound, and a replay.
+        assert_eq!(name(auth(&ann("secret", 2))), refused);
+        // The wrong password, in a header of the same shape.
+        assert_eq!(name(auth(&ann("secreT", 3))), refused);
+        assert_eq!(name(auth(&ann("secret", 4))), "ann");
+        // Another user on the same connection, with a name of the same length.
+        let ch2 = sec.challenges(false);
+        let bob = digest_header("bob", "hidden", "public", "GET", "/v1/ping", &ch2[0], 1);
+        assert_eq!(name(auth(&bob)), "bob");
+        assert_eq!(name(auth(&ann("secret", 5))), "ann");
     }
 
     #[test]

@@ -1,0 +1,237 @@
+//! Thread-per-core serving: a few threads, each running its own current-thread tokio
+//! runtime. The accept loop hands each new connection to the thread with the fewest open
+//! connections, and the connection lives there until it closes: its socket is registered
+//! with that thread's reactor, and its requests, timers and wake-ups never leave it.
+//!
+//! Against tokio's work-stealing scheduler, a connection's task is never stolen or woken
+//! across threads, and no thread parks and unparks the others; against a single thread,
+//! every core serves.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::net::TcpStream;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+/// Running io threads; none when serving on one thread, the caller's. Stopping them (or
+/// dropping this) drops whatever tasks are still on them, after each thread's current poll.
+pub struct IoThreads {
+    threads: Vec<IoThread>,
+}
+
+struct IoThread {
+    handle: Handle,
+    open: Arc<AtomicUsize>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Where a connection lives: the runtime its socket is registered with and its tasks run
+/// on, and its place in that thread's count of open connections, given back when dropped.
+pub struct Placement {
+    handle: Handle,
+    open: Option<Arc<AtomicUsize>>,
+}
+
+impl Placement {
+    /// The runtime to run this connection's tasks on.
+    pub fn runtime(&self) -> &Handle {
+        &self.handle
+    }
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        if let Some(open) = &self.open {
+            open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl IoThreads {
+    /// No threads: connections are served on the caller's runtime.
+    pub fn none() -> IoThreads {
+        IoThreads {
+            threads: Vec::new(),
+        }
+    }
+
+    /// Start `count` threads named `name`-0, `name`-1, ...; none for a count of 0 or 1,
+    /// which serves on the caller's runtime.
+    pub fn start(count: usize, name: &str) -> std::io::Result<IoThreads> {
+        if count < 2 {
+            return Ok(IoThreads::none());
+        }
+        let mut threads = Vec::with_capacity(count);
+        for i in 0..count {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                // Its spawn_blocking threads.
+                .thread_name(format!("{name}-{i}-blocking"))
+                .build()?;
+            let handle = runtime.handle().clone();
+            let (stop, stopped) = oneshot::channel::<()>();
+            let thread = std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || {
+                    // Drives the runtime's tasks until told to stop (or the sender is gone).
+                    let _ = runtime.block_on(stopped);
+                })?;
+            threads.push(IoThread {
+                handle,
+                open: Arc::new(AtomicUsize::new(0)),
+                stop: Some(stop),
+                thread: Some(thread),
+            });
+        }
+        Ok(IoThreads { threads })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.threads.is_empty()
+    }
+
+    /// Give an accepted connection a thread: the one with the fewest open connections (the
+    /// first of those, on a tie), or the caller's runtime when there are none. Only the
+    /// accept loop adds to the counts, so one choice cannot race with another. Must run on
+    /// a runtime.
+    pub fn place(&self, stream: TcpStream) -> std::io::Result<(TcpStream, Placement)> {
+        let Some(placement) = self.pick() else {
+            let here = Placement {
+                handle: Handle::current(),
+                open: None,
+            };
+            return Ok((stream, here));
+        };
+        // Registered with the chosen thread's reactor, so its readiness wakes that thread.
+        let std = stream.into_std()?;
+        let _on = placement.handle.enter();
+        Ok((TcpStream::from_std(std)?, placement))
+    }
+
+    fn pick(&self) -> Option<Placement> {
+        let t = self
+            .threads
+            .iter()
+            .min_by_key(|t| t.open.load(Ordering::Relaxed))?;
+        t.open.fetch_add(1, Ordering::Relaxed);
+        Some(Placement {
+            handle: t.handle.clone(),
+            open: Some(t.open.clone()),
+        })
+    }
+
+    /// Open connections on each thread, in thread order.
+    #[cfg(test)]
+    fn open_counts(&self) -> Vec<usize> {
+        self.threads
+            .iter()
+            .map(|t| t.open.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Stop every thread and wait for it to end. Blocks: call it off the runtime.
+    pub fn stop(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        for t in &mut self.threads {
+            if let Some(s) = t.stop.take() {
+                let _ = s.send(());
+            }
+        }
+        for t in &mut self.threads {
+            if let Some(j) = t.thread.take() {
+                let _ = j.join();
+            }
+        }
+    }
+}
+
+impl Drop for IoThreads {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_go_to_the_least_loaded_thread_and_come_back() {
+        let io = IoThreads::start(3, "test-io").unwrap();
+        let pick = || io.pick().unwrap();
+        let a = pick();
+        let b = pick();
+        let c = pick();
+        assert_eq!(io.open_counts(), vec![1, 1, 1]);
+        drop(b);
+        assert_eq!(io.open_counts(), vec![1, 0, 1]);
+        let d = pick();
+        assert_eq!(io.open_counts(), vec![1, 1, 1]);
+        let e = pick();
+        assert_eq!(io.open_counts(), vec![2, 1, 1]);
+        drop((a, c, d, e));
+        assert_eq!(io.open_counts(), vec![0, 0, 0]);
+        io.stop();
+    }
+
+    #[test]
+    fn one_thread_or_none_serves_on_the_callers_runtime() {
+        for n in [0, 1] {
+            let io = IoThreads::start(n, "test-io").unwrap();
+            assert!(io.is_empty());
+            assert!(io.pick().is_none());
+        }
+        assert_eq!(IoThreads::start(2, "test-io").unwrap().threads.len(), 2);
+    }
+
+    /// Connections placed on two threads: each is served on its own thread, by a task of
+    /// that thread's runtime reading the socket, and the counts follow them.
+    #[test]
+    fn a_placed_connection_is_served_on_its_thread() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let io = IoThreads::start(2, "test-io").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let mut clients = Vec::new();
+            let mut served = Vec::new();
+            for i in 0..4u8 {
+                let mut client = TcpStream::connect(addr).await.unwrap();
+                let (stream, _) = listener.accept().await.unwrap();
+                let (mut stream, placement) = io.place(stream).unwrap();
+                served.push(placement.runtime().clone().spawn(async move {
+                    let mut byte = [0u8; 1];
+                    stream.read_exact(&mut byte).await.unwrap();
+                    let name = std::thread::current().name().unwrap().to_string();
+                    stream.write_all(name.as_bytes()).await.unwrap();
+                    drop(placement);
+                    (byte[0], name)
+                }));
+                client.write_all(&[i]).await.unwrap();
+                clients.push(client);
+            }
+            assert_eq!(io.open_counts(), vec![2, 2]);
+            let mut names = Vec::new();
+            for (i, (client, task)) in clients.iter_mut().zip(served).enumerate() {
+                let (byte, name) = task.await.unwrap();
+                assert_eq!(byte as usize, i);
+                let mut echoed = String::new();
+                client.read_to_string(&mut echoed).await.unwrap();
+                assert_eq!(echoed, name);
+                names.push(name);
+            }
+            assert_eq!(names, ["test-io-0", "test-io-1", "test-io-0", "test-io-1"]);
+            assert_eq!(io.open_counts(), vec![0, 0]);
+        });
+        io.stop();
+    }
+}
