@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
+use geoshard::http::io_threads::IoThreads;
 use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -16,13 +17,23 @@ use tokio::net::TcpListener;
 
 const BODY: &[u8] = br#"{"type":"FeatureCollection","features":[]}"#;
 
-pub async fn serve(listen: SocketAddr, ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+/// Serve on `threads` io threads, placed as geoshard places its connections (one thread:
+/// on the caller's runtime).
+pub async fn serve(
+    listen: SocketAddr,
+    threads: usize,
+    ready: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
     let listener = TcpListener::bind(listen).await?;
     ready(listener.local_addr()?);
+    let io = IoThreads::start(threads, "baseline-io")?;
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        tokio::spawn(async move {
+        let Ok((stream, placement)) = io.place(stream) else {
+            continue;
+        };
+        placement.runtime().clone().spawn(async move {
             let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
                 let authorized = req.headers().contains_key(hyper::header::AUTHORIZATION);
                 // Read the body, as a real server must.
@@ -47,6 +58,7 @@ pub async fn serve(listen: SocketAddr, ready: impl FnOnce(SocketAddr)) -> std::i
                 .keep_alive(true)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
+            drop(placement);
         });
     }
 }

@@ -22,7 +22,7 @@ use crate::pace::Pacer;
 use crate::workload::{PgArgs, Query, QuerySet};
 
 /// One measured run, as the report reads it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunRecord {
     /// `geoshard`, `baseline` or `postgis`.
     pub target: String,
@@ -54,6 +54,9 @@ pub struct RunRecord {
     /// The same for this load generator, which shares the machine with the server.
     #[serde(default)]
     pub client_cpu_us_per_request: Option<f64>,
+    /// The server's io threads, as the run was told (`--server-threads`).
+    #[serde(default)]
+    pub server_threads: Option<usize>,
     pub note: Option<String>,
 }
 
@@ -312,6 +315,7 @@ pub async fn drive(
         server_rss_bytes: None,
         server_cpu_us_per_request: per_request(server_cpu),
         client_cpu_us_per_request: per_request(client_cpu),
+        server_threads: None,
         note: None,
     };
     Ok((record, first))

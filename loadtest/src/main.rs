@@ -61,6 +61,7 @@ enum Command {
     Baseline {
         #[arg(long, default_value = "127.0.0.1:8090")]
         listen: SocketAddr,
+        /// io threads, placed as geoshard's (`io_threads`): 1 serves on the accept loop's.
         #[arg(long, default_value_t = 1)]
         threads: usize,
     },
@@ -165,10 +166,14 @@ struct RunArgs {
     /// The server's pid, to record its resident memory and its CPU time a request.
     #[arg(long)]
     server_pid: Option<u32>,
+    /// The server's io threads, recorded with the run (the report keeps the ceiling's
+    /// thread counts apart).
+    #[arg(long)]
+    server_threads: Option<usize>,
 }
 
-/// One thread: the current-thread scheduler, as geoshard uses for one io thread, so the
-/// baseline server and the client pay for no work-stealing machinery either.
+/// One thread: the current-thread scheduler, as geoshard uses for each io thread, so the
+/// client pays for no work-stealing machinery either.
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, BoxError> {
     let mut builder = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -218,9 +223,12 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             Ok(())
         }
         Command::Run(args) => run(args),
-        Command::Baseline { listen, threads } => runtime(threads)?
+        Command::Baseline { listen, threads } => runtime(1)?
             .block_on(async {
-                baseline::serve(listen, |a| println!("baseline listening on http://{a}")).await
+                baseline::serve(listen, threads, |a| {
+                    println!("baseline listening on http://{a}")
+                })
+                .await
             })
             .map_err(Into::into),
         Command::PeerLoad { pg, dataset } => {
@@ -361,6 +369,7 @@ fn run(args: RunArgs) -> Result<(), BoxError> {
         data::Dataset::Places(n) => format!("places-{n}"),
     };
     record.server_rss_bytes = args.server_pid.and_then(drive::rss_of);
+    record.server_threads = args.server_threads;
     record.note = (!args.geometry).then(|| "returnGeometry 0".to_string());
     let line = serde_json::to_string(&record)?;
     println!("{line}");

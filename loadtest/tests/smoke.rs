@@ -128,9 +128,13 @@ fn smoke() {
     }
     // The ceiling, by the same client code.
     let (tx, rx) = std::sync::mpsc::channel();
-    rt.spawn(baseline::serve("127.0.0.1:0".parse().unwrap(), move |a| {
-        let _ = tx.send(a);
-    }));
+    rt.spawn(baseline::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        2,
+        move |a| {
+            let _ = tx.send(a);
+        },
+    ));
     let base = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let set = Arc::new(
         workload::build(
