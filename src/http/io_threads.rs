@@ -204,8 +204,8 @@ mod tests {
             let addr = listener.local_addr().unwrap();
             let mut clients = Vec::new();
             let mut served = Vec::new();
-            for i in 0..4u8 {
-                let mut client = TcpStream::connect(addr).await.unwrap();
+            for _ in 0..4 {
+                let client = TcpStream::connect(addr).await.unwrap();
                 let (stream, _) = listener.accept().await.unwrap();
                 let (mut stream, placement) = io.place(stream).unwrap();
                 served.push(placement.runtime().clone().spawn(async move {
@@ -216,10 +216,13 @@ mod tests {
                     drop(placement);
                     (byte[0], name)
                 }));
-                client.write_all(&[i]).await.unwrap();
                 clients.push(client);
             }
+            // No task can end before its client writes, so all four are still placed.
             assert_eq!(io.open_counts(), vec![2, 2]);
+            for (i, client) in clients.iter_mut().enumerate() {
+                client.write_all(&[i as u8]).await.unwrap();
+            }
             let mut names = Vec::new();
             for (i, (client, task)) in clients.iter_mut().zip(served).enumerate() {
                 let (byte, name) = task.await.unwrap();
