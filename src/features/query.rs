@@ -706,8 +706,18 @@ fn write_int(out: &mut Vec<u8>, i: impl serde::Serialize) {
     let _ = serde_json::to_writer(&mut *out, &i);
 }
 
+/// `s` as a JSON string, as serde_json writes it. serde_json escapes only `"`, `\` and
+/// control characters, and most strings (names, ids, ordinary attribute text) have none of
+/// them: those are copied as they are.
 fn write_str(out: &mut Vec<u8>, s: &str) {
-    let _ = serde_json::to_writer(&mut *out, s);
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
 }
 
 fn write_geometry(out: &mut Vec<u8>, g: Option<&GeometryOut>) {
@@ -1295,6 +1305,49 @@ fn statistic<'d>(kind: StatKind, col: Option<usize>, data: &'d ViewData, slots: 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Every ASCII character alone, and strings mixing plain text with the characters that
+    /// need escapes and with non-ASCII ones: each written as serde_json writes it.
+    #[test]
+    fn a_string_is_written_as_serde_json_writes_it() {
+        let mut texts: Vec<String> = (0u8..128).map(|b| char::from(b).to_string()).collect();
+        let pieces = [
+            "Ada County",
+            "\"",
+            "\\",
+            "\n",
+            "\u{0}",
+            "\u{1f}",
+            "\u{7f}",
+            "é",
+            "東京",
+            "🦪",
+            "/",
+            "'",
+            " ",
+            "",
+        ];
+        let mut state = 11u64;
+        for _ in 0..2_000 {
+            let mut t = String::new();
+            for _ in 0..(state % 6) {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                t.push_str(pieces[(state >> 33) as usize % pieces.len()]);
+            }
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            texts.push(t);
+        }
+        let mut out = b"x".to_vec();
+        for t in &texts {
+            out.truncate(1);
+            write_str(&mut out, t);
+            assert_eq!(out[1..], serde_json::to_vec(t).unwrap()[..], "{t:?}");
+        }
+    }
 
     #[test]
     fn coerces_what_koop_sends() {

@@ -273,7 +273,7 @@ impl Security {
         let Some(user) = self.users.read().get(r.username).cloned() else {
             return fail;
         };
-        let Some(want) = expected_response(&user.ha1, method, &r) else {
+        let Some(want) = digest::expected_response_on(&user.ha1, method, &r, kept) else {
             return fail;
         };
         if !digest::constant_time_eq(&want, r.response.as_bytes()) {
