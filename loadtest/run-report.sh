@@ -37,7 +37,18 @@ cleanup() {
 trap cleanup EXIT
 
 cd "$ROOT"
+# The report names HEAD: the binaries must be built from it, with nothing changed beside it,
+# and HEAD must still be that commit when the report is written.
+HEAD_AT_START=$(git rev-parse HEAD)
+same_commit() {
+  if [ "$(git rev-parse HEAD)" != "$HEAD_AT_START" ] || [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+    echo "run-report.sh: the tree changed or has uncommitted changes ($1); the report would not be of $HEAD_AT_START" >&2
+    exit 1
+  fi
+}
+same_commit "before the build"
 cargo build --release -p geoshard -p geoshard-loadtest
+same_commit "after the build"
 note "cargo build --release -p geoshard -p geoshard-loadtest"
 
 # geoshard on a fresh data directory.
@@ -187,5 +198,6 @@ done
 if [ -n "$P10" ]; then
   FIGURES+=("--figure" "places-10m, loaded and served for real=[$P10]($P10) (loadtest/run-places-10m.sh)")
 fi
+same_commit "before writing the report"
 "$LT" report --results "$RES" --name "$NAME" --dir "$ROOT/loadtest/reports" --commands "$CMDS" "${FIGURES[@]}"
 cp "$RES" "$ROOT/loadtest/reports/$NAME.results.jsonl"
