@@ -60,7 +60,7 @@ struct Catalog {
     templates: BTreeMap<String, Arc<Template>>,
     /// By document URI.
     descriptors: BTreeMap<String, Arc<Descriptor>>,
-    views: HashMap<ViewKey, Arc<ViewState>>,
+    views: crate::FastMap<ViewKey, Arc<ViewState>>,
 }
 
 impl Catalog {
@@ -404,7 +404,7 @@ impl Features {
             let mut next = Catalog {
                 templates: current.templates.clone(),
                 descriptors: current.descriptors.clone(),
-                views: HashMap::new(),
+                views: crate::FastMap::default(),
             };
             for c in changes {
                 next.templates.remove(&c.uri);

@@ -129,7 +129,7 @@ pub struct ViewData {
     /// Dead slots whose removal from the spatial indexes is done; ready for reuse.
     free: Vec<u32>,
     /// Geometry of each row, per layer geometry path.
-    pub geometries: HashMap<String, Vec<Option<GeometryOut>>>,
+    pub geometries: crate::FastMap<String, Vec<Option<GeometryOut>>>,
     rows: usize,
 }
 
@@ -163,7 +163,7 @@ impl ViewData {
             readers: Vec::new(),
             by_doc: HashMap::new(),
             free: Vec::new(),
-            geometries: HashMap::new(),
+            geometries: crate::FastMap::default(),
             rows: 0,
         }
     }

@@ -14,7 +14,6 @@
 mod digest;
 mod nonce;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -153,7 +152,7 @@ pub struct Security {
     realm: String,
     /// Echoed by clients; random per process.
     opaque: String,
-    users: RwLock<HashMap<String, Arc<UserEntry>>>,
+    users: RwLock<crate::FastMap<String, Arc<UserEntry>>>,
     nonces: NonceTable,
 }
 
@@ -170,7 +169,7 @@ impl Security {
         let sec = Security {
             realm: realm.to_string(),
             opaque: opaque.iter().map(|b| format!("{b:02x}")).collect(),
-            users: RwLock::new(HashMap::new()),
+            users: RwLock::new(crate::FastMap::default()),
             nonces: NonceTable::new(nonce_ttl_secs, nonce_capacity),
         };
         for rec in load_users(store)? {

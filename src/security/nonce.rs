@@ -72,10 +72,9 @@ pub struct NonceTable {
     shards: Vec<Shard>,
 }
 
-/// Nonces by text. foldhash, seeded per process: one fast pass over the key instead of
-/// SipHash's. Only nonces this process issued and authenticated are ever inserted, so a client
-/// cannot choose keys to collide.
-type Shard = Mutex<HashMap<String, Window, foldhash::fast::RandomState>>;
+/// Nonces by text. Only nonces this process issued and authenticated are ever inserted, so a
+/// client cannot choose keys to collide.
+type Shard = Mutex<crate::FastMap<String, Window>>;
 
 /// The shard for a URL-safe base64 character: its six-bit value, modulo the shard count (the
 /// ASCII code modulo 16 would be uneven: the alphabet's runs do not start on multiples of 16).
