@@ -1328,17 +1328,17 @@ mod tests {
             "",
         ];
         let mut state = 11u64;
-        for _ in 0..2_000 {
-            let mut t = String::new();
-            for _ in 0..(state % 6) {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                t.push_str(pieces[(state >> 33) as usize % pieces.len()]);
-            }
+        let mut next = || {
             state = state
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
+            state
+        };
+        for _ in 0..2_000 {
+            let mut t = String::new();
+            for _ in 0..(next() % 6) {
+                t.push_str(pieces[(next() >> 33) as usize % pieces.len()]);
+            }
             texts.push(t);
         }
         let mut out = b"x".to_vec();
