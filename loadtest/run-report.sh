@@ -6,9 +6,12 @@
 #
 # Environment: REPEAT (runs per configuration, default 3), DURATION (seconds per run,
 # default 8), IO_THREADS (geoshard's io threads; default the core count, geoshard's own
-# default), CLIENT_THREADS (default 1), SKIP_POSTGIS=1, PLACES=places-1m.
-# The ceiling runs on IO_THREADS and on 1 io thread, and the report takes the faster: with
-# the client on the same cores, one thread can be the faster ceiling.
+# default), CLIENT_THREADS (the load generator's threads for every run; default 1),
+# MORE_CLIENT_THREADS (pip-counties again at 64 and 256 connections with this many, for
+# every target; default 2, empty for none), SKIP_POSTGIS=1, PLACES=places-1m.
+# The ceiling runs on IO_THREADS and on 1 io thread. With the client on the same cores, the
+# fastest split of the cores differs from server to server, so the report takes every target
+# at its fastest setup (io threads, client threads) and concurrency, by median.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NAME=${1:-$(date -u +%Y-%m-%d)}
@@ -16,6 +19,7 @@ REPEAT=${REPEAT:-3}
 DURATION=${DURATION:-8}
 IO_THREADS=${IO_THREADS:-$(nproc)}
 CLIENT_THREADS=${CLIENT_THREADS:-1}
+MORE_CLIENT_THREADS=${MORE_CLIENT_THREADS-2}
 PLACES=${PLACES:-places-1m}
 BIN=$ROOT/target/release
 LT=$BIN/geoshard-loadtest
@@ -87,9 +91,10 @@ if [ -z "${SKIP_POSTGIS:-}" ]; then
 fi
 sleep 1
 
-COMMON="--duration $DURATION --warmup 2 --threads $CLIENT_THREADS --out $RES"
-run() { # target workload conns [extra]
+COMMON="--duration $DURATION --warmup 2 --out $RES"
+run() { # target workload conns [extra]; the client's threads are CT, else CLIENT_THREADS
   local target=$1 wl=$2 c=$3; shift 3
+  set -- --threads "${CT:-$CLIENT_THREADS}" "$@"
   case $target in
     geoshard) "$LT" run --target geoshard --addr $GS --user lt --password lt --workload "$wl" --connections "$c" --server-pid $GS_PID --server-threads "$IO_THREADS" $COMMON "$@" >/dev/null ;;
     baseline) "$LT" run --target baseline --addr $BASE --workload "$wl" --connections "$c" --server-pid $BASE_PID --server-threads "$IO_THREADS" $COMMON "$@" >/dev/null ;;
@@ -97,13 +102,19 @@ run() { # target workload conns [extra]
     postgis) [ -n "${SKIP_POSTGIS:-}" ] || "$ROOT/loadtest/peers/postgis.sh" run "$wl" "$c" $COMMON "$@" >/dev/null ;;
   esac
 }
-note "geoshard-loadtest run --target {geoshard,baseline,postgis} --workload W --connections C --duration $DURATION --warmup 2 --threads $CLIENT_THREADS [--rate R] [--dataset D] [--server-pid PID] [--server-threads N]"
+note "geoshard-loadtest run --target {geoshard,baseline,postgis} --workload W --connections C --duration $DURATION --warmup 2 --threads {$CLIENT_THREADS${MORE_CLIENT_THREADS:+,$MORE_CLIENT_THREADS at 64 and 256 conns}} [--rate R] [--dataset D] [--server-pid PID] [--server-threads N]"
 
 # Throughput against concurrency, targets alternating within each repetition.
 for r in $(seq "$REPEAT"); do
   for c in 1 4 16 64 256; do
     for t in geoshard baseline postgis; do run $t pip-counties $c; done
     [ -z "${BASE1_PID:-}" ] || run baseline1 pip-counties $c
+  done
+  for ct in $MORE_CLIENT_THREADS; do
+    for c in 64 256; do
+      for t in geoshard baseline postgis; do CT=$ct run $t pip-counties $c; done
+      [ -z "${BASE1_PID:-}" ] || CT=$ct run baseline1 pip-counties $c
+    done
   done
   if [ -z "${SKIP_POSTGIS:-}" ]; then
     # The peer checked from outside the harness, by PostgreSQL's own client.
@@ -124,24 +135,18 @@ for r in $(seq "$REPEAT"); do
   done
 done
 
-# Latency against offered load (open loop), from the median closed-loop peak, repeated too:
+# Latency against offered load (open loop), from geoshard's peak as the report takes it (its
+# fastest setup and concurrency by median), with that setup's client threads; repeated too:
 # the tail on a shared machine swings from run to run.
-PEAK=$(python3 - "$RES" <<'PY'
-import json, sys, statistics
-from collections import defaultdict
-by = defaultdict(list)
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    if r["target"] == "geoshard" and r["workload"] == "pip-counties" and r["mode"] == "closed":
-        by[r["connections"]].append(r["throughput"])
-print(int(max(statistics.median(v) for v in by.values())))
-PY
-)
+PEAK_JSON=$("$LT" peak --results "$RES" --target geoshard --workload pip-counties)
+PEAK=$(echo "$PEAK_JSON" | python3 -c "import json,sys; print(int(json.load(sys.stdin)['throughput']))")
+PEAK_CT=$(echo "$PEAK_JSON" | python3 -c "import json,sys; print(json.load(sys.stdin)['client_threads'] or '')")
+note "geoshard-loadtest peak --results RESULTS: $PEAK_JSON"
 for r in $(seq "$REPEAT"); do
   for pct in 10 30 50 60 70 80 90; do
     rate=$(( PEAK * pct / 100 ))
-    run geoshard pip-counties 256 --rate "$rate"
-    run baseline pip-counties 256 --rate "$rate"
+    CT=$PEAK_CT run geoshard pip-counties 256 --rate "$rate"
+    CT=$PEAK_CT run baseline pip-counties 256 --rate "$rate"
   done
 done
 

@@ -57,6 +57,9 @@ pub struct RunRecord {
     /// The server's io threads, as the run was told (`--server-threads`).
     #[serde(default)]
     pub server_threads: Option<usize>,
+    /// This load generator's threads (`--threads`); `None` in records from before it was kept.
+    #[serde(default)]
+    pub client_threads: Option<usize>,
     pub note: Option<String>,
 }
 
@@ -316,6 +319,7 @@ pub async fn drive(
         server_cpu_us_per_request: per_request(server_cpu),
         client_cpu_us_per_request: per_request(client_cpu),
         server_threads: None,
+        client_threads: None,
         note: None,
     };
     Ok((record, first))

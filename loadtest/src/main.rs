@@ -91,6 +91,17 @@ enum Command {
         #[arg(long = "figure")]
         figures: Vec<String>,
     },
+    /// A target's best closed-loop figure in result files, as the report takes it: its
+    /// fastest setup and concurrency by median. Prints JSON.
+    Peak {
+        /// JSON-lines result files.
+        #[arg(long, required = true)]
+        results: Vec<PathBuf>,
+        #[arg(long, default_value = "geoshard")]
+        target: String,
+        #[arg(long, default_value = "pip-counties")]
+        workload: String,
+    },
     /// Sustained durable PUTs of small JSON documents (closed loop).
     Put {
         #[arg(long, default_value = "127.0.0.1:8011")]
@@ -248,14 +259,7 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             commands,
             figures,
         } => {
-            let mut runs = Vec::new();
-            for path in &results {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                    runs.push(serde_json::from_str::<drive::RunRecord>(line)?);
-                }
-            }
+            let runs = read_results(&results)?;
             let commands = match commands {
                 Some(p) => std::fs::read_to_string(p)?
                     .lines()
@@ -273,6 +277,25 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             let ctx = report::Context::gather(&name, commands, extra);
             let path = report::write(&dir, &ctx, &runs)?;
             println!("wrote {}", path.display());
+            Ok(())
+        }
+        Command::Peak {
+            results,
+            target,
+            workload,
+        } => {
+            let runs = read_results(&results)?;
+            let b = report::best(&runs, &target, &workload)
+                .ok_or_else(|| format!("no closed-loop {workload} runs of {target}"))?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "throughput": b.median,
+                    "connections": b.connections,
+                    "server_threads": b.setup.server,
+                    "client_threads": b.setup.client,
+                })
+            );
             Ok(())
         }
         Command::Put {
@@ -294,6 +317,18 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             flow,
         )),
     }
+}
+
+/// The run records of JSON-lines result files.
+fn read_results(paths: &[PathBuf]) -> Result<Vec<drive::RunRecord>, BoxError> {
+    let mut runs = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            runs.push(serde_json::from_str::<drive::RunRecord>(line)?);
+        }
+    }
+    Ok(runs)
 }
 
 fn run(args: RunArgs) -> Result<(), BoxError> {
@@ -370,6 +405,7 @@ fn run(args: RunArgs) -> Result<(), BoxError> {
     };
     record.server_rss_bytes = args.server_pid.and_then(drive::rss_of);
     record.server_threads = args.server_threads;
+    record.client_threads = Some(args.threads);
     record.note = (!args.geometry).then(|| "returnGeometry 0".to_string());
     let line = serde_json::to_string(&record)?;
     println!("{line}");

@@ -73,27 +73,41 @@ impl Context {
     }
 }
 
-/// Whether `r` is a closed-loop run of one line of figures: a target and workload (the
-/// ceiling's runs count for every workload), and for the ceiling one server thread count.
-fn in_series(r: &RunRecord, target: &str, workload: &str, threads: Option<usize>) -> bool {
+/// How a target ran: its server's io threads and the load generator's threads (`None` where
+/// a run did not record them). A target's figures are never mixed across setups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Setup {
+    pub server: Option<usize>,
+    pub client: Option<usize>,
+}
+
+fn setup_of(r: &RunRecord) -> Setup {
+    Setup {
+        server: r.server_threads,
+        client: r.client_threads,
+    }
+}
+
+/// Whether `r` is a closed-loop run of one line of figures: a target, a workload (the
+/// ceiling's runs count for every workload) and a setup.
+fn in_series(r: &RunRecord, target: &str, workload: &str, setup: Setup) -> bool {
     r.target == target
         && r.mode == "closed"
         && (r.workload == workload || target == "baseline")
-        && (target != "baseline" || r.server_threads == threads)
+        && setup_of(r) == setup
 }
 
-/// Throughputs of the closed-loop runs of one (target, workload, connections), and for the
-/// ceiling one server thread count.
+/// Throughputs of the closed-loop runs of one (target, workload, connections, setup).
 fn samples(
     runs: &[RunRecord],
     target: &str,
     workload: &str,
     connections: usize,
-    threads: Option<usize>,
+    setup: Setup,
 ) -> Vec<f64> {
     let mut v: Vec<f64> = runs
         .iter()
-        .filter(|r| r.connections == connections && in_series(r, target, workload, threads))
+        .filter(|r| r.connections == connections && in_series(r, target, workload, setup))
         .map(|r| r.throughput)
         .collect();
     v.sort_by(f64::total_cmp);
@@ -114,97 +128,117 @@ fn median(v: &[f64]) -> f64 {
 
 /// A target's best closed-loop figure for a workload.
 #[derive(Debug, Clone, Copy)]
-struct Best {
-    connections: usize,
-    median: f64,
-    min: f64,
-    runs: usize,
-    /// The ceiling's server threads, when the runs recorded them.
-    threads: Option<usize>,
+pub struct Best {
+    pub connections: usize,
+    pub median: f64,
+    pub min: f64,
+    pub runs: usize,
+    pub setup: Setup,
 }
 
-/// The ceiling's server thread counts measured (`None` for runs that did not say).
-fn ceiling_threads(runs: &[RunRecord]) -> Vec<Option<usize>> {
-    let mut t: Vec<Option<usize>> = runs
+/// The setups a target's closed-loop runs were measured in.
+fn setups(runs: &[RunRecord], target: &str) -> Vec<Setup> {
+    let mut t: Vec<Setup> = runs
         .iter()
-        .filter(|r| r.target == "baseline" && r.mode == "closed")
-        .map(|r| r.server_threads)
+        .filter(|r| r.target == target && r.mode == "closed")
+        .map(setup_of)
         .collect();
     t.sort_unstable();
     t.dedup();
     t
 }
 
-/// The concurrency with the highest median throughput; for the ceiling, also over its
-/// server thread counts: the ceiling is the fastest the minimal server was.
-fn best(runs: &[RunRecord], target: &str, workload: &str) -> Option<Best> {
-    let threads = if target == "baseline" {
-        ceiling_threads(runs)
-    } else {
-        vec![None]
-    };
-    threads
+/// The setup and concurrency with the highest median throughput: each target at its
+/// fastest, the ceiling as much as geoshard and PostGIS.
+pub fn best(runs: &[RunRecord], target: &str, workload: &str) -> Option<Best> {
+    setups(runs, target)
         .into_iter()
-        .filter_map(|t| best_with(runs, target, workload, t))
+        .filter_map(|s| best_with(runs, target, workload, s, None))
         .max_by(|a, b| a.median.total_cmp(&b.median))
 }
 
+/// The best concurrency of one setup, or its figure at `connections` when given.
 fn best_with(
     runs: &[RunRecord],
     target: &str,
     workload: &str,
-    threads: Option<usize>,
+    setup: Setup,
+    connections: Option<usize>,
 ) -> Option<Best> {
     let mut conns: Vec<usize> = runs
         .iter()
-        .filter(|r| in_series(r, target, workload, threads))
+        .filter(|r| in_series(r, target, workload, setup))
         .map(|r| r.connections)
+        .filter(|c| connections.is_none_or(|want| *c == want))
         .collect();
     conns.sort_unstable();
     conns.dedup();
     conns
         .into_iter()
         .filter_map(|c| {
-            let s = samples(runs, target, workload, c, threads);
+            let s = samples(runs, target, workload, c, setup);
             (!s.is_empty()).then(|| Best {
                 connections: c,
                 median: median(&s),
                 min: s[0],
                 runs: s.len(),
-                threads,
+                setup,
             })
         })
         .max_by(|a, b| a.median.total_cmp(&b.median))
 }
 
-/// `, 1 io thread`, `, 2 io threads`; nothing when not recorded.
-fn threads_text(threads: Option<usize>) -> String {
-    match threads {
-        Some(1) => ", 1 io thread".to_string(),
-        Some(n) => format!(", {n} io threads"),
-        None => String::new(),
-    }
+/// A target's best setup at given connections and client threads (PostGIS's best, say).
+fn best_at(
+    runs: &[RunRecord],
+    target: &str,
+    workload: &str,
+    connections: usize,
+    client: Option<usize>,
+) -> Option<Best> {
+    setups(runs, target)
+        .into_iter()
+        .filter(|s| s.client == client)
+        .filter_map(|s| best_with(runs, target, workload, s, Some(connections)))
+        .max_by(|a, b| a.median.total_cmp(&b.median))
 }
 
-/// How a run's target reads in the report: the ceiling with its server threads.
-fn label(target: &str, threads: Option<usize>) -> String {
-    match target {
-        "baseline" => format!("HTTP ceiling{}", threads_text(threads)),
-        t => t.to_string(),
+/// `, 1 io thread, 2 client threads`; the parts not recorded are left out.
+fn setup_text(setup: Setup) -> String {
+    let count =
+        |n: usize, what: &str| format!(", {n} {what} thread{}", if n == 1 { "" } else { "s" });
+    let mut t = String::new();
+    if let Some(n) = setup.server {
+        t.push_str(&count(n, "io"));
     }
+    if let Some(n) = setup.client {
+        t.push_str(&count(n, "client"));
+    }
+    t
+}
+
+/// How a run's target reads in the report, with its setup.
+fn label(target: &str, setup: Setup) -> String {
+    let name = match target {
+        "baseline" => "HTTP ceiling",
+        t => t,
+    };
+    format!("{name}{}", setup_text(setup))
 }
 
 fn chart_err<E: std::fmt::Display>(e: E) -> String {
     format!("chart: {e}")
 }
 
-const COLORS: [RGBColor; 6] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
     RGBColor(127, 127, 127),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
 ];
 
 /// Each series as a line with dots, in its own colour, and the legend.
@@ -238,19 +272,21 @@ where
 }
 
 fn throughput_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(), String> {
-    let mut lines: Vec<(&str, Option<usize>)> = vec![("geoshard", None)];
-    lines.extend(ceiling_threads(runs).into_iter().map(|t| ("baseline", t)));
-    lines.push(("postgis", None));
+    // A line for each target and setup.
+    let lines: Vec<(&str, Setup)> = ["geoshard", "baseline", "postgis"]
+        .into_iter()
+        .flat_map(|t| setups(runs, t).into_iter().map(move |s| (t, s)))
+        .collect();
     let series: Vec<(String, Vec<(f64, f64)>)> = lines
         .into_iter()
-        .map(|(t, threads)| {
+        .map(|(t, setup)| {
             let mut pts: BTreeMap<usize, f64> = BTreeMap::new();
-            for r in runs.iter().filter(|r| in_series(r, t, workload, threads)) {
+            for r in runs.iter().filter(|r| in_series(r, t, workload, setup)) {
                 let e = pts.entry(r.connections).or_insert(0.0);
                 *e = e.max(r.throughput);
             }
             (
-                label(t, threads),
+                label(t, setup),
                 pts.into_iter()
                     .map(|(c, v)| ((c as f64).log2(), v / 1000.0))
                     .collect::<Vec<(f64, f64)>>(),
@@ -294,6 +330,8 @@ fn throughput_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<(
 /// percentile over the repetitions (ms), with the range of p99.
 struct OpenPoint {
     offered: f64,
+    /// The setup of the runs, when they all had one.
+    setup: Option<Setup>,
     runs: usize,
     p50: f64,
     p90: f64,
@@ -322,8 +360,10 @@ fn open_points(runs: &[RunRecord], target: &str, workload: &str) -> Vec<OpenPoin
                 v
             };
             let p99 = ms(|r| r.p99_us);
+            let setup = setup_of(rs[0]);
             OpenPoint {
                 offered: offered as f64,
+                setup: rs.iter().all(|r| setup_of(r) == setup).then_some(setup),
                 runs: rs.len(),
                 p50: median(&ms(|r| r.p50_us)),
                 p90: median(&ms(|r| r.p90_us)),
@@ -487,7 +527,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
         ctx.date, ctx.commit, ctx.cores, ctx.cpu_model, ctx.memory, ctx.kernel
     ));
     md.push_str("## Summary\n\n");
-    md.push_str("Throughput is the median of repeated closed-loop runs (minimum in brackets) at the concurrency where that median is highest. Ratios compare medians.\n\n");
+    md.push_str("Throughput is the median of repeated closed-loop runs (minimum in brackets) at the setup (the server's io threads, the load generator's threads) and concurrency where that median is highest: every target, the ceiling included, at its fastest. A median never mixes setups. Ratios compare medians.\n\n");
     md.push_str("| workload | geoshard (conns) | HTTP ceiling (conns) | geoshard / ceiling | PostGIS (conns) | geoshard / PostGIS, best vs best | geoshard / PostGIS at PostGIS's best conns | answers checked (wrong) |\n|---|---|---|---|---|---|---|---|\n");
     let ceiling = best(runs, "baseline", "");
     let cell = |b: Option<Best>| {
@@ -497,7 +537,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
                 fmt_k(b.median),
                 fmt_k(b.min),
                 b.connections,
-                threads_text(b.threads),
+                setup_text(b.setup),
                 b.runs
             )
         })
@@ -506,9 +546,9 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
     for w in &workloads {
         let g = best(runs, "geoshard", w);
         let p = best(runs, "postgis", w);
+        // geoshard at PostGIS's best connections and client threads, in its best setup there.
         let at_pg = p.and_then(|p| {
-            let s = samples(runs, "geoshard", w, p.connections, None);
-            (!s.is_empty()).then(|| median(&s) / p.median)
+            best_at(runs, "geoshard", w, p.connections, p.setup.client).map(|g| g.median / p.median)
         });
         let checks: (u64, u64) = runs
             .iter()
@@ -542,10 +582,15 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
         });
         if let Some(p) = near {
             md.push_str(&format!(
-                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}), medians of {} runs: p50 {:.2} ms, p99 {:.2} ms (range {:.2}–{:.2}), p99.9 {:.2} ms, max {:.2} ms (latency from each request's due time).",
+                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}{}), medians of {} runs: p50 {:.2} ms, p99 {:.2} ms (range {:.2}–{:.2}), p99.9 {:.2} ms, max {:.2} ms (latency from each request's due time).",
                 p.offered,
                 100.0 * p.offered / peak,
                 fmt_k(peak),
+                p.setup
+                    .map(setup_text)
+                    .filter(|t| !t.is_empty())
+                    .map(|t| format!("; these runs on {}", &t[2..]))
+                    .unwrap_or_default(),
                 p.runs,
                 p.p50,
                 p.p99,
@@ -565,7 +610,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
             md.push('\n');
         }
     }
-    md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code. It serves its connections on geoshard's own io threads (`geoshard::http::io_threads`). Where it ran on more than one thread count, the summary takes the faster.\n\n");
+    md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code. It serves its connections on geoshard's own io threads (`geoshard::http::io_threads`).\n\n");
     if !ctx.extra.is_empty() {
         md.push_str("## Other figures\n\n");
         for (k, v) in &ctx.extra {
@@ -586,7 +631,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
     for r in runs {
         md.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            label(&r.target, r.server_threads),
+            label(&r.target, setup_of(r)),
             r.workload,
             r.dataset,
             r.mode,
@@ -626,7 +671,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
 mod tests {
     use super::*;
 
-    fn closed(target: &str, conns: usize, threads: Option<usize>, throughput: f64) -> RunRecord {
+    fn closed(target: &str, conns: usize, setup: (usize, usize), throughput: f64) -> RunRecord {
         RunRecord {
             target: target.into(),
             workload: "pip-counties".into(),
@@ -634,60 +679,114 @@ mod tests {
             mode: "closed".into(),
             connections: conns,
             throughput,
-            server_threads: threads,
+            server_threads: Some(setup.0),
+            client_threads: Some(setup.1),
             ..Default::default()
         }
     }
 
-    /// Runs of the ceiling on one and two io threads are separate figures, and the ceiling
-    /// is the faster: its medians are never mixed across thread counts.
+    fn setup(server: usize, client: usize) -> Setup {
+        Setup {
+            server: Some(server),
+            client: Some(client),
+        }
+    }
+
+    /// Every target is taken at its fastest setup (server io threads, client threads) and
+    /// concurrency, and a median never mixes setups.
     #[test]
-    fn the_ceiling_is_its_fastest_thread_count() {
+    fn each_target_is_its_fastest_setup() {
         let mut runs = Vec::new();
-        for (t, rate) in [
-            (1, 100.0),
-            (1, 110.0),
-            (1, 120.0),
-            (2, 90.0),
-            (2, 95.0),
-            (2, 200.0),
+        // The ceiling at 64 connections: one io thread and one client thread is the best
+        // median (110k); two io threads have the single best run (200k) but a median of 95k.
+        for (s, rate) in [
+            ((1, 1), 100.0),
+            ((1, 1), 110.0),
+            ((1, 1), 120.0),
+            ((2, 1), 90.0),
+            ((2, 1), 95.0),
+            ((2, 1), 200.0),
+            ((1, 2), 105.0),
+            ((1, 2), 106.0),
+            ((1, 2), 107.0),
         ] {
-            runs.push(closed("baseline", 64, Some(t), rate * 1000.0));
+            runs.push(closed("baseline", 64, s, rate * 1000.0));
         }
-        // At 4 connections two threads win, with a median of 104k.
-        for (t, rate) in [(1, 80.0), (1, 85.0), (2, 101.0), (2, 104.0), (2, 130.0)] {
-            runs.push(closed("baseline", 4, Some(t), rate * 1000.0));
+        // At 4 connections two io threads win, with a median of 104k.
+        for (s, rate) in [
+            ((1, 1), 80.0),
+            ((1, 1), 85.0),
+            ((2, 1), 101.0),
+            ((2, 1), 104.0),
+            ((2, 1), 130.0),
+        ] {
+            runs.push(closed("baseline", 4, s, rate * 1000.0));
         }
-        runs.push(closed("geoshard", 64, Some(2), 77_000.0));
+        // geoshard: with one client thread 64k at 64 connections; with two, 70k at 256
+        // (mixed, the 256-connection median would be 66k).
+        for (s, c, rate) in [
+            ((2, 1), 64, 63.0),
+            ((2, 1), 64, 64.0),
+            ((2, 1), 64, 65.0),
+            ((2, 1), 256, 60.0),
+            ((2, 1), 256, 62.0),
+            ((2, 2), 64, 66.0),
+            ((2, 2), 256, 69.0),
+            ((2, 2), 256, 71.0),
+        ] {
+            runs.push(closed("geoshard", c, s, rate * 1000.0));
+        }
+        // PostGIS is best at 64 connections with one client thread.
+        for (c, rate) in [(64, 40.0), (64, 42.0), (256, 35.0)] {
+            let mut r = closed("postgis", c, (0, 1), rate * 1000.0);
+            r.server_threads = None;
+            runs.push(r);
+        }
+
         let b = best(&runs, "baseline", "").unwrap();
         assert_eq!(
-            (b.connections, b.threads, b.median, b.min, b.runs),
-            (64, Some(1), 110_000.0, 100_000.0, 3)
+            (b.connections, b.setup, b.median, b.min, b.runs),
+            (64, setup(1, 1), 110_000.0, 100_000.0, 3)
         );
-        // Mixed, the 64-connection median would be 100k+110k over 2, below 4 connections'.
         assert_eq!(
-            samples(&runs, "baseline", "", 64, Some(2)),
+            samples(&runs, "baseline", "", 64, setup(2, 1)),
             [90e3, 95e3, 200e3]
         );
-        let with_two = best_with(&runs, "baseline", "", Some(2)).unwrap();
+        let with_two = best_with(&runs, "baseline", "", setup(2, 1), None).unwrap();
         assert_eq!((with_two.connections, with_two.median), (4, 104_000.0));
-        // geoshard's runs are not split by their thread count.
+        let g = best(&runs, "geoshard", "pip-counties").unwrap();
         assert_eq!(
-            best(&runs, "geoshard", "pip-counties").unwrap().median,
-            77_000.0
+            (g.connections, g.setup, g.median, g.min, g.runs),
+            (256, setup(2, 2), 70_000.0, 69_000.0, 2)
         );
+        // At PostGIS's best (64 connections, one client thread), geoshard's figure is 64k.
+        let at = best_at(&runs, "geoshard", "pip-counties", 64, Some(1)).unwrap();
+        assert_eq!((at.setup, at.median), (setup(2, 1), 64_000.0));
 
         let dir = std::env::temp_dir().join(format!("geoshard-report-test-{}", std::process::id()));
         let ctx = Context::gather("t", vec![], Default::default());
         let text = std::fs::read_to_string(write(&dir, &ctx, &runs).unwrap()).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(
-            text.contains("| pip-counties | 77.0k [77.0k] (64, 1 runs) | 110.0k [100.0k] (64, 1 io thread, 3 runs) | 70% |"),
+            text.contains("| pip-counties | 70.0k [69.0k] (256, 2 io threads, 2 client threads, 2 runs) | 110.0k [100.0k] (64, 1 io thread, 1 client thread, 3 runs) | 64% | 41.0k [40.0k] (64, 1 client thread, 2 runs) | 1.71x | 1.56x |"),
             "{text}"
         );
         assert!(
-            text.contains("| HTTP ceiling, 2 io threads | pip-counties |"),
+            text.contains("| HTTP ceiling, 2 io threads, 1 client thread | pip-counties |"),
             "{text}"
+        );
+    }
+
+    /// Records from before the client threads were kept read as they did: one setup.
+    #[test]
+    fn older_records_without_client_threads_are_one_setup() {
+        let line = r#"{"target":"geoshard","workload":"pip-counties","dataset":"counties","mode":"closed","connections":64,"offered":null,"seconds":8.0,"requests":1,"errors":0,"throughput":5000.0,"p50_us":1,"p90_us":1,"p99_us":1,"p999_us":1,"max_us":1,"checked":0,"mismatched":0,"server_rss_bytes":null,"server_threads":2,"note":null}"#;
+        let r: RunRecord = serde_json::from_str(line).unwrap();
+        assert_eq!(r.client_threads, None);
+        let b = best(std::slice::from_ref(&r), "geoshard", "pip-counties").unwrap();
+        assert_eq!(
+            (b.median, setup_text(b.setup)),
+            (5000.0, ", 2 io threads".to_string())
         );
     }
 }
