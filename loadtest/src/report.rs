@@ -528,7 +528,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
     ));
     md.push_str("## Summary\n\n");
     md.push_str("Throughput is the median of repeated closed-loop runs (minimum in brackets) at the setup (the server's io threads, the load generator's threads) and concurrency where that median is highest: every target, the ceiling included, at its fastest. A median never mixes setups. Ratios compare medians.\n\n");
-    md.push_str("| workload | geoshard (conns) | HTTP ceiling (conns) | geoshard / ceiling | PostGIS (conns) | geoshard / PostGIS, best vs best | geoshard / PostGIS at PostGIS's best conns | answers checked (wrong) |\n|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| workload | geoshard (conns) | HTTP ceiling (conns) | geoshard / ceiling | PostGIS (conns) | geoshard / PostGIS, best vs best | geoshard / PostGIS at PostGIS's best conns and client threads | answers checked (wrong) |\n|---|---|---|---|---|---|---|---|\n");
     let ceiling = best(runs, "baseline", "");
     let cell = |b: Option<Best>| {
         b.map(|b| {
