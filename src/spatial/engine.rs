@@ -275,13 +275,15 @@ impl Engine {
         } else {
             // Candidates of one id arrive as several parts; combine their locations.
             let mut cands: Vec<(FeatureId, Location, &PartEntry)> = Vec::new();
-            shard.parts_at(x, y, |e| {
-                let loc = if e.part == WHOLE {
-                    e.shape.locate(x, y)
-                } else {
-                    e.shape.parts[e.part as usize].locate(x, y)
-                };
-                cands.push((e.id, loc, e));
+            shard.parts_at(x, y, |id, e, known| {
+                let loc = known.unwrap_or_else(|| {
+                    if e.part == WHOLE {
+                        e.shape.locate(x, y)
+                    } else {
+                        e.shape.parts[e.part as usize].locate(x, y)
+                    }
+                });
+                cands.push((id, loc, e));
             });
             if cands.len() > 1 {
                 cands.sort_unstable_by_key(|c| (c.0, std::cmp::Reverse(c.1)));

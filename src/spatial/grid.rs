@@ -2,126 +2,414 @@
 //!
 //! A point-in-polygon query asks for the parts whose box holds one point. The R-tree answers
 //! that by walking from its root, node by node; the grid answers it from one cell: the cell
-//! under the point lists every part whose box meets the cell, with the box inline, so a
-//! probe reads one short run of memory. The R-tree stays the index for everything else.
+//! under the point lists the parts whose box meets the cell, eight bytes each, so a probe
+//! reads one short run of memory. The R-tree stays the index for everything else.
 //!
-//! - The grid covers the union of the parts' boxes when it is built (bulk loads), with about
-//!   two cells per part.
-//! - A part whose box spans more than [`WIDE_CELLS`] cells is kept in a `wide` list instead,
-//!   and one added later outside the covered extent in an `outside` list; probes scan both.
-//! - A grid whose side lists hold more than [`MAX_SCANNED`] parts is not built, or is dropped
-//!   when inserts push it past that, and probes go to the R-tree until the next bulk load.
+//! - The cells are squares with a side that follows the parts' sizes, not their extent: a
+//!   layer's parts may crowd a small part of it (the US counties span the Aleutians to Puerto
+//!   Rico), and a shard's parts are scattered over it (shards own H3 cells by hash). The side
+//!   is the one whose probes cost least (see [`PartGrid::build`]). Only cells that list
+//!   something are kept.
+//! - A cell lists a part only where the part may hold one of its points, and says so when
+//!   it holds them all: a cell that no edge of the part meets lies wholly inside or wholly
+//!   outside it. Inside, the entry carries `Interior` and the probe skips locating the point;
+//!   outside, the part is not listed. With cells smaller than the parts, most probes locate
+//!   nothing.
+//! - The built cells are one array of entries, found through an open-addressing table of
+//!   16-byte slots (cell, start, length), so a probe usually reads one slot before the
+//!   entries. Parts inserted later go to a side map of cells, removed ones are marked dead;
+//!   when those grow past a share of the grid, the shard rebuilds it.
+//! - A part whose box spans more than [`WIDE_CELLS`] cells is kept in a `wide` list; probes
+//!   scan it. A grid whose wide list would hold more than [`MAX_SCANNED`] parts is not
+//!   built, and probes go to the R-tree.
 //!
-//! Cell numbers come from `floor((v - origin) * scale)`, which is monotonic in `v`: a part
-//! whose box holds a point is always listed in the point's cell, edges and corners included.
+//! Cell numbers come from `floor((v - origin) / side)`, which is monotonic in `v`: a part
+//! whose box holds a point is always listed in the point's cell (unless the cell lies outside
+//! the part), edges and corners included.
 
-use super::pip::{BBox, bbox_contains};
-use super::shard::PartEntry;
+use super::FeatureId;
+use super::pip::{BBox, Location, bbox_contains};
+use super::shard::{PartEntry, WHOLE};
+use crate::FastMap;
 
 /// A part spanning more cells than this goes to the `wide` list.
-pub const WIDE_CELLS: usize = 64;
-/// More wide and outside parts than this make probes slower than the R-tree: give up.
+pub const WIDE_CELLS: usize = 4096;
+/// More wide parts than this make probes slower than the R-tree: give up.
 pub const MAX_SCANNED: usize = 64;
-/// Most cells a grid has, whatever the part count (24 bytes each when empty).
-const MAX_CELLS: usize = 1 << 20;
+/// Most cell entries a grid holds per part, on average, when built (8 bytes each, and up to
+/// 64 more per cell in the table's slots).
+const ENTRIES_PER_PART: usize = 64;
+/// The cell sides tried, as fractions of the median part's longer side, coarsest first.
+const SIDES: [f64; 6] = [2.0, 1.0, 0.5, 0.25, 0.125, 0.0625];
+/// What a located candidate costs against scanning one more entry, in [`PartGrid::probe_cost`]
+/// (a locate reads the part, its stripe and its edges: several cache misses).
+const LOCATE_COST: f64 = 16.0;
+/// Parts sampled for the probe cost.
+const COST_SAMPLES: usize = 4096;
 
 pub struct PartGrid {
-    origin: [f64; 2],
-    /// Cells per unit, in x and y.
-    scale: [f64; 2],
-    nx: usize,
-    ny: usize,
-    cells: Vec<Vec<PartEntry>>,
+    layout: Layout,
+    /// The built cells: where their entries are in `entries`.
+    table: CellTable,
+    entries: Vec<CellEntry>,
+    /// The parts that entries point to (removed ones stay until the grid is rebuilt).
+    parts: Vec<PartEntry>,
+    /// Entries of parts inserted since, by cell.
+    extra: FastMap<u64, Vec<CellEntry>>,
+    extra_entries: usize,
+    /// Entries in `entries` of parts removed since.
+    dead: usize,
     wide: Vec<PartEntry>,
-    outside: Vec<PartEntry>,
 }
 
-impl PartGrid {
-    /// A grid over `parts`, or `None` when there are none.
-    pub fn build(parts: &[PartEntry]) -> Option<PartGrid> {
-        let first = parts.first()?;
-        let mut ext = first.bbox;
-        for p in parts {
-            ext = [
-                ext[0].min(p.bbox[0]),
-                ext[1].min(p.bbox[1]),
-                ext[2].max(p.bbox[2]),
-                ext[3].max(p.bbox[3]),
-            ];
-        }
-        let cells = (parts.len() * 2).clamp(16, MAX_CELLS) as f64;
-        // Side lengths of at least a millionth of the other, so a flat extent still divides.
-        let w = (ext[2] - ext[0]).max((ext[3] - ext[1]) * 1e-6).max(1e-9);
-        let h = (ext[3] - ext[1]).max(w * 1e-6).max(1e-9);
-        let nx = ((cells * w / h).sqrt().round() as usize).clamp(1, MAX_CELLS);
-        let ny = ((cells / nx as f64).round() as usize).clamp(1, MAX_CELLS / nx);
-        let mut grid = PartGrid {
-            origin: [ext[0], ext[1]],
-            scale: [nx as f64 / w, ny as f64 / h],
-            nx,
-            ny,
-            cells: vec![Vec::new(); nx * ny],
-            wide: Vec::new(),
-            outside: Vec::new(),
-        };
-        for p in parts {
-            grid.insert(p.clone());
-        }
-        grid.usable().then_some(grid)
+/// A part listed in one cell: its feature, and where the part is in [`PartGrid::parts`],
+/// flagged [`INTERIOR`] when the whole cell lies inside it (no edge comes near, and the
+/// cell is within the part's box), or [`DEAD`] once removed. Eight bytes, so a cell's
+/// entries share a cache line or two, and a probe that lands inside a part reads nothing else.
+#[derive(Clone, Copy)]
+struct CellEntry {
+    id: FeatureId,
+    slot: u32,
+}
+
+const INTERIOR: u32 = 1 << 31;
+const DEAD: u32 = u32::MAX;
+/// Most parts a grid lists (slot numbers below the flag).
+const MAX_PARTS: usize = (INTERIOR - 1) as usize;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// The point must be located in the part.
+    Locate,
+    /// Every point of the cell is inside the part.
+    Interior,
+}
+
+/// Where the cells lie: squares of side `1 / inv` from `origin`, numbered in `i32`.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    origin: [f64; 2],
+    inv: f64,
+}
+
+/// Cell numbers run over `-CELL_RANGE..CELL_RANGE`, so a column and a row pack into a key.
+const CELL_RANGE: f64 = (1u64 << 31) as f64;
+
+impl Layout {
+    fn index(&self, v: f64, axis: usize) -> Option<i64> {
+        let c = ((v - self.origin[axis]) * self.inv).floor();
+        // NaN fails both tests; so do cells too far away to number.
+        (-CELL_RANGE..CELL_RANGE).contains(&c).then_some(c as i64)
     }
 
-    fn col(&self, x: f64) -> Option<usize> {
-        let c = ((x - self.origin[0]) * self.scale[0]).floor();
-        // The far edge of the extent belongs to the last column.
-        (c >= 0.0 && c <= self.nx as f64).then(|| (c as usize).min(self.nx - 1))
+    fn key(c: i64, r: i64) -> u64 {
+        ((c as u32 as u64) << 32) | r as u32 as u64
     }
 
-    fn row(&self, y: f64) -> Option<usize> {
-        let r = ((y - self.origin[1]) * self.scale[1]).floor();
-        (r >= 0.0 && r <= self.ny as f64).then(|| (r as usize).min(self.ny - 1))
+    #[inline]
+    fn cell(&self, x: f64, y: f64) -> Option<u64> {
+        Some(Layout::key(self.index(x, 0)?, self.index(y, 1)?))
     }
 
-    /// The cell ranges a box covers, if it lies within the extent.
-    fn span(&self, b: &BBox) -> Option<(usize, usize, usize, usize)> {
-        Some((
-            self.col(b[0])?,
-            self.row(b[1])?,
-            self.col(b[2])?,
-            self.row(b[3])?,
-        ))
+    /// A closed box holding every point that `index` puts in cell `(c, r)`: the cell widened
+    /// by a margin far above the rounding of `floor`.
+    fn cell_box(&self, c: i64, r: i64) -> BBox {
+        let side = 1.0 / self.inv;
+        let m = side * 1e-6 + 1e-9;
+        [
+            self.origin[0] + c as f64 * side - m,
+            self.origin[1] + r as f64 * side - m,
+            self.origin[0] + (c + 1) as f64 * side + m,
+            self.origin[1] + (r + 1) as f64 * side + m,
+        ]
     }
 
-    pub fn insert(&mut self, e: PartEntry) {
-        match self.span(&e.bbox) {
-            None => self.outside.push(e),
-            Some((c0, r0, c1, r1)) if (c1 - c0 + 1) * (r1 - r0 + 1) > WIDE_CELLS => {
-                self.wide.push(e)
-            }
-            Some((c0, r0, c1, r1)) => {
-                for r in r0..=r1 {
-                    for c in c0..=c1 {
-                        self.cells[r * self.nx + c].push(e.clone());
-                    }
+    /// The cell ranges a box covers, or `None` for the wide list.
+    fn place(&self, b: &BBox) -> Option<[i64; 4]> {
+        let r = [
+            self.index(b[0], 0)?,
+            self.index(b[1], 1)?,
+            self.index(b[2], 0)?,
+            self.index(b[3], 1)?,
+        ];
+        ((r[2] - r[0] + 1) * (r[3] - r[1] + 1) <= WIDE_CELLS as i64).then_some(r)
+    }
+
+    /// The entries of part `e`, number `slot`: `(cell, entry)` for each cell that may hold
+    /// one of its points.
+    fn entries_of(
+        &self,
+        e: &PartEntry,
+        slot: u32,
+        [c0, r0, c1, r1]: [i64; 4],
+        mut f: impl FnMut(u64, CellEntry),
+    ) {
+        for r in r0..=r1 {
+            for c in c0..=c1 {
+                if let Some(state) = classify(e, &self.cell_box(c, r)) {
+                    let flag = if state == State::Interior {
+                        INTERIOR
+                    } else {
+                        0
+                    };
+                    let entry = CellEntry {
+                        id: e.id,
+                        slot: slot | flag,
+                    };
+                    f(Layout::key(c, r), entry);
                 }
             }
         }
     }
+}
+
+/// Open addressing over the built cells, with linear probing, at most half full.
+struct CellTable {
+    slots: Box<[Slot]>,
+    shift: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
+    key: u64,
+    start: u32,
+    len: u32,
+}
+
+/// The key of no slot (an empty slot has `len` 0, so a cell with this key finds nothing).
+const NO_KEY: u64 = u64::MAX;
+
+impl CellTable {
+    /// `cells`: `(key, start, len)`, keys distinct.
+    fn new(cells: &[(u64, u32, u32)]) -> CellTable {
+        let bits = (cells.len().max(1) * 2)
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(4);
+        let empty = Slot {
+            key: NO_KEY,
+            start: 0,
+            len: 0,
+        };
+        let mut t = CellTable {
+            slots: vec![empty; 1 << bits].into_boxed_slice(),
+            shift: 64 - bits,
+        };
+        let mask = t.slots.len() - 1;
+        for &(key, start, len) in cells {
+            let mut i = t.home(key);
+            while t.slots[i].key != NO_KEY {
+                i = (i + 1) & mask;
+            }
+            t.slots[i] = Slot { key, start, len };
+        }
+        t
+    }
+
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+    }
+
+    /// Where the entries of cell `key` are: `(start, len)`, len 0 when there are none.
+    #[inline]
+    fn get(&self, key: u64) -> (usize, usize) {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let s = self.slots[i];
+            if s.key == key || s.key == NO_KEY {
+                return (s.start as usize, s.len as usize);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The slots of cell `key`'s entries, if it has any.
+    fn range(&self, key: u64) -> std::ops::Range<usize> {
+        let (start, len) = self.get(key);
+        start..start + len
+    }
+}
+
+/// How a part stands in a cell: absent (exterior throughout), inside, or to be located.
+fn classify(e: &PartEntry, cell: &BBox) -> Option<State> {
+    if e.part == WHOLE {
+        return Some(State::Locate);
+    }
+    let b = &e.bbox;
+    let r = [
+        b[0].max(cell[0]),
+        b[1].max(cell[1]),
+        b[2].min(cell[2]),
+        b[3].min(cell[3]),
+    ];
+    if r[0] > r[2] || r[1] > r[3] {
+        return None; // the box misses the cell: no point of the cell reaches the part
+    }
+    // Interior holds for the points of r; it holds for the whole cell when r is the cell.
+    let whole_cell = r == *cell;
+    match e.shape.parts[e.part as usize].box_location(&r) {
+        Some(Location::Exterior) => None,
+        Some(Location::Interior) if whole_cell => Some(State::Interior),
+        _ => Some(State::Locate),
+    }
+}
+
+impl PartGrid {
+    /// A grid over `parts`, or `None` when there are none or the wide list would be long.
+    ///
+    /// Grids are built for [`SIDES`] (times the median part's longer side) in turn, within
+    /// [`ENTRIES_PER_PART`], and a finer one is kept only when
+    /// its probes cost clearly less, as entries cost memory.
+    pub fn build(parts: &[PartEntry]) -> Option<PartGrid> {
+        let first = parts.first()?;
+        let mut origin = [first.bbox[0], first.bbox[1]];
+        let mut sizes: Vec<f64> = Vec::with_capacity(parts.len());
+        for p in parts {
+            origin = [origin[0].min(p.bbox[0]), origin[1].min(p.bbox[1])];
+            sizes.push((p.bbox[2] - p.bbox[0]).max(p.bbox[3] - p.bbox[1]));
+        }
+        let mid = sizes.len() / 2;
+        let median = *sizes.select_nth_unstable_by(mid, f64::total_cmp).1;
+        let median = if median.is_finite() && median > 0.0 {
+            median
+        } else {
+            1e-6
+        };
+        let budget = parts.len().saturating_mul(ENTRIES_PER_PART);
+        let mut best: Option<(PartGrid, f64)> = None;
+        for f in SIDES {
+            let layout = Layout {
+                origin,
+                inv: 1.0 / (median * f),
+            };
+            // Count before building: the box's cells bound the entries. Cells outside a part
+            // do not list it, so they may well exceed the entries; build when they may fit.
+            let (mut cells, mut wide) = (0usize, 0usize);
+            for p in parts {
+                match layout.place(&p.bbox) {
+                    Some(r) => cells += ((r[2] - r[0] + 1) * (r[3] - r[1] + 1)) as usize,
+                    None => wide += 1,
+                }
+            }
+            // Finer sides only add wide parts and entries: stop at the first that does not fit.
+            if wide > MAX_SCANNED || cells > budget.saturating_mul(4) {
+                break;
+            }
+            let Some(grid) = PartGrid::with_layout(layout, parts, budget) else {
+                break;
+            };
+            let cost = grid.probe_cost(parts);
+            if best.as_ref().is_none_or(|(_, c)| cost < c * 0.8) {
+                best = Some((grid, cost));
+            }
+        }
+        best.map(|(g, _)| g)
+    }
+
+    /// The grid of `parts` on `layout`, or `None` past `budget` entries.
+    fn with_layout(layout: Layout, parts: &[PartEntry], budget: usize) -> Option<PartGrid> {
+        let mut wide = Vec::new();
+        let mut listed: Vec<(u64, CellEntry)> = Vec::new();
+        let mut kept = Vec::new();
+        for p in parts {
+            match layout.place(&p.bbox) {
+                Some(r) if kept.len() < MAX_PARTS => {
+                    let before = listed.len();
+                    layout.entries_of(p, kept.len() as u32, r, |c, e| listed.push((c, e)));
+                    if listed.len() > before {
+                        kept.push(p.clone());
+                    }
+                }
+                _ => wide.push(p.clone()),
+            }
+            if listed.len() > budget {
+                return None;
+            }
+        }
+        // Stable: a cell's entries stay in the parts' order.
+        listed.sort_by_key(|(c, _)| *c);
+        let mut cells: Vec<(u64, u32, u32)> = Vec::new();
+        for (i, (c, _)) in listed.iter().enumerate() {
+            match cells.last_mut() {
+                Some(last) if last.0 == *c => last.2 += 1,
+                _ => cells.push((*c, i as u32, 1)),
+            }
+        }
+        Some(PartGrid {
+            layout,
+            table: CellTable::new(&cells),
+            entries: listed.into_iter().map(|(_, e)| e).collect(),
+            parts: kept,
+            extra: FastMap::default(),
+            extra_entries: 0,
+            dead: 0,
+            wide,
+        })
+    }
+
+    /// The mean cost of a probe at the centres of (a sample of) the parts' boxes: entries
+    /// scanned, plus [`LOCATE_COST`] for each one that must be located.
+    fn probe_cost(&self, parts: &[PartEntry]) -> f64 {
+        let step = parts.len().div_ceil(COST_SAMPLES).max(1);
+        let (mut total, mut probes) = (0.0, 0usize);
+        for p in parts.iter().step_by(step) {
+            let (x, y) = ((p.bbox[0] + p.bbox[2]) / 2.0, (p.bbox[1] + p.bbox[3]) / 2.0);
+            let scanned = self.wide.len() + self.cell_entries(x, y).len();
+            let mut located = 0usize;
+            self.probe(x, y, |_, _, known| located += usize::from(known.is_none()));
+            total += scanned as f64 + LOCATE_COST * located as f64;
+            probes += 1;
+        }
+        total / probes.max(1) as f64
+    }
+
+    pub fn insert(&mut self, e: PartEntry) {
+        let Some(r) = self
+            .layout
+            .place(&e.bbox)
+            .filter(|_| self.parts.len() < MAX_PARTS)
+        else {
+            return self.wide.push(e);
+        };
+        let (layout, extra, n) = (&self.layout, &mut self.extra, &mut self.extra_entries);
+        let before = *n;
+        layout.entries_of(&e, self.parts.len() as u32, r, |c, entry| {
+            extra.entry(c).or_default().push(entry);
+            *n += 1;
+        });
+        if *n > before {
+            self.parts.push(e);
+        }
+    }
 
     pub fn remove(&mut self, e: &PartEntry) {
-        let drop_from = |list: &mut Vec<PartEntry>| {
-            if let Some(i) = list.iter().position(|x| x == e) {
-                list.swap_remove(i);
+        let Some([c0, r0, c1, r1]) = self.layout.place(&e.bbox) else {
+            if let Some(i) = self.wide.iter().position(|x| x == e) {
+                self.wide.swap_remove(i);
             }
+            return;
         };
-        match self.span(&e.bbox) {
-            None => drop_from(&mut self.outside),
-            Some((c0, r0, c1, r1)) if (c1 - c0 + 1) * (r1 - r0 + 1) > WIDE_CELLS => {
-                drop_from(&mut self.wide)
-            }
-            Some((c0, r0, c1, r1)) => {
-                for r in r0..=r1 {
-                    for c in c0..=c1 {
-                        drop_from(&mut self.cells[r * self.nx + c]);
+        for r in r0..=r1 {
+            for c in c0..=c1 {
+                let cell = Layout::key(c, r);
+                let range = self.table.range(cell);
+                let parts = &self.parts;
+                let is_e =
+                    |x: &CellEntry| x.slot != DEAD && parts[(x.slot & !INTERIOR) as usize] == *e;
+                for x in &mut self.entries[range] {
+                    if is_e(x) {
+                        x.slot = DEAD;
+                        self.dead += 1;
+                    }
+                }
+                if let Some(list) = self.extra.get_mut(&cell) {
+                    let before = list.len();
+                    list.retain(|x| !is_e(x));
+                    self.extra_entries -= before - list.len();
+                    if list.is_empty() {
+                        self.extra.remove(&cell);
                     }
                 }
             }
@@ -130,22 +418,54 @@ impl PartGrid {
 
     /// Whether probes here beat the R-tree.
     pub fn usable(&self) -> bool {
-        self.wide.len() + self.outside.len() <= MAX_SCANNED
+        self.wide.len() <= MAX_SCANNED
     }
 
-    /// Every part whose box holds `(x, y)`, each once.
+    /// Whether inserts and removals since the build have made the grid worth rebuilding: they
+    /// cost memory, and probes of the side map cost time.
+    pub fn stale(&self) -> bool {
+        !self.usable() || self.extra_entries + self.dead > self.entries.len() / 2 + 4096
+    }
+
     #[inline]
-    pub fn probe<'a>(&'a self, x: f64, y: f64, mut f: impl FnMut(&'a PartEntry)) {
-        if let (Some(c), Some(r)) = (self.col(x), self.row(y)) {
-            for e in &self.cells[r * self.nx + c] {
-                if bbox_contains(&e.bbox, x, y) {
-                    f(e);
-                }
-            }
+    fn cell_entries(&self, x: f64, y: f64) -> &[CellEntry] {
+        match self.layout.cell(x, y) {
+            Some(c) => &self.entries[self.table.range(c)],
+            None => &[],
         }
-        for e in self.wide.iter().chain(&self.outside) {
+    }
+
+    /// Every part whose box holds `(x, y)` and that the point may lie in, each once, with the
+    /// point's location when the grid knows it (`Some(Interior)`). Parts the point is known to
+    /// be exterior to may be left out.
+    #[inline]
+    pub fn probe<'a>(
+        &'a self,
+        x: f64,
+        y: f64,
+        mut f: impl FnMut(FeatureId, &'a PartEntry, Option<Location>),
+    ) {
+        let mut visit = |e: &CellEntry| {
+            if e.slot == DEAD {
+                return;
+            }
+            let p = &self.parts[(e.slot & !INTERIOR) as usize];
+            if e.slot & INTERIOR != 0 {
+                // The point is in the cell, which is within the part's box.
+                f(e.id, p, Some(Location::Interior));
+            } else if bbox_contains(&p.bbox, x, y) {
+                f(e.id, p, None);
+            }
+        };
+        self.cell_entries(x, y).iter().for_each(&mut visit);
+        if !self.extra.is_empty()
+            && let Some(list) = self.layout.cell(x, y).and_then(|c| self.extra.get(&c))
+        {
+            list.iter().for_each(&mut visit);
+        }
+        for e in &self.wide {
             if bbox_contains(&e.bbox, x, y) {
-                f(e);
+                f(e.id, e, None);
             }
         }
     }
@@ -155,7 +475,7 @@ impl PartGrid {
 mod tests {
     use std::sync::Arc;
 
-    use geo::{Geometry, Rect, coord};
+    use geo::{Geometry, LineString, Polygon, Rect, coord};
 
     use super::*;
     use crate::spatial::predicate::Shape;
@@ -180,8 +500,9 @@ mod tests {
         ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// Probes agree with a scan of the live boxes, for small, wide and late outside parts,
-    /// after removals, at box corners and edges and at random points.
+    /// Probes agree with a scan of the live boxes, for small, wide and late parts (inside
+    /// the extent and beyond it), after removals, at box corners and edges and at random
+    /// points.
     #[test]
     fn probes_match_a_scan() {
         let mut s = 7u64;
@@ -189,7 +510,7 @@ mod tests {
         for id in 0..400u32 {
             let (x, y) = (rng(&mut s) * 100.0, rng(&mut s) * 50.0);
             let (w, h) = if id % 50 == 0 {
-                (60.0, 30.0) // wide
+                (90.0, 45.0) // spans hundreds of cells
             } else {
                 (rng(&mut s) * 3.0, rng(&mut s) * 3.0)
             };
@@ -197,21 +518,32 @@ mod tests {
         }
         let mut entries: Vec<PartEntry> = boxes.iter().map(|(id, b)| entry(*id, *b)).collect();
         let mut grid = PartGrid::build(&entries).unwrap();
-        assert!(!grid.wide.is_empty());
-        // Later: parts beyond the extent, and removals.
-        for id in 400..410u32 {
-            let b = [150.0 + id as f64, -20.0, 152.0 + id as f64, -18.0];
+        assert!(grid.wide.is_empty() && grid.extra.is_empty());
+        // Later: parts within the extent, one spanning more than WIDE_CELLS cells, parts
+        // beyond the extent; then removals of old and new parts.
+        for id in 400..430u32 {
+            let b = match id {
+                400..410 => [150.0 + id as f64, -20.0, 152.0 + id as f64, -18.0],
+                410 => [-1000.0, -1000.0, 1000.0, 1000.0],
+                _ => {
+                    let (x, y) = (rng(&mut s) * 100.0, rng(&mut s) * 50.0);
+                    [x, y, x + 2.0, y + 1.0]
+                }
+            };
             entries.push(entry(id, b));
             grid.insert(entries[id as usize].clone());
             boxes.push((id, b));
         }
-        assert_eq!(grid.outside.len(), 10);
-        for id in (0..410u32).step_by(7) {
+        assert_eq!(grid.wide.len(), 1);
+        // The ten far away and the twenty within, in their cells.
+        assert!(grid.extra.len() >= 30, "{}", grid.extra.len());
+        for id in (0..430u32).step_by(7) {
             let i = boxes.iter().position(|(b, _)| *b == id).unwrap();
             boxes.swap_remove(i);
             // The same entry (its shape is compared by pointer), as the engine passes it.
             grid.remove(&entries[id as usize]);
         }
+        assert!(grid.dead > 0);
         assert!(grid.usable());
         let mut probes: Vec<(f64, f64)> = (0..3000)
             .map(|_| (rng(&mut s) * 180.0 - 10.0, rng(&mut s) * 90.0 - 25.0))
@@ -222,7 +554,7 @@ mod tests {
         let mut hits = 0;
         for (x, y) in probes {
             let mut got = Vec::new();
-            grid.probe(x, y, |e| got.push(e.id));
+            grid.probe(x, y, |id, _, _| got.push(id));
             got.sort_unstable();
             let mut want: Vec<u32> = boxes
                 .iter()
@@ -236,6 +568,132 @@ mod tests {
         assert!(hits > 3000, "too few hits to mean much: {hits}");
     }
 
+    /// A star-shaped polygon with `n` spikes around `(cx, cy)`, with a star-shaped hole.
+    fn star(s: &mut u64, cx: f64, cy: f64, r: f64, n: usize) -> Polygon<f64> {
+        let ring = |s: &mut u64, r: f64| {
+            let pts: Vec<(f64, f64)> = (0..n)
+                .map(|i| {
+                    let a = i as f64 / n as f64 * std::f64::consts::TAU;
+                    let d = r * (0.9 + 0.1 * rng(s));
+                    (cx + d * a.cos(), cy + d * a.sin())
+                })
+                .collect();
+            LineString::from(pts)
+        };
+        let shell = ring(s, r);
+        let hole = ring(s, r * 0.3);
+        Polygon::new(shell, vec![hole])
+    }
+
+    /// With real parts (bands of polygons with holes), the grid's known locations and the
+    /// parts it leaves out agree with locating the point in every part whose box holds it.
+    #[test]
+    fn known_locations_match_locate() {
+        let mut s = 11u64;
+        let mut entries = Vec::new();
+        for id in 0..150u32 {
+            let (cx, cy) = (rng(&mut s) * 100.0, rng(&mut s) * 60.0);
+            let r = 2.0 + rng(&mut s) * 6.0;
+            let poly = star(&mut s, cx, cy, r, 600);
+            let shape = Arc::new(Shape::new(Geometry::Polygon(poly)).unwrap());
+            for (i, part) in shape.parts.iter().enumerate() {
+                entries.push(PartEntry {
+                    bbox: part.bbox,
+                    shape: shape.clone(),
+                    part: i as u32,
+                    id,
+                });
+            }
+        }
+        assert!(entries.len() > 400, "{} parts", entries.len());
+        // Later inserts classify too; removals take their cell entries away.
+        let late = entries.split_off(entries.len() - 100);
+        let mut grid = PartGrid::build(&entries).unwrap();
+        for e in &late {
+            grid.insert(e.clone());
+        }
+        for e in late.iter().step_by(3) {
+            grid.remove(e);
+        }
+        entries.extend(
+            late.iter()
+                .enumerate()
+                .filter(|(i, _)| i % 3 != 0)
+                .map(|(_, e)| e.clone()),
+        );
+        let (mut known, mut left_out, mut inside) = (0, 0, 0);
+        for _ in 0..20_000 {
+            let (x, y) = (rng(&mut s) * 110.0 - 5.0, rng(&mut s) * 70.0 - 5.0);
+            let mut got: Vec<(u32, u32, Option<Location>)> = Vec::new();
+            grid.probe(x, y, |id, e, k| got.push((id, e.part, k)));
+            for e in entries.iter().filter(|e| bbox_contains(&e.bbox, x, y)) {
+                let want = e.shape.parts[e.part as usize].locate(x, y);
+                inside += usize::from(want == Location::Interior);
+                match got.iter().find(|g| (g.0, g.1) == (e.id, e.part)) {
+                    Some((_, _, Some(k))) => {
+                        assert_eq!(*k, want, "part {}/{} at ({x}, {y})", e.id, e.part);
+                        known += 1;
+                    }
+                    Some((_, _, None)) => {}
+                    None => {
+                        assert_eq!(
+                            want,
+                            Location::Exterior,
+                            "part {}/{} at ({x}, {y})",
+                            e.id,
+                            e.part
+                        );
+                        left_out += 1;
+                    }
+                }
+            }
+            let listed = entries
+                .iter()
+                .filter(|e| bbox_contains(&e.bbox, x, y))
+                .count();
+            assert!(
+                got.len() <= listed,
+                "a part listed twice or outside its box"
+            );
+        }
+        // The classification must do something on these shapes to mean much.
+        assert!(known > inside / 4, "known {known} of {inside} interior");
+        assert!(left_out > 100, "left out {left_out}");
+    }
+
+    /// Side entries and dead marks make the grid stale past half its entries (plus a floor),
+    /// and so do too many wide parts.
+    #[test]
+    fn churn_makes_the_grid_stale() {
+        let parts: Vec<PartEntry> = (0..6000u32)
+            .map(|i| {
+                let (x, y) = ((i % 50) as f64, (i / 50) as f64);
+                entry(i, [x, y, x + 0.5, y + 0.5])
+            })
+            .collect();
+        let mut grid = PartGrid::build(&parts).unwrap();
+        let limit = grid.entries.len() / 2 + 4096;
+        // Each round removes a built part (dead marks) and adds a new one (side entries).
+        for (i, p) in parts.iter().enumerate() {
+            let before = grid.extra_entries + grid.dead;
+            assert_eq!(grid.stale(), before > limit, "after {i} rounds");
+            if before > limit {
+                assert!(i > 500, "stale after {i} rounds");
+                break;
+            }
+            grid.remove(p);
+            grid.insert(entry(10_000 + i as u32, p.bbox));
+            assert!(grid.extra_entries + grid.dead > before);
+        }
+        assert!(grid.stale());
+        let mut wide = PartGrid::build(&parts).unwrap();
+        for i in 0..=MAX_SCANNED as u32 {
+            assert!(!wide.stale());
+            wide.insert(entry(5000 + i, [-500.0, -500.0, 501.0, 501.0]));
+        }
+        assert!(wide.stale());
+    }
+
     /// Too many parts to scan beside the cells: no grid, so probes use the R-tree.
     #[test]
     fn no_grid_when_side_lists_would_be_long() {
@@ -243,8 +701,10 @@ mod tests {
             .map(|i| entry(i, [i as f64, 0.0, i as f64 + 0.5, 0.5]))
             .collect();
         assert!(PartGrid::build(&parts).is_some());
-        // Each of these spans the whole extent: wide.
-        parts.extend((200..200 + MAX_SCANNED as u32 + 1).map(|i| entry(i, [0.0, 0.0, 200.0, 0.5])));
+        // Each of these spans thousands of cells at every side tried: wide.
+        parts.extend(
+            (200..200 + MAX_SCANNED as u32 + 1).map(|i| entry(i, [0.0, 0.0, 10_000.0, 0.5])),
+        );
         assert!(PartGrid::build(&parts).is_none());
     }
 }

@@ -14,7 +14,7 @@ use rstar::{AABB, RStarInsertionStrategy, RTree, RTreeObject, RTreeParams};
 use super::FeatureId;
 use super::buckets::PointIndex;
 use super::grid::PartGrid;
-use super::pip::BBox;
+use super::pip::{BBox, Location};
 use super::predicate::Shape;
 
 /// Node sizes tuned for read-mostly use: wider nodes make a shallower tree.
@@ -110,11 +110,9 @@ impl ShardIndex {
     pub fn insert_part(&mut self, e: PartEntry) {
         if let Some(g) = &mut self.grid {
             g.insert(e.clone());
-            if !g.usable() {
-                self.grid = None;
-            }
         }
         self.parts.insert(e);
+        self.refresh_grid();
     }
 
     pub fn remove_part(&mut self, e: &PartEntry) {
@@ -122,6 +120,17 @@ impl ShardIndex {
             g.remove(e);
         }
         self.parts.remove(e);
+        self.refresh_grid();
+    }
+
+    /// Rebuilds the grid from the R-tree's parts when changes since its build call for it
+    /// (see [`PartGrid::stale`]); a grid that cannot be rebuilt is dropped until the next
+    /// bulk load.
+    fn refresh_grid(&mut self) {
+        if self.grid.as_ref().is_some_and(PartGrid::stale) {
+            let parts: Vec<PartEntry> = self.parts.iter().cloned().collect();
+            self.grid = PartGrid::build(&parts);
+        }
     }
 
     /// Point features exactly at `(x, y)`.
@@ -130,16 +139,22 @@ impl ShardIndex {
         self.points.at(x, y, f);
     }
 
-    /// Parts whose box contains `(x, y)`.
+    /// Parts whose box contains `(x, y)`, with the point's location in the part when the
+    /// grid knows it already. Parts the point is known to be exterior to may be left out.
     #[inline]
-    pub fn parts_at<'a>(&'a self, x: f64, y: f64, mut f: impl FnMut(&'a PartEntry)) {
+    pub fn parts_at<'a>(
+        &'a self,
+        x: f64,
+        y: f64,
+        mut f: impl FnMut(FeatureId, &'a PartEntry, Option<Location>),
+    ) {
         if let Some(g) = &self.grid {
             return g.probe(x, y, f);
         }
         let _ = self
             .parts
             .locate_in_envelope_intersecting_int(AABB::from_point([x, y]), |e| {
-                f(e);
+                f(e.id, e, None);
                 ControlFlow::<()>::Continue(())
             });
     }
