@@ -8,7 +8,7 @@
 //! - The cells are squares with a side that follows the parts' sizes, not their extent: a
 //!   layer's parts may crowd a small part of it (the US counties span the Aleutians to Puerto
 //!   Rico), and a shard's parts are scattered over it (shards own H3 cells by hash). The side
-//!   is the one whose probes cost least (see [`PartGrid::build`]). Only cells that list
+//!   is the finest within a memory budget (see [`PartGrid::build`]). Only cells that list
 //!   something are kept.
 //! - A cell lists a part only where the part may hold one of its points, and says so when
 //!   it holds them all: a cell that no edge of the part meets lies wholly inside or wholly
@@ -36,17 +36,11 @@ use crate::FastMap;
 pub const WIDE_CELLS: usize = 4096;
 /// More wide parts than this make probes slower than the R-tree: give up.
 pub const MAX_SCANNED: usize = 64;
-/// Most cell entries a grid holds per part, on average, when built (8 bytes each, and up to
-/// 64 more per cell in the table's slots).
+/// Most cells a part's box covers, on average, at the side a grid is built with: this bounds
+/// the entries (8 bytes each, and up to 64 more per cell in the table's slots).
 const ENTRIES_PER_PART: usize = 64;
 /// The cell sides tried, as fractions of the median part's longer side, coarsest first.
 const SIDES: [f64; 6] = [2.0, 1.0, 0.5, 0.25, 0.125, 0.0625];
-/// What a located candidate costs against scanning one more entry, in [`PartGrid::probe_cost`]
-/// (a locate reads the part, its stripe and its edges: several cache misses).
-const LOCATE_COST: f64 = 16.0;
-/// Parts sampled for the probe cost.
-const COST_SAMPLES: usize = 4096;
-
 pub struct PartGrid {
     layout: Layout,
     /// The built cells: where their entries are in `entries`.
@@ -135,18 +129,22 @@ impl Layout {
         ((r[2] - r[0] + 1) * (r[3] - r[1] + 1) <= WIDE_CELLS as i64).then_some(r)
     }
 
-    /// The entries of part `e`, number `slot`: `(cell, entry)` for each cell that may hold
-    /// one of its points.
+    /// The entries of part `e`, number `slot`, over the cells `range` of its box: `(cell,
+    /// entry)` for each cell that may hold one of its points.
     fn entries_of(
         &self,
         e: &PartEntry,
         slot: u32,
-        [c0, r0, c1, r1]: [i64; 4],
+        range: [i64; 4],
         mut f: impl FnMut(u64, CellEntry),
     ) {
+        let [c0, r0, c1, r1] = range;
+        let states = self.classify(e, range);
+        let mut states = states.iter();
         for r in r0..=r1 {
             for c in c0..=c1 {
-                if let Some(state) = classify(e, &self.cell_box(c, r)) {
+                let state = states.next().copied().flatten();
+                if let Some(state) = state {
                     let flag = if state == State::Interior {
                         INTERIOR
                     } else {
@@ -160,6 +158,72 @@ impl Layout {
                 }
             }
         }
+    }
+
+    /// How part `e` stands in each cell of `range` (row by row): absent (no point of the cell
+    /// is in it), inside (every point is), or to be located.
+    ///
+    /// A cell that no edge's box meets holds no boundary, so one location holds for all its
+    /// points within the part's box: the location of the middle of that piece. Edges mark the
+    /// cells they may touch, each cell checked against its closed box as probes see it.
+    fn classify(&self, e: &PartEntry, [c0, r0, c1, r1]: [i64; 4]) -> Vec<Option<State>> {
+        let (w, h) = ((c1 - c0 + 1) as usize, (r1 - r0 + 1) as usize);
+        if e.part == WHOLE {
+            return vec![Some(State::Locate); w * h];
+        }
+        let part = &e.shape.parts[e.part as usize];
+        let mut touched = vec![false; w * h];
+        let side = 1.0 / self.inv;
+        let m = side * 1e-6 + 1e-9;
+        for g in part.edges() {
+            let (gx0, gx1) = (g[0].min(g[2]), g[0].max(g[2]));
+            let (gy0, gy1) = (g[1].min(g[3]), g[1].max(g[3]));
+            // Every cell whose widened box meets the edge's: `floor` of the edge's ends moved
+            // out by twice the widening (each is checked exactly below).
+            let lo = |v: f64, axis: usize, min: i64| {
+                self.index(v - 2.0 * m, axis).map_or(min, |i| i.max(min))
+            };
+            let hi = |v: f64, axis: usize, max: i64| {
+                self.index(v + 2.0 * m, axis).map_or(max, |i| i.min(max))
+            };
+            let (a0, a1) = (lo(gx0, 0, c0), hi(gx1, 0, c1));
+            let (b0, b1) = (lo(gy0, 1, r0), hi(gy1, 1, r1));
+            for r in b0..=b1 {
+                for c in a0..=a1 {
+                    let cb = self.cell_box(c, r);
+                    if gx0 <= cb[2] && cb[0] <= gx1 && gy0 <= cb[3] && cb[1] <= gy1 {
+                        touched[(r - r0) as usize * w + (c - c0) as usize] = true;
+                    }
+                }
+            }
+        }
+        let b = &e.bbox;
+        let mut out = Vec::with_capacity(w * h);
+        for r in r0..=r1 {
+            for c in c0..=c1 {
+                let cell = self.cell_box(c, r);
+                let piece = [
+                    b[0].max(cell[0]),
+                    b[1].max(cell[1]),
+                    b[2].min(cell[2]),
+                    b[3].min(cell[3]),
+                ];
+                out.push(if piece[0] > piece[2] || piece[1] > piece[3] {
+                    None // the box misses the cell: no point of the cell reaches the part
+                } else if touched[(r - r0) as usize * w + (c - c0) as usize] {
+                    Some(State::Locate)
+                } else {
+                    let mid = ((piece[0] + piece[2]) / 2.0, (piece[1] + piece[3]) / 2.0);
+                    match part.locate(mid.0, mid.1) {
+                        Location::Exterior => None,
+                        // Inside for the points of the piece; for the cell when it is the piece.
+                        Location::Interior if piece == cell => Some(State::Interior),
+                        _ => Some(State::Locate),
+                    }
+                });
+            }
+        }
+        out
     }
 }
 
@@ -232,36 +296,13 @@ impl CellTable {
     }
 }
 
-/// How a part stands in a cell: absent (exterior throughout), inside, or to be located.
-fn classify(e: &PartEntry, cell: &BBox) -> Option<State> {
-    if e.part == WHOLE {
-        return Some(State::Locate);
-    }
-    let b = &e.bbox;
-    let r = [
-        b[0].max(cell[0]),
-        b[1].max(cell[1]),
-        b[2].min(cell[2]),
-        b[3].min(cell[3]),
-    ];
-    if r[0] > r[2] || r[1] > r[3] {
-        return None; // the box misses the cell: no point of the cell reaches the part
-    }
-    // Interior holds for the points of r; it holds for the whole cell when r is the cell.
-    let whole_cell = r == *cell;
-    match e.shape.parts[e.part as usize].box_location(&r) {
-        Some(Location::Exterior) => None,
-        Some(Location::Interior) if whole_cell => Some(State::Interior),
-        _ => Some(State::Locate),
-    }
-}
-
 impl PartGrid {
     /// A grid over `parts`, or `None` when there are none or the wide list would be long.
     ///
-    /// Grids are built for [`SIDES`] (times the median part's longer side) in turn, within
-    /// [`ENTRIES_PER_PART`], and a finer one is kept only when
-    /// its probes cost clearly less, as entries cost memory.
+    /// The side is the finest of [`SIDES`] (times the median part's longer side) whose boxes
+    /// cover at most [`ENTRIES_PER_PART`] cells a part, on average: finer cells list fewer
+    /// parts and lie inside more of them, so probes scan and locate less, and the boxes'
+    /// cells bound the entries (cells outside a part do not list it).
     pub fn build(parts: &[PartEntry]) -> Option<PartGrid> {
         let first = parts.first()?;
         let mut origin = [first.bbox[0], first.bbox[1]];
@@ -278,14 +319,12 @@ impl PartGrid {
             1e-6
         };
         let budget = parts.len().saturating_mul(ENTRIES_PER_PART);
-        let mut best: Option<(PartGrid, f64)> = None;
+        let mut chosen = None;
         for f in SIDES {
             let layout = Layout {
                 origin,
                 inv: 1.0 / (median * f),
             };
-            // Count before building: the box's cells bound the entries. Cells outside a part
-            // do not list it, so they may well exceed the entries; build when they may fit.
             let (mut cells, mut wide) = (0usize, 0usize);
             for p in parts {
                 match layout.place(&p.bbox) {
@@ -293,23 +332,16 @@ impl PartGrid {
                     None => wide += 1,
                 }
             }
-            // Finer sides only add wide parts and entries: stop at the first that does not fit.
-            if wide > MAX_SCANNED || cells > budget.saturating_mul(4) {
+            // Finer sides only add wide parts and cells.
+            if wide > MAX_SCANNED || cells > budget {
                 break;
             }
-            let Some(grid) = PartGrid::with_layout(layout, parts, budget) else {
-                break;
-            };
-            let cost = grid.probe_cost(parts);
-            if best.as_ref().is_none_or(|(_, c)| cost < c * 0.8) {
-                best = Some((grid, cost));
-            }
+            chosen = Some(layout);
         }
-        best.map(|(g, _)| g)
+        Some(PartGrid::with_layout(chosen?, parts))
     }
 
-    /// The grid of `parts` on `layout`, or `None` past `budget` entries.
-    fn with_layout(layout: Layout, parts: &[PartEntry], budget: usize) -> Option<PartGrid> {
+    fn with_layout(layout: Layout, parts: &[PartEntry]) -> PartGrid {
         let mut wide = Vec::new();
         let mut listed: Vec<(u64, CellEntry)> = Vec::new();
         let mut kept = Vec::new();
@@ -324,9 +356,6 @@ impl PartGrid {
                 }
                 _ => wide.push(p.clone()),
             }
-            if listed.len() > budget {
-                return None;
-            }
         }
         // Stable: a cell's entries stay in the parts' order.
         listed.sort_by_key(|(c, _)| *c);
@@ -337,7 +366,7 @@ impl PartGrid {
                 _ => cells.push((*c, i as u32, 1)),
             }
         }
-        Some(PartGrid {
+        PartGrid {
             layout,
             table: CellTable::new(&cells),
             entries: listed.into_iter().map(|(_, e)| e).collect(),
@@ -346,23 +375,7 @@ impl PartGrid {
             extra_entries: 0,
             dead: 0,
             wide,
-        })
-    }
-
-    /// The mean cost of a probe at the centres of (a sample of) the parts' boxes: entries
-    /// scanned, plus [`LOCATE_COST`] for each one that must be located.
-    fn probe_cost(&self, parts: &[PartEntry]) -> f64 {
-        let step = parts.len().div_ceil(COST_SAMPLES).max(1);
-        let (mut total, mut probes) = (0.0, 0usize);
-        for p in parts.iter().step_by(step) {
-            let (x, y) = ((p.bbox[0] + p.bbox[2]) / 2.0, (p.bbox[1] + p.bbox[3]) / 2.0);
-            let scanned = self.wide.len() + self.cell_entries(x, y).len();
-            let mut located = 0usize;
-            self.probe(x, y, |_, _, known| located += usize::from(known.is_none()));
-            total += scanned as f64 + LOCATE_COST * located as f64;
-            probes += 1;
         }
-        total / probes.max(1) as f64
     }
 
     pub fn insert(&mut self, e: PartEntry) {
@@ -518,7 +531,8 @@ mod tests {
         }
         let mut entries: Vec<PartEntry> = boxes.iter().map(|(id, b)| entry(*id, *b)).collect();
         let mut grid = PartGrid::build(&entries).unwrap();
-        assert!(grid.wide.is_empty() && grid.extra.is_empty());
+        assert!(grid.extra.is_empty());
+        let wide_at_build = grid.wide.len();
         // Later: parts within the extent, one spanning more than WIDE_CELLS cells, parts
         // beyond the extent; then removals of old and new parts.
         for id in 400..430u32 {
@@ -534,7 +548,7 @@ mod tests {
             grid.insert(entries[id as usize].clone());
             boxes.push((id, b));
         }
-        assert_eq!(grid.wide.len(), 1);
+        assert_eq!(grid.wide.len(), wide_at_build + 1);
         // The ten far away and the twenty within, in their cells.
         assert!(grid.extra.len() >= 30, "{}", grid.extra.len());
         for id in (0..430u32).step_by(7) {

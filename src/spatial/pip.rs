@@ -205,28 +205,6 @@ impl Stripes {
         locate_in_rings(&self.edges[a..b], rings, px, py)
     }
 
-    /// Whether an edge's box meets the closed box `r` (some edge may touch `r`), for any
-    /// `r` within the stripes' y-range.
-    fn meets(&self, r: &BBox) -> bool {
-        let n = self.offsets.len() - 1;
-        // The stripes of r's lower and upper edge, and every one between, hold every edge
-        // whose closed y-range meets r's: the stripe of a shared y is in both spans.
-        let stripe = |y: f64| {
-            let k = ((y - self.y0) * self.inv_h).floor();
-            if k <= 0.0 { 0 } else { (k as usize).min(n - 1) }
-        };
-        let (a, b) = (
-            self.offsets[stripe(r[1])] as usize,
-            self.offsets[stripe(r[3]) + 1] as usize,
-        );
-        self.edges[a..b].iter().any(|e| {
-            e[0].min(e[2]) <= r[2]
-                && r[0] <= e[0].max(e[2])
-                && e[1].min(e[3]) <= r[3]
-                && r[1] <= e[1].max(e[3])
-        })
-    }
-
     fn heap_bytes(&self) -> usize {
         self.offsets.len() * 4
             + self.edges.len() * std::mem::size_of::<Edge>()
@@ -265,13 +243,10 @@ impl PolygonPart {
         self.stripes.locate(x, y)
     }
 
-    /// The location shared by every point of the closed box `r`, a box within `bbox`, when
-    /// no edge's box meets `r` (so no boundary crosses it); `None` when one does.
-    pub fn box_location(&self, r: &BBox) -> Option<Location> {
-        if self.stripes.meets(r) {
-            return None;
-        }
-        Some(self.locate((r[0] + r[2]) / 2.0, (r[1] + r[3]) / 2.0))
+    /// Every edge of the part, `[x0, y0, x1, y1]`, some more than once (an edge is listed in
+    /// each stripe it crosses).
+    pub fn edges(&self) -> &[[f64; 4]] {
+        &self.stripes.edges
     }
 
     pub fn heap_bytes(&self) -> usize {
