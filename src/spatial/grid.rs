@@ -261,6 +261,8 @@ impl CellTable {
         };
         let mask = t.slots.len() - 1;
         for &(key, start, len) in cells {
+            // Built cells have no negative numbers (the origin is the parts' lowest corner).
+            debug_assert_ne!(key, NO_KEY);
             let mut i = t.home(key);
             while t.slots[i].key != NO_KEY {
                 i = (i + 1) & mask;
