@@ -105,11 +105,16 @@ impl Layout {
         Some(Layout::key(self.index(x, 0)?, self.index(y, 1)?))
     }
 
+    /// How far [`Layout::cell_box`] widens a cell: far above the rounding of `floor`.
+    fn margin(&self) -> f64 {
+        1e-6 / self.inv + 1e-9
+    }
+
     /// A closed box holding every point that `index` puts in cell `(c, r)`: the cell widened
-    /// by a margin far above the rounding of `floor`.
+    /// by [`Layout::margin`].
     fn cell_box(&self, c: i64, r: i64) -> BBox {
         let side = 1.0 / self.inv;
-        let m = side * 1e-6 + 1e-9;
+        let m = self.margin();
         [
             self.origin[0] + c as f64 * side - m,
             self.origin[1] + r as f64 * side - m,
@@ -173,8 +178,7 @@ impl Layout {
         }
         let part = &e.shape.parts[e.part as usize];
         let mut touched = vec![false; w * h];
-        let side = 1.0 / self.inv;
-        let m = side * 1e-6 + 1e-9;
+        let m = self.margin();
         for g in part.edges() {
             let (gx0, gx1) = (g[0].min(g[2]), g[0].max(g[2]));
             let (gy0, gy1) = (g[1].min(g[3]), g[1].max(g[3]));
@@ -277,24 +281,18 @@ impl CellTable {
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
 
-    /// Where the entries of cell `key` are: `(start, len)`, len 0 when there are none.
+    /// Where the entries of cell `key` are in the entry array (empty when it has none).
     #[inline]
-    fn get(&self, key: u64) -> (usize, usize) {
+    fn range(&self, key: u64) -> std::ops::Range<usize> {
         let mask = self.slots.len() - 1;
         let mut i = self.home(key);
         loop {
             let s = self.slots[i];
             if s.key == key || s.key == NO_KEY {
-                return (s.start as usize, s.len as usize);
+                return s.start as usize..(s.start + s.len) as usize;
             }
             i = (i + 1) & mask;
         }
-    }
-
-    /// The slots of cell `key`'s entries, if it has any.
-    fn range(&self, key: u64) -> std::ops::Range<usize> {
-        let (start, len) = self.get(key);
-        start..start + len
     }
 }
 
@@ -442,14 +440,6 @@ impl PartGrid {
         !self.usable() || self.extra_entries + self.dead > self.entries.len() / 2 + 4096
     }
 
-    #[inline]
-    fn cell_entries(&self, x: f64, y: f64) -> &[CellEntry] {
-        match self.layout.cell(x, y) {
-            Some(c) => &self.entries[self.table.range(c)],
-            None => &[],
-        }
-    }
-
     /// Every part whose box holds `(x, y)` and that the point may lie in, each once, with the
     /// point's location when the grid knows it (`Some(Interior)`). Parts the point is known to
     /// be exterior to may be left out.
@@ -472,11 +462,15 @@ impl PartGrid {
                 f(e.id, p, None);
             }
         };
-        self.cell_entries(x, y).iter().for_each(&mut visit);
-        if !self.extra.is_empty()
-            && let Some(list) = self.layout.cell(x, y).and_then(|c| self.extra.get(&c))
-        {
-            list.iter().for_each(&mut visit);
+        if let Some(cell) = self.layout.cell(x, y) {
+            self.entries[self.table.range(cell)]
+                .iter()
+                .for_each(&mut visit);
+            if !self.extra.is_empty()
+                && let Some(list) = self.extra.get(&cell)
+            {
+                list.iter().for_each(&mut visit);
+            }
         }
         for e in &self.wide {
             if bbox_contains(&e.bbox, x, y) {
