@@ -340,6 +340,16 @@ struct OpenPoint {
     max: f64,
     p99_min: f64,
     p99_max: f64,
+    /// Cores the server and the load generator kept busy together (their CPU time a request
+    /// times the requests a second), median over the runs; `None` without CPU figures.
+    busy: Option<f64>,
+}
+
+/// Cores a run kept busy: the server's and the load generator's CPU time a request, times
+/// the requests a second. `None` when either CPU figure is missing.
+fn busy_cores(r: &RunRecord) -> Option<f64> {
+    let us = r.server_cpu_us_per_request? + r.client_cpu_us_per_request?;
+    Some(us * r.throughput / 1e6)
 }
 
 fn open_points(runs: &[RunRecord], target: &str, workload: &str) -> Vec<OpenPoint> {
@@ -372,9 +382,47 @@ fn open_points(runs: &[RunRecord], target: &str, workload: &str) -> Vec<OpenPoin
                 max: median(&ms(|r| r.max_us)),
                 p99_min: p99.first().copied().unwrap_or(0.0),
                 p99_max: p99.last().copied().unwrap_or(0.0),
+                busy: rs
+                    .iter()
+                    .map(|r| busy_cores(r))
+                    .collect::<Option<Vec<f64>>>()
+                    .map(|mut v| {
+                        v.sort_by(f64::total_cmp);
+                        median(&v)
+                    }),
             }
         })
         .collect()
+}
+
+/// The open-loop medians of geoshard and the ceiling by offered load, with the cores both
+/// processes kept busy: on a machine the server shares with its load generator, the tail
+/// follows how busy the whole machine is, and rows where the two keep it equally busy compare
+/// the servers at the same machine load.
+fn open_table(geoshard: &[OpenPoint], ceiling: &[OpenPoint], cores: usize) -> String {
+    let cell = |p: Option<&OpenPoint>| match p {
+        Some(p) => format!(
+            "{:.2} | {:.2} ({:.2}–{:.2}) | {}",
+            p.p50,
+            p.p99,
+            p.p99_min,
+            p.p99_max,
+            p.busy.map(|b| format!("{b:.2}")).unwrap_or("-".into())
+        ),
+        None => "- | - | -".into(),
+    };
+    let mut offered: Vec<f64> = geoshard.iter().chain(ceiling).map(|p| p.offered).collect();
+    offered.sort_by(f64::total_cmp);
+    offered.dedup();
+    let mut md = format!(
+        "\nOpen loop, pip-counties, medians by offered load. Busy cores: the server's and the load generator's CPU time a request, times the requests a second, out of the machine's {cores}; the server and its load generator share them.\n\n| offered/s | geoshard p50 ms | geoshard p99 ms (range) | geoshard busy cores | ceiling p50 ms | ceiling p99 ms (range) | ceiling busy cores |\n|---|---|---|---|---|---|---|\n"
+    );
+    for o in offered {
+        let g = geoshard.iter().find(|p| p.offered == o);
+        let c = ceiling.iter().find(|p| p.offered == o);
+        md.push_str(&format!("| {o:.0} | {} | {} |\n", cell(g), cell(c)));
+    }
+    md
 }
 
 /// Ok(false) when there were no open-loop runs to draw.
@@ -608,6 +656,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
                 ));
             }
             md.push('\n');
+            md.push_str(&open_table(&open, &ceiling, ctx.cores));
         }
     }
     md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code. It serves its connections on geoshard's own io threads (`geoshard::http::io_threads`).\n\n");
@@ -774,6 +823,51 @@ mod tests {
         assert!(
             text.contains("| HTTP ceiling, 2 io threads, 1 client thread | pip-counties |"),
             "{text}"
+        );
+    }
+
+    /// Busy cores are both processes' CPU time a request times the rate, the median over a
+    /// load's runs; the open-loop table has a row for every offered load of either target.
+    #[test]
+    fn open_loop_rows_carry_the_busy_cores() {
+        let open = |target: &str, offered: f64, p99_ms: u64, cpu: Option<(f64, f64)>| RunRecord {
+            target: target.into(),
+            workload: "pip-counties".into(),
+            mode: "open".into(),
+            offered: Some(offered),
+            throughput: offered,
+            p50_us: 300,
+            p99_us: p99_ms * 1000,
+            server_cpu_us_per_request: cpu.map(|c| c.0),
+            client_cpu_us_per_request: cpu.map(|c| c.1),
+            ..Default::default()
+        };
+        // 40k/s at 20 + 10 µs a request is 1.2 cores; at 25 + 15, 1.6; the median of three
+        // runs is the middle one.
+        let runs = vec![
+            open("geoshard", 40_000.0, 3, Some((20.0, 10.0))),
+            open("geoshard", 40_000.0, 9, Some((25.0, 15.0))),
+            open("geoshard", 40_000.0, 5, Some((22.0, 13.0))),
+            open("baseline", 40_000.0, 2, Some((12.0, 13.0))),
+            open("baseline", 20_000.0, 1, None),
+        ];
+        assert_eq!(busy_cores(&runs[0]), Some(1.2));
+        assert_eq!(busy_cores(&runs[4]), None);
+        let g = open_points(&runs, "geoshard", "pip-counties");
+        let c = open_points(&runs, "baseline", "pip-counties");
+        assert_eq!(g.len(), 1);
+        assert!((g[0].busy.unwrap() - 1.4).abs() < 1e-9);
+        let table = open_table(&g, &c, 2);
+        assert!(table.contains("out of the machine's 2"), "{table}");
+        assert!(
+            table.contains("| 20000 | - | - | - | 0.30 | 1.00 (1.00–1.00) | - |"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| 40000 | 0.30 | 5.00 (3.00–9.00) | 1.40 | 0.30 | 2.00 (2.00–2.00) | 1.00 |"
+            ),
+            "{table}"
         );
     }
 
