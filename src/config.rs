@@ -68,6 +68,9 @@ pub struct Config {
     /// Threads serving HTTP, each with its own current-thread runtime and its own
     /// connections; 0 = the core count.
     pub io_threads: usize,
+    /// Bind each io thread to a CPU of its own (when there are at least as many CPUs as io
+    /// threads). Off for a machine where other busy processes should be free to move them.
+    pub pin_io_threads: bool,
     /// The `tracing` filter, e.g. `info` or `geoshard=debug`.
     pub log: String,
 }
@@ -100,6 +103,7 @@ impl Default for Config {
             shutdown_grace_secs: 30,
             idle_timeout_secs: 60,
             io_threads: 0,
+            pin_io_threads: true,
             log: "info".to_string(),
         }
     }
@@ -128,6 +132,7 @@ pub const KEYS: &[&str] = &[
     "shutdown_grace_secs",
     "idle_timeout_secs",
     "io_threads",
+    "pin_io_threads",
     "log",
 ];
 
@@ -203,6 +208,7 @@ impl Config {
                 self.idle_timeout_secs = positive(key, parse(key, text)?)? as u64
             }
             "io_threads" => self.io_threads = parse(key, text)?,
+            "pin_io_threads" => self.pin_io_threads = parse_bool(key, text)?,
             "log" => self.log = text.to_string(),
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
@@ -324,6 +330,7 @@ mod tests {
             ("shutdown_grace_secs", "1"),
             ("idle_timeout_secs", "7"),
             ("io_threads", "1"),
+            ("pin_io_threads", "off"),
             ("log", "debug"),
         ];
         assert_eq!(samples.len(), KEYS.len());
@@ -333,6 +340,7 @@ mod tests {
             c.set(k, v).unwrap();
         }
         assert_eq!(c.h3_resolution, 5);
+        assert!(!c.pin_io_threads);
     }
 
     #[test]

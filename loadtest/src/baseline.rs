@@ -17,16 +17,17 @@ use tokio::net::TcpListener;
 
 const BODY: &[u8] = br#"{"type":"FeatureCollection","features":[]}"#;
 
-/// Serve on `threads` io threads, placed as geoshard places its connections (one thread:
-/// on the caller's runtime).
+/// Serve on `threads` io threads, placed (and, with `pin`, bound to CPUs) as geoshard places
+/// its connections (one thread: on the caller's runtime).
 pub async fn serve(
     listen: SocketAddr,
     threads: usize,
+    pin: bool,
     ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(listen).await?;
     ready(listener.local_addr()?);
-    let io = IoThreads::start(threads, "baseline-io")?;
+    let io = IoThreads::start(threads, "baseline-io", pin)?;
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);

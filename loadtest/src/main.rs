@@ -64,6 +64,10 @@ enum Command {
         /// io threads, placed as geoshard's (`io_threads`): 1 serves on the accept loop's.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Bind each io thread to a CPU of its own, as geoshard does by default
+        /// (`pin_io_threads`).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        pin: bool,
     },
     /// Load a dataset into PostGIS (the cluster is started by peers/postgis.sh).
     PeerLoad {
@@ -234,9 +238,13 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             Ok(())
         }
         Command::Run(args) => run(args),
-        Command::Baseline { listen, threads } => runtime(1)?
+        Command::Baseline {
+            listen,
+            threads,
+            pin,
+        } => runtime(1)?
             .block_on(async {
-                baseline::serve(listen, threads, |a| {
+                baseline::serve(listen, threads, pin, |a| {
                     println!("baseline listening on http://{a}")
                 })
                 .await

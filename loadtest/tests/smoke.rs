@@ -131,6 +131,7 @@ fn smoke() {
     rt.spawn(baseline::serve(
         "127.0.0.1:0".parse().unwrap(),
         2,
+        true,
         move |a| {
             let _ = tx.send(a);
         },

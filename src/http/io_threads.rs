@@ -6,6 +6,14 @@
 //! Against tokio's work-stealing scheduler, a connection's task is never stolen or woken
 //! across threads, and no thread parks and unparks the others; against a single thread,
 //! every core serves.
+//!
+//! With `pin`, thread i is bound to the i-th CPU the process may run on (Seastar's thread
+//! affinity), when there are at least as many CPUs as threads: an io thread then keeps its
+//! caches and is never moved onto the core where the other one runs. On this project's
+//! 2-core machine, with the load generator sharing it (pip-counties, 2 io threads, 2 client
+//! threads), pinning cut the open-loop p99 at 47.6k requests/s to a median of 5.5 ms from
+//! 11.8 ms (twelve alternating pairs, pinned lower in all twelve) and raised closed-loop
+//! throughput at 64 connections from a median of 70.7k to 74.0k requests/s (eight pairs).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +31,8 @@ pub struct IoThreads {
 struct IoThread {
     handle: Handle,
     open: Arc<AtomicUsize>,
+    /// The CPU it was bound to, if pinned.
+    cpu: Option<usize>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -58,13 +68,17 @@ impl IoThreads {
     }
 
     /// Start `count` threads named `name`-0, `name`-1, ...; none for a count of 0 or 1,
-    /// which serves on the caller's runtime.
-    pub fn start(count: usize, name: &str) -> std::io::Result<IoThreads> {
+    /// which serves on the caller's runtime. With `pin`, each is bound to a CPU of its own,
+    /// the i-th of those the calling thread may run on, when there are at least `count`;
+    /// otherwise none is bound.
+    pub fn start(count: usize, name: &str, pin: bool) -> std::io::Result<IoThreads> {
         if count < 2 {
             return Ok(IoThreads::none());
         }
+        let cpus = if pin { cpus_for(count) } else { None };
         let mut threads = Vec::with_capacity(count);
         for i in 0..count {
+            let cpu = cpus.as_ref().map(|c| c[i]);
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 // Its spawn_blocking threads.
@@ -75,12 +89,18 @@ impl IoThreads {
             let thread = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
+                    if let Some(id) = cpu
+                        && !core_affinity::set_for_current(core_affinity::CoreId { id })
+                    {
+                        tracing::warn!(cpu = id, "cannot bind an io thread to its CPU");
+                    }
                     // Drives the runtime's tasks until told to stop (or the sender is gone).
                     let _ = runtime.block_on(stopped);
                 })?;
             threads.push(IoThread {
                 handle,
                 open: Arc::new(AtomicUsize::new(0)),
+                cpu,
                 stop: Some(stop),
                 thread: Some(thread),
             });
@@ -90,6 +110,11 @@ impl IoThreads {
 
     pub fn is_empty(&self) -> bool {
         self.threads.is_empty()
+    }
+
+    /// The CPU each thread is bound to, in thread order; empty when none is.
+    pub fn pinned_cpus(&self) -> Vec<usize> {
+        self.threads.iter().filter_map(|t| t.cpu).collect()
     }
 
     /// Give an accepted connection a thread: the one with the fewest open connections (the
@@ -150,6 +175,17 @@ impl IoThreads {
     }
 }
 
+/// The first `count` CPUs the calling thread may run on (its affinity mask, which taskset
+/// and cpusets narrow), or `None` when there are fewer or the mask cannot be read.
+fn cpus_for(count: usize) -> Option<Vec<usize>> {
+    let cpus: Vec<usize> = core_affinity::get_core_ids()?
+        .into_iter()
+        .map(|c| c.id)
+        .take(count)
+        .collect();
+    (cpus.len() == count).then_some(cpus)
+}
+
 impl Drop for IoThreads {
     fn drop(&mut self) {
         self.stop_all();
@@ -162,7 +198,7 @@ mod tests {
 
     #[test]
     fn connections_go_to_the_least_loaded_thread_and_come_back() {
-        let io = IoThreads::start(3, "test-io").unwrap();
+        let io = IoThreads::start(3, "test-io", false).unwrap();
         let pick = || io.pick().unwrap();
         let a = pick();
         let b = pick();
@@ -182,11 +218,14 @@ mod tests {
     #[test]
     fn one_thread_or_none_serves_on_the_callers_runtime() {
         for n in [0, 1] {
-            let io = IoThreads::start(n, "test-io").unwrap();
+            let io = IoThreads::start(n, "test-io", true).unwrap();
             assert!(io.is_empty());
             assert!(io.pick().is_none());
         }
-        assert_eq!(IoThreads::start(2, "test-io").unwrap().threads.len(), 2);
+        assert_eq!(
+            IoThreads::start(2, "test-io", false).unwrap().threads.len(),
+            2
+        );
     }
 
     /// Connections placed on two threads: each is served on its own thread, by a task of
@@ -194,7 +233,7 @@ mod tests {
     #[test]
     fn a_placed_connection_is_served_on_its_thread() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let io = IoThreads::start(2, "test-io").unwrap();
+        let io = IoThreads::start(2, "test-io", true).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -236,5 +275,52 @@ mod tests {
             assert_eq!(io.open_counts(), vec![0, 0]);
         });
         io.stop();
+    }
+
+    /// What each io thread's own affinity mask allows, asked on that thread.
+    fn cpus_seen_by(io: &IoThreads) -> Vec<Vec<usize>> {
+        io.threads
+            .iter()
+            .map(|t| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                t.handle.spawn(async move {
+                    let ids = core_affinity::get_core_ids().unwrap_or_default();
+                    let _ = tx.send(ids.into_iter().map(|c| c.id).collect::<Vec<_>>());
+                });
+                rx.recv().unwrap()
+            })
+            .collect()
+    }
+
+    /// Pinned, each thread may run on one CPU only, its own, in the order of the CPUs the
+    /// process may use; with more threads than CPUs, or unpinned, each may run on all of them.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn pinned_threads_run_on_one_cpu_each() {
+        let all: Vec<usize> = core_affinity::get_core_ids()
+            .unwrap()
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        assert!(!all.is_empty());
+        let n = all.len().clamp(2, 4);
+        let io = IoThreads::start(n, "test-io", true).unwrap();
+        if all.len() >= 2 {
+            let want: Vec<Vec<usize>> = all[..n].iter().map(|&c| vec![c]).collect();
+            assert_eq!(cpus_seen_by(&io), want);
+            assert_eq!(io.pinned_cpus(), all[..n].to_vec());
+        } else {
+            // One CPU: two threads cannot have one each.
+            assert_eq!(cpus_seen_by(&io), vec![all.clone(); n]);
+            assert!(io.pinned_cpus().is_empty());
+        }
+        io.stop();
+        let over = IoThreads::start(all.len() + 1, "test-io", true).unwrap();
+        assert_eq!(cpus_seen_by(&over), vec![all.clone(); all.len() + 1]);
+        assert!(over.pinned_cpus().is_empty());
+        over.stop();
+        let free = IoThreads::start(2, "test-io", false).unwrap();
+        assert_eq!(cpus_seen_by(&free), vec![all.clone(); 2]);
+        free.stop();
     }
 }

@@ -155,11 +155,19 @@ impl Server {
         let permits = Arc::new(Semaphore::new(app.config.max_connections));
         // One io thread: connections are served right here, on the accept loop's runtime.
         // More: each goes to its own thread (see `io_threads`).
-        let io =
-            IoThreads::start(app.config.io_thread_count(), "geoshard-io").unwrap_or_else(|e| {
-                tracing::error!(error = %e, "cannot start the io threads; serving on this one");
-                IoThreads::none()
-            });
+        let io = IoThreads::start(
+            app.config.io_thread_count(),
+            "geoshard-io",
+            app.config.pin_io_threads,
+        )
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cannot start the io threads; serving on this one");
+            IoThreads::none()
+        });
+        let pinned = io.pinned_cpus();
+        if !pinned.is_empty() {
+            tracing::info!(cpus = ?pinned, "io threads bound to CPUs");
+        }
         tokio::pin!(shutdown);
         loop {
             let permit = tokio::select! {
