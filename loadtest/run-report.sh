@@ -8,7 +8,8 @@
 # default 8), IO_THREADS (geoshard's io threads; default the core count, geoshard's own
 # default), CLIENT_THREADS (the load generator's threads for every run; default 1),
 # MORE_CLIENT_THREADS (pip-counties again at 64 and 256 connections with this many, for
-# every target; default 2, empty for none), SKIP_POSTGIS=1, PLACES=places-1m.
+# every target; default 2, empty for none), PIN (bind io threads to CPUs, geoshard's
+# pin_io_threads and the ceiling's --pin; default true), SKIP_POSTGIS=1, PLACES=places-1m.
 # The ceiling runs on IO_THREADS and on 1 io thread. With the client on the same cores, the
 # fastest split of the cores differs from server to server, so the report takes every target
 # at its fastest setup (io threads, client threads) and concurrency, by median.
@@ -21,6 +22,7 @@ IO_THREADS=${IO_THREADS:-$(nproc)}
 CLIENT_THREADS=${CLIENT_THREADS:-1}
 MORE_CLIENT_THREADS=${MORE_CLIENT_THREADS-2}
 PLACES=${PLACES:-places-1m}
+PIN=${PIN:-true}
 BIN=$ROOT/target/release
 LT=$BIN/geoshard-loadtest
 WORK=$(mktemp -d /tmp/geoshard-report.XXXX)
@@ -58,9 +60,9 @@ note "cargo build --release -p geoshard -p geoshard-loadtest"
 # geoshard on a fresh data directory.
 "$BIN/geoshard" user add --data-dir "$WORK/data" --name lt --password lt \
   --role rest-writer --role geo-data-services-writer --role rest-extension-user >/dev/null
-GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data" --listen $GS > "$WORK/geoshard.log" 2>&1 &
+GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_PIN_IO_THREADS=$PIN GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data" --listen $GS > "$WORK/geoshard.log" 2>&1 &
 GS_PID=$!
-note "GEOSHARD_IO_THREADS=$IO_THREADS geoshard serve --data-dir DIR --listen $GS"
+note "GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_PIN_IO_THREADS=$PIN geoshard serve --data-dir DIR --listen $GS"
 sleep 2
 for ds in counties countries "$PLACES"; do
   out=$("$LT" prepare --addr $GS --user lt --password lt --dataset "$ds" --server-pid $GS_PID)
@@ -75,9 +77,9 @@ for ds in counties countries "$PLACES"; do
 done
 
 # The ceiling on IO_THREADS io threads (BASE), and on one (BASE1) when that differs.
-"$LT" baseline --listen $BASE --threads "$IO_THREADS" > "$WORK/baseline.log" 2>&1 &
+"$LT" baseline --listen $BASE --threads "$IO_THREADS" --pin "$PIN" > "$WORK/baseline.log" 2>&1 &
 BASE_PID=$!
-note "geoshard-loadtest baseline --listen $BASE --threads $IO_THREADS"
+note "geoshard-loadtest baseline --listen $BASE --threads $IO_THREADS --pin $PIN"
 if [ "$IO_THREADS" != 1 ]; then
   "$LT" baseline --listen $BASE1 --threads 1 > "$WORK/baseline1.log" 2>&1 &
   BASE1_PID=$!
