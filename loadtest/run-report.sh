@@ -39,6 +39,12 @@ cleanup() {
   [ -n "${BASE_PID:-}" ] && kill "$BASE_PID" 2>/dev/null || true
   [ -n "${BASE1_PID:-}" ] && kill "$BASE1_PID" 2>/dev/null || true
   [ -z "${SKIP_POSTGIS:-}" ] && "$ROOT/loadtest/peers/postgis.sh" stop || true
+  # The work directory holds geoshard's whole data directory (about 340 MiB): removed once
+  # the report is written, kept for a look when the run failed.
+  if [ -n "${WRITTEN:-}" ]; then
+    [ -n "${GS_PID:-}" ] && wait "$GS_PID" 2>/dev/null || true
+    rm -rf "$WORK"
+  fi
 }
 trap cleanup EXIT
 
@@ -208,3 +214,4 @@ fi
 same_commit "before writing the report"
 "$LT" report --results "$RES" --name "$NAME" --dir "$ROOT/loadtest/reports" --commands "$CMDS" "${FIGURES[@]}"
 cp "$RES" "$ROOT/loadtest/reports/$NAME.results.jsonl"
+WRITTEN=1
