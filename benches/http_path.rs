@@ -44,8 +44,12 @@ fn put(uri: String, body: &serde_json::Value, collection: &str) -> Op {
     })
 }
 
+fn bench_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("geoshard-bench-http-{}", std::process::id()))
+}
+
 fn app() -> Arc<App> {
-    let dir = std::env::temp_dir().join(format!("geoshard-bench-http-{}", std::process::id()));
+    let dir = bench_dir();
     let _ = std::fs::remove_dir_all(&dir);
     let store = Store::open(&dir, StoreOptions::default()).unwrap();
     geoshard::security::put_user_offline(
@@ -292,6 +296,8 @@ fn http_path(c: &mut Criterion) {
         })
     });
     g.finish();
+    // The store's files stay open in `app` until the process ends; their names go now.
+    let _ = std::fs::remove_dir_all(bench_dir());
 }
 
 criterion_group!(benches, http_path);

@@ -7,8 +7,20 @@ use std::time::Duration;
 
 use geoshard_loadtest::{baseline, data, drive, load, report, run_http, workload};
 
-fn server() -> std::net::SocketAddr {
+/// A directory removed with its contents when dropped, the test failed or not.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The server's address, and its data directory's guard (a running server's open files stay
+/// readable after the names are removed).
+fn server() -> (std::net::SocketAddr, RemoveOnDrop) {
     let dir = std::env::temp_dir().join(format!("geoshard-smoke-{}", std::process::id()));
+    let guard = RemoveOnDrop(dir.clone());
     let _ = std::fs::remove_dir_all(&dir);
     {
         let store = geoshard::store::Store::open(&dir, Default::default()).unwrap();
@@ -45,12 +57,12 @@ fn server() -> std::net::SocketAddr {
         ))
         .unwrap();
     });
-    rx.recv_timeout(Duration::from_secs(120)).unwrap()
+    (rx.recv_timeout(Duration::from_secs(120)).unwrap(), guard)
 }
 
 #[test]
 fn smoke() {
-    let addr = server();
+    let (addr, _data) = server();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -155,6 +167,7 @@ fn smoke() {
     runs.push(record);
 
     let dir = std::env::temp_dir().join(format!("geoshard-smoke-report-{}", std::process::id()));
+    let _report = RemoveOnDrop(dir.clone());
     let ctx = report::Context::gather(
         "smoke",
         vec!["cargo test -p geoshard-loadtest".into()],

@@ -908,13 +908,29 @@ pub(crate) mod tests {
         store.shutdown_blocking();
     }
 
-    pub(crate) fn tempdir() -> PathBuf {
+    /// A fresh directory, removed with its contents when dropped.
+    pub(crate) fn tempdir() -> TempDir {
         let dir = std::env::temp_dir().join(format!(
             "geoshard-store-test-{}-{}",
             std::process::id(),
             uuid::Uuid::new_v4()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        dir
+        TempDir(dir)
+    }
+
+    pub(crate) struct TempDir(PathBuf);
+
+    impl std::ops::Deref for TempDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }

@@ -17,14 +17,49 @@ pub const READER: (&str, &str) = ("reader", "reader-pw");
 pub const GEO: (&str, &str) = ("geo", "geo-pw");
 pub const GEO_READER: (&str, &str) = ("georeader", "georeader-pw");
 
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
+/// A fresh directory under the system's temp dir, removed with everything in it when the
+/// guard is dropped (a test that fails leaves nothing behind either: unwinding drops it).
+pub fn temp_dir(tag: &str) -> TestDir {
+    let path = std::env::temp_dir().join(format!(
         "geoshard-it-{tag}-{}-{}",
         std::process::id(),
         uuid::Uuid::new_v4().simple()
     ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    std::fs::create_dir_all(&path).unwrap();
+    TestDir { path, remove: true }
+}
+
+/// A data directory; removed on drop when this test made it.
+pub struct TestDir {
+    path: PathBuf,
+    remove: bool,
+}
+
+impl TestDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TestDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
 }
 
 /// The users every test server has.
@@ -60,21 +95,23 @@ pub fn seed_users(dir: &Path) {
 pub struct TestServer {
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
+    /// The directory [`TestServer::start`] made, removed after the server stops.
+    dir: Option<TestDir>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl TestServer {
     pub fn start() -> TestServer {
-        let dir = temp_dir("srv");
-        seed_users(&dir);
-        TestServer::start_in(&dir, |_| {})
+        TestServer::start_with(|_| {})
     }
 
     pub fn start_with(configure: impl FnOnce(&mut Config)) -> TestServer {
         let dir = temp_dir("srv");
         seed_users(&dir);
-        TestServer::start_in(&dir, configure)
+        let mut srv = TestServer::start_in(&dir, configure);
+        srv.dir = Some(dir);
+        srv
     }
 
     /// Start on an existing data directory (for restart tests).
@@ -114,6 +151,7 @@ impl TestServer {
         TestServer {
             addr,
             data_dir: dir.to_path_buf(),
+            dir: None,
             stop: Some(stop_tx),
             thread: Some(thread),
         }
@@ -127,10 +165,14 @@ impl TestServer {
         Client::new(self.addr, Auth::None)
     }
 
-    /// Stop gracefully and wait until the store is closed.
-    pub fn stop(mut self) -> PathBuf {
+    /// Stop gracefully and wait until the store is closed. The data directory stays (for a
+    /// restart on it) as long as the returned guard lives.
+    pub fn stop(mut self) -> TestDir {
         self.shutdown();
-        self.data_dir.clone()
+        self.dir.take().unwrap_or_else(|| TestDir {
+            path: self.data_dir.clone(),
+            remove: false,
+        })
     }
 
     fn shutdown(&mut self) {
