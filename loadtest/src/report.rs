@@ -345,6 +345,16 @@ struct OpenPoint {
     busy: Option<f64>,
 }
 
+impl OpenPoint {
+    /// "medians of N runs: p50 …, p99 … (range …), p99.9 …, max …".
+    fn percentiles(&self) -> String {
+        format!(
+            "medians of {} runs: p50 {:.2} ms, p99 {:.2} ms (range {:.2}–{:.2}), p99.9 {:.2} ms, max {:.2} ms",
+            self.runs, self.p50, self.p99, self.p99_min, self.p99_max, self.p999, self.max
+        )
+    }
+}
+
 /// Cores a run kept busy: the server's and the load generator's CPU time a request, times
 /// the requests a second. `None` when either CPU figure is missing.
 fn busy_cores(r: &RunRecord) -> Option<f64> {
@@ -353,11 +363,23 @@ fn busy_cores(r: &RunRecord) -> Option<f64> {
 }
 
 fn open_points(runs: &[RunRecord], target: &str, workload: &str) -> Vec<OpenPoint> {
+    open_points_in(runs, target, workload, None)
+}
+
+/// [`open_points`] of the runs in one setup, when given.
+fn open_points_in(
+    runs: &[RunRecord],
+    target: &str,
+    workload: &str,
+    setup: Option<Setup>,
+) -> Vec<OpenPoint> {
     let mut groups: BTreeMap<u64, Vec<&RunRecord>> = BTreeMap::new();
-    for r in runs
-        .iter()
-        .filter(|r| r.target == target && r.mode == "open" && r.workload == workload)
-    {
+    for r in runs.iter().filter(|r| {
+        r.target == target
+            && r.mode == "open"
+            && r.workload == workload
+            && setup.is_none_or(|s| setup_of(r) == s)
+    }) {
         let offered = r.offered.unwrap_or(0.0).round() as u64;
         groups.entry(offered).or_default().push(r);
     }
@@ -395,6 +417,41 @@ fn open_points(runs: &[RunRecord], target: &str, workload: &str) -> Vec<OpenPoin
         .collect()
 }
 
+/// The ceiling at 70% of its own closed-loop peak, open loop, in the setup of that peak (the
+/// same bar geoshard is held to), when the run measured it: empty otherwise.
+fn ceiling_at_own_peak(runs: &[RunRecord], workload: &str) -> String {
+    let Some(peak) = best(runs, "baseline", workload) else {
+        return String::new();
+    };
+    let due = 0.7 * peak.median;
+    let near = open_points_in(runs, "baseline", workload, Some(peak.setup))
+        .into_iter()
+        .filter(|p| (p.offered - due).abs() <= 0.01 * due)
+        .min_by(|a, b| (a.offered - due).abs().total_cmp(&(b.offered - due).abs()));
+    let Some(p) = near else {
+        return String::new();
+    };
+    format!(
+        " The HTTP ceiling at {:.0} requests/s offered, {:.0}% of its own closed-loop median peak {} (these runs on{}), {}{}.",
+        p.offered,
+        100.0 * p.offered / peak.median,
+        fmt_k(peak.median),
+        setup_text(peak.setup).get(1..).unwrap_or(" its best setup"),
+        p.percentiles(),
+        p.busy
+            .map(|b| format!(", {b:.2} busy cores"))
+            .unwrap_or_default()
+    )
+}
+
+/// The ceiling's open-loop points to set beside geoshard's: those in the setup all of
+/// geoshard's open-loop runs had (the ceiling's runs at its own peak may be in another).
+fn ceiling_beside(runs: &[RunRecord], geoshard: &[OpenPoint], workload: &str) -> Vec<OpenPoint> {
+    let first = geoshard.first().and_then(|p| p.setup);
+    let same = first.filter(|s| geoshard.iter().all(|p| p.setup == Some(*s)));
+    open_points_in(runs, "baseline", workload, same)
+}
+
 /// The open-loop medians of geoshard and the ceiling by offered load, with the cores both
 /// processes kept busy: on a machine the server shares with its load generator, the tail
 /// follows how busy the whole machine is, and rows where the two keep it equally busy compare
@@ -430,7 +487,7 @@ fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<bool
     // geoshard's percentiles (medians over the repetitions), and the ceiling server's at the
     // same offered loads: the floor this machine and client put under any server's latency.
     let open = open_points(runs, "geoshard", workload);
-    let ceiling = open_points(runs, "baseline", workload);
+    let ceiling = ceiling_beside(runs, &open, workload);
     if open.is_empty() {
         return Ok(false);
     }
@@ -630,7 +687,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
         });
         if let Some(p) = near {
             md.push_str(&format!(
-                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}{}), medians of {} runs: p50 {:.2} ms, p99 {:.2} ms (range {:.2}–{:.2}), p99.9 {:.2} ms, max {:.2} ms (latency from each request's due time).",
+                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}{}), {} (latency from each request's due time).",
                 p.offered,
                 100.0 * p.offered / peak,
                 fmt_k(peak),
@@ -639,22 +696,17 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
                     .filter(|t| !t.is_empty())
                     .map(|t| format!("; these runs on {}", &t[2..]))
                     .unwrap_or_default(),
-                p.runs,
-                p.p50,
-                p.p99,
-                p.p99_min,
-                p.p99_max,
-                p.p999,
-                p.max
+                p.percentiles()
             ));
             // The same offered load on the ceiling server: what the client and machine add.
-            let ceiling = open_points(runs, "baseline", "pip-counties");
+            let ceiling = ceiling_beside(runs, &open, "pip-counties");
             if let Some(b) = ceiling.iter().find(|b| b.offered == p.offered) {
                 md.push_str(&format!(
-                    " The HTTP ceiling server at the same offered load, medians of {} runs: p50 {:.2} ms, p99 {:.2} ms (range {:.2}–{:.2}), p99.9 {:.2} ms, max {:.2} ms.",
-                    b.runs, b.p50, b.p99, b.p99_min, b.p99_max, b.p999, b.max
+                    " The HTTP ceiling server at the same offered load, {}.",
+                    b.percentiles()
                 ));
             }
+            md.push_str(&ceiling_at_own_peak(runs, "pip-counties"));
             md.push('\n');
             md.push_str(&open_table(&open, &ceiling, ctx.cores));
         }
@@ -869,6 +921,58 @@ mod tests {
             ),
             "{table}"
         );
+    }
+
+    /// The ceiling at 70% of its own peak is reported in the setup of that peak, and only
+    /// runs in geoshard's open-loop setup stand beside geoshard's in the table.
+    #[test]
+    fn the_ceiling_is_held_to_its_own_peak_too() {
+        let rec = |target: &str,
+                   mode: &str,
+                   io: usize,
+                   ct: usize,
+                   offered: Option<f64>,
+                   thr: f64,
+                   p99_ms: u64| RunRecord {
+            target: target.into(),
+            workload: "pip-counties".into(),
+            mode: mode.into(),
+            connections: if mode == "open" { 256 } else { 64 },
+            offered,
+            throughput: thr,
+            p50_us: 400,
+            p99_us: p99_ms * 1000,
+            server_cpu_us_per_request: Some(10.0),
+            client_cpu_us_per_request: Some(10.0),
+            server_threads: Some(io),
+            client_threads: Some(ct),
+            ..Default::default()
+        };
+        let mut runs = vec![
+            rec("baseline", "closed", 1, 1, None, 100_000.0, 1),
+            rec("baseline", "closed", 2, 2, None, 90_000.0, 1),
+            rec("geoshard", "closed", 2, 2, None, 60_000.0, 1),
+            rec("geoshard", "open", 2, 2, Some(42_000.0), 42_000.0, 4),
+            rec("baseline", "open", 2, 2, Some(42_000.0), 42_000.0, 2),
+        ];
+        assert_eq!(ceiling_at_own_peak(&runs, "pip-counties"), "");
+        for p99 in [9, 7, 20] {
+            runs.push(rec("baseline", "open", 1, 1, Some(70_000.0), 70_000.0, p99));
+        }
+        assert_eq!(
+            ceiling_at_own_peak(&runs, "pip-counties"),
+            " The HTTP ceiling at 70000 requests/s offered, 70% of its own closed-loop median peak 100.0k (these runs on 1 io thread, 1 client thread), medians of 3 runs: p50 0.40 ms, p99 9.00 ms (range 7.00–20.00), p99.9 0.00 ms, max 0.00 ms, 1.40 busy cores."
+        );
+        let open = open_points(&runs, "geoshard", "pip-counties");
+        let beside = ceiling_beside(&runs, &open, "pip-counties");
+        assert_eq!(beside.len(), 1);
+        assert_eq!(beside[0].offered, 42_000.0);
+        let table = open_table(&open, &beside, 2);
+        assert!(!table.contains("| 70000 |"), "{table}");
+        // Runs at another rate than 70% of the peak are not taken for it.
+        runs.retain(|r| r.offered != Some(70_000.0));
+        runs.push(rec("baseline", "open", 1, 1, Some(60_000.0), 60_000.0, 3));
+        assert_eq!(ceiling_at_own_peak(&runs, "pip-counties"), "");
     }
 
     /// Records from before the client threads were kept read as they did: one setup.
