@@ -60,6 +60,10 @@ pub struct RunRecord {
     /// This load generator's threads (`--threads`); `None` in records from before it was kept.
     #[serde(default)]
     pub client_threads: Option<usize>,
+    /// Whether this load generator ran under SCHED_BATCH (`sched`); `None` in records from
+    /// before it was kept.
+    #[serde(default)]
+    pub client_sched_batch: Option<bool>,
     pub note: Option<String>,
 }
 
@@ -72,6 +76,8 @@ pub struct Spec {
     pub rate: Option<f64>,
     /// The server's process, for its CPU time in the measured window.
     pub server_pid: Option<u32>,
+    /// Open loop: the pacer's shortest wait between two releases.
+    pub step: Duration,
 }
 
 /// What answers a query: an HTTP connection or a PostgreSQL connection.
@@ -230,7 +236,7 @@ pub async fn drive(
     let pacer = match spec.rate {
         Some(rate) => {
             let total = ((measure_to - start).as_secs_f64() * rate) as u64 + 1;
-            Some(Arc::new(Pacer::start(start, rate, total)?))
+            Some(Arc::new(Pacer::start(start, rate, total, spec.step)?))
         }
         None => None,
     };
@@ -370,6 +376,7 @@ pub async fn drive(
         client_cpu_us_per_request: per_request(client_cpu),
         server_threads: None,
         client_threads: None,
+        client_sched_batch: None,
         note: None,
     };
     Ok((record, first))

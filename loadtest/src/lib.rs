@@ -9,6 +9,7 @@
 //! - [`postgis`]: the PostGIS peer.
 //! - [`report`]: Markdown, JSON and SVG.
 //! - [`client`]: one keep-alive connection with Digest.
+//! - [`sched`]: the load generator's scheduling policy (`SCHED_BATCH`).
 
 pub mod baseline;
 pub mod client;
@@ -18,6 +19,7 @@ pub mod load;
 pub mod pace;
 pub mod postgis;
 pub mod report;
+pub mod sched;
 pub mod workload;
 
 /// Run one workload against an HTTP target and return its record (the `run` subcommand's

@@ -8,7 +8,7 @@
 //! - `report`: results to `reports/<name>.md` with charts.
 //! - `put`: sustained durable PUTs (optionally through an input flow).
 
-use geoshard_loadtest::{baseline, client, data, drive, load, postgis, report, workload};
+use geoshard_loadtest::{baseline, client, data, drive, load, postgis, report, sched, workload};
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -163,6 +163,9 @@ struct RunArgs {
     /// Open loop at this many requests per second (default: closed loop).
     #[arg(long)]
     rate: Option<f64>,
+    /// Open loop: the pacer's shortest wait between two releases, in microseconds.
+    #[arg(long, default_value_t = geoshard_loadtest::pace::STEP.as_micros() as u64)]
+    release_step_us: u64,
     /// Distinct queries, cycled.
     #[arg(long, default_value_t = 20_000)]
     queries: usize,
@@ -175,6 +178,10 @@ struct RunArgs {
     /// Load-generator threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Run the load generator under SCHED_BATCH, so that it never preempts the server it
+    /// shares the machine with (see `sched`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    sched_batch: bool,
     /// Append the result here (JSON lines).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -372,7 +379,12 @@ fn run(args: RunArgs) -> Result<(), BoxError> {
         duration: Duration::from_secs_f64(args.duration),
         rate: args.rate,
         server_pid: args.server_pid,
+        step: Duration::from_micros(args.release_step_us),
     };
+    if args.sched_batch {
+        // Before the runtime and the pacer start: their threads inherit it.
+        sched::batch_this_thread().map_err(|e| format!("SCHED_BATCH: {e}"))?;
+    }
     let rt = runtime(args.threads)?;
     let (mut record, mismatch) = rt.block_on(async {
         let senders = match args.target.as_str() {
@@ -414,6 +426,7 @@ fn run(args: RunArgs) -> Result<(), BoxError> {
     record.server_rss_bytes = args.server_pid.and_then(drive::rss_of);
     record.server_threads = args.server_threads;
     record.client_threads = Some(args.threads);
+    record.client_sched_batch = Some(args.sched_batch);
     record.note = (!args.geometry).then(|| "returnGeometry 0".to_string());
     let line = serde_json::to_string(&record)?;
     println!("{line}");

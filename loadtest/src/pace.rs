@@ -36,13 +36,13 @@ pub struct Pacer {
 
 impl Pacer {
     /// Release requests `0..total` at `rate` per second from `start`.
-    pub fn start(start: Instant, rate: f64, total: u64) -> std::io::Result<Pacer> {
+    pub fn start(start: Instant, rate: f64, total: u64, step: Duration) -> std::io::Result<Pacer> {
         let permits = Arc::new(Semaphore::new(0));
         let thread = {
             let permits = permits.clone();
             std::thread::Builder::new()
                 .name("lt-pacer".into())
-                .spawn(move || release(start, rate, total, &permits))?
+                .spawn(move || release(start, rate, total, step, &permits))?
         };
         Ok(Pacer {
             start,
@@ -90,7 +90,7 @@ fn due(start: Instant, rate: f64, i: u64) -> Instant {
     start + Duration::from_secs_f64(i as f64 / rate)
 }
 
-fn release(start: Instant, rate: f64, total: u64, permits: &Semaphore) {
+fn release(start: Instant, rate: f64, total: u64, step: Duration, permits: &Semaphore) {
     let mut released = 0u64;
     while released < total && !permits.is_closed() {
         let now = Instant::now();
@@ -105,7 +105,7 @@ fn release(start: Instant, rate: f64, total: u64, permits: &Semaphore) {
         }
         let next = due(start, rate, released);
         // Parked rather than slept, so that close() ends the wait at once.
-        std::thread::park_timeout(next.saturating_duration_since(Instant::now()).max(STEP));
+        std::thread::park_timeout(next.saturating_duration_since(Instant::now()).max(step));
     }
 }
 
@@ -125,7 +125,7 @@ mod tests {
         let rate = 20_000.0;
         let total = 6_000; // 300 ms
         let start = Instant::now() + Duration::from_millis(20);
-        let pacer = Arc::new(Pacer::start(start, rate, total).unwrap());
+        let pacer = Arc::new(Pacer::start(start, rate, total, STEP).unwrap());
         let next = Arc::new(AtomicU64::new(0));
         let lateness = rt.block_on(async {
             let mut tasks = Vec::new();
@@ -165,7 +165,8 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let pacer = Pacer::start(Instant::now() + Duration::from_secs(3600), 1.0, 10).unwrap();
+        let pacer =
+            Pacer::start(Instant::now() + Duration::from_secs(3600), 1.0, 10, STEP).unwrap();
         pacer.close();
         assert!(!rt.block_on(pacer.ready()));
     }

@@ -332,6 +332,8 @@ struct OpenPoint {
     offered: f64,
     /// The setup of the runs, when they all had one.
     setup: Option<Setup>,
+    /// The connections of the runs, when they all had the same.
+    connections: Option<usize>,
     runs: usize,
     p50: f64,
     p90: f64,
@@ -346,6 +348,13 @@ struct OpenPoint {
 }
 
 impl OpenPoint {
+    /// ", N connections" when the runs all had the same, else nothing.
+    fn connections_text(&self) -> String {
+        self.connections
+            .map(|c| format!(", {c} connections"))
+            .unwrap_or_default()
+    }
+
     /// "medians of N runs: p50 …, p99 … (range …), p99.9 …, max …".
     fn percentiles(&self) -> String {
         format!(
@@ -393,9 +402,11 @@ fn open_points_in(
             };
             let p99 = ms(|r| r.p99_us);
             let setup = setup_of(rs[0]);
+            let conns = rs[0].connections;
             OpenPoint {
                 offered: offered as f64,
                 setup: rs.iter().all(|r| setup_of(r) == setup).then_some(setup),
+                connections: rs.iter().all(|r| r.connections == conns).then_some(conns),
                 runs: rs.len(),
                 p50: median(&ms(|r| r.p50_us)),
                 p90: median(&ms(|r| r.p90_us)),
@@ -432,16 +443,37 @@ fn ceiling_at_own_peak(runs: &[RunRecord], workload: &str) -> String {
         return String::new();
     };
     format!(
-        " The HTTP ceiling at {:.0} requests/s offered, {:.0}% of its own closed-loop median peak {} (these runs on{}), {}{}.",
+        " The HTTP ceiling at {:.0} requests/s offered, {:.0}% of its own closed-loop median peak {} (these runs on{}{}), {}{}.",
         p.offered,
         100.0 * p.offered / peak.median,
         fmt_k(peak.median),
         setup_text(peak.setup).get(1..).unwrap_or(" its best setup"),
+        p.connections_text(),
         p.percentiles(),
         p.busy
             .map(|b| format!(", {b:.2} busy cores"))
             .unwrap_or_default()
     )
+}
+
+/// How the load generator was scheduled, as its runs recorded it: a sentence, or nothing when
+/// no run recorded it.
+fn client_policy(runs: &[RunRecord]) -> String {
+    let recorded: Vec<bool> = runs.iter().filter_map(|r| r.client_sched_batch).collect();
+    let batch = recorded.iter().filter(|b| **b).count();
+    let what = "under SCHED_BATCH, so that it never preempts the server it shares the cores with when it wakes (a real client takes nothing from the server's cores)";
+    if recorded.is_empty() {
+        String::new()
+    } else if batch == runs.len() {
+        format!(" The load generator ran {what}, in every run and for every target alike.")
+    } else if batch == 0 {
+        " The load generator ran under the default scheduling policy.".into()
+    } else {
+        format!(
+            " The load generator ran {what} in {batch} of the {} runs, under the default policy in the others.",
+            runs.len()
+        )
+    }
 }
 
 /// The ceiling's open-loop points to set beside geoshard's: those in the setup all of
@@ -687,7 +719,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
         });
         if let Some(p) = near {
             md.push_str(&format!(
-                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}{}), {} (latency from each request's due time).",
+                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}{}{}), {} (latency from each request's due time).",
                 p.offered,
                 100.0 * p.offered / peak,
                 fmt_k(peak),
@@ -696,6 +728,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
                     .filter(|t| !t.is_empty())
                     .map(|t| format!("; these runs on {}", &t[2..]))
                     .unwrap_or_default(),
+                p.connections_text(),
                 p.percentiles()
             ));
             // The same offered load on the ceiling server: what the client and machine add.
@@ -711,7 +744,9 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
             md.push_str(&open_table(&open, &ceiling, ctx.cores));
         }
     }
-    md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code. It serves its connections on geoshard's own io threads (`geoshard::http::io_threads`).\n\n");
+    md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code. It serves its connections on geoshard's own io threads (`geoshard::http::io_threads`).");
+    md.push_str(&client_policy(runs));
+    md.push_str("\n\n");
     if !ctx.extra.is_empty() {
         md.push_str("## Other figures\n\n");
         for (k, v) in &ctx.extra {
@@ -961,7 +996,7 @@ mod tests {
         }
         assert_eq!(
             ceiling_at_own_peak(&runs, "pip-counties"),
-            " The HTTP ceiling at 70000 requests/s offered, 70% of its own closed-loop median peak 100.0k (these runs on 1 io thread, 1 client thread), medians of 3 runs: p50 0.40 ms, p99 9.00 ms (range 7.00–20.00), p99.9 0.00 ms, max 0.00 ms, 1.40 busy cores."
+            " The HTTP ceiling at 70000 requests/s offered, 70% of its own closed-loop median peak 100.0k (these runs on 1 io thread, 1 client thread, 256 connections), medians of 3 runs: p50 0.40 ms, p99 9.00 ms (range 7.00–20.00), p99.9 0.00 ms, max 0.00 ms, 1.40 busy cores."
         );
         let open = open_points(&runs, "geoshard", "pip-counties");
         let beside = ceiling_beside(&runs, &open, "pip-counties");
@@ -985,6 +1020,28 @@ mod tests {
         assert_eq!(
             (b.median, setup_text(b.setup)),
             (5000.0, ", 2 io threads".to_string())
+        );
+    }
+
+    /// The policy sentence says what the runs recorded: all, some, none, or nothing recorded.
+    #[test]
+    fn client_policy_follows_the_records() {
+        let run = |batch: Option<bool>| RunRecord {
+            client_sched_batch: batch,
+            ..Default::default()
+        };
+        assert_eq!(client_policy(&[run(None), run(None)]), "");
+        let all = client_policy(&[run(Some(true)), run(Some(true))]);
+        assert!(all.contains("under SCHED_BATCH"), "{all}");
+        assert!(
+            all.ends_with("in every run and for every target alike."),
+            "{all}"
+        );
+        let some = client_policy(&[run(Some(true)), run(Some(false)), run(None)]);
+        assert!(some.contains("in 1 of the 3 runs"), "{some}");
+        assert_eq!(
+            client_policy(&[run(Some(false))]),
+            " The load generator ran under the default scheduling policy."
         );
     }
 }

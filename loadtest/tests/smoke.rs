@@ -84,6 +84,7 @@ fn smoke() {
         rate,
         // The server runs in this process: its CPU time is the whole process's.
         server_pid: Some(std::process::id()),
+        step: geoshard_loadtest::pace::STEP,
     };
     let mut runs = Vec::new();
     for (wl, ds, rate) in [
