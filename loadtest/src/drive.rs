@@ -406,16 +406,20 @@ pub fn cpu_us_of(pid: u32) -> Option<u64> {
     cpu_us_in(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// `utime + stime` of a `/proc/PID/stat` line, in microseconds. The command name in
-/// parentheses may hold spaces and parentheses itself, so fields are counted from the last
-/// `)`. Times are in USER_HZ ticks, which Linux fixes at 100 a second in /proc.
+/// `utime + stime` (fields 14 and 15) of a `/proc/PID/stat` line, in microseconds. Times are
+/// in USER_HZ ticks, which Linux fixes at 100 a second in /proc.
 fn cpu_us_in(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After the name: state is field 3, utime field 14, stime field 15.
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
+    let utime: u64 = stat_field(stat, 14)?.parse().ok()?;
+    let stime: u64 = stat_field(stat, 15)?.parse().ok()?;
     Some((utime + stime) * 10_000)
+}
+
+/// Field `n` (numbered as in proc(5), from 3, the state) of a `/proc/…/stat` line. The command
+/// name in parentheses may hold spaces and parentheses itself, so fields are counted from the
+/// last `)`.
+pub(crate) fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(n.checked_sub(3)?)
 }
 
 /// Resident set size of a process, from /proc.

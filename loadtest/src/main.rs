@@ -163,8 +163,10 @@ struct RunArgs {
     /// Open loop at this many requests per second (default: closed loop).
     #[arg(long)]
     rate: Option<f64>,
-    /// Open loop: the pacer's shortest wait between two releases, in microseconds.
-    #[arg(long, default_value_t = geoshard_loadtest::pace::STEP.as_micros() as u64)]
+    /// Open loop: the pacer's shortest wait between two releases, in microseconds (at least 1:
+    /// at 0 the pacer thread would spin).
+    #[arg(long, default_value_t = geoshard_loadtest::pace::STEP.as_micros() as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
     release_step_us: u64,
     /// Distinct queries, cycled.
     #[arg(long, default_value_t = 20_000)]

@@ -459,18 +459,18 @@ fn ceiling_at_own_peak(runs: &[RunRecord], workload: &str) -> String {
 /// How the load generator was scheduled, as its runs recorded it: a sentence, or nothing when
 /// no run recorded it.
 fn client_policy(runs: &[RunRecord]) -> String {
-    let recorded: Vec<bool> = runs.iter().filter_map(|r| r.client_sched_batch).collect();
-    let batch = recorded.iter().filter(|b| **b).count();
+    let count = |want: Option<bool>| runs.iter().filter(|r| r.client_sched_batch == want).count();
+    let (batch, plain, unknown) = (count(Some(true)), count(Some(false)), count(None));
     let what = "under SCHED_BATCH, so that it never preempts the server it shares the cores with when it wakes (a real client takes nothing from the server's cores)";
-    if recorded.is_empty() {
+    if unknown == runs.len() {
         String::new()
     } else if batch == runs.len() {
         format!(" The load generator ran {what}, in every run and for every target alike.")
-    } else if batch == 0 {
+    } else if plain == runs.len() {
         " The load generator ran under the default scheduling policy.".into()
     } else {
         format!(
-            " The load generator ran {what} in {batch} of the {} runs, under the default policy in the others.",
+            " The load generator ran {what} in {batch} of the {} runs (the default policy in {plain}, not recorded in {unknown}).",
             runs.len()
         )
     }
@@ -1045,6 +1045,13 @@ mod tests {
         );
         let some = client_policy(&[run(Some(true)), run(Some(false)), run(None)]);
         assert!(some.contains("in 1 of the 3 runs"), "{some}");
+        assert!(
+            some.ends_with("(the default policy in 1, not recorded in 1)."),
+            "{some}"
+        );
+        // Unrecorded runs are not taken for the default policy.
+        let partly = client_policy(&[run(Some(false)), run(None)]);
+        assert!(partly.contains("in 0 of the 2 runs"), "{partly}");
         assert_eq!(
             client_policy(&[run(Some(false))]),
             " The load generator ran under the default scheduling policy."

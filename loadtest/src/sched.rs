@@ -42,12 +42,9 @@ pub fn policy_of_this_thread() -> Option<u32> {
     policy_in(&std::fs::read_to_string("/proc/thread-self/stat").ok()?)
 }
 
-/// Field 41 of a `/proc/…/stat` line, counted from after the last `)` (the command name in
-/// parentheses may hold spaces and parentheses).
+/// Field 41 of a `/proc/…/stat` line.
 fn policy_in(stat: &str) -> Option<u32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After the name, state is field 3: field 41 is the 39th.
-    rest.split_whitespace().nth(38)?.parse().ok()
+    crate::drive::stat_field(stat, 41)?.parse().ok()
 }
 
 #[cfg(test)]
