@@ -11,9 +11,10 @@
 # every target; default 2, empty for none), PIN (bind io threads to CPUs, geoshard's
 # pin_io_threads and the ceiling's --pin; default true), OPEN_CONNS (connections of the
 # open-loop runs, every target; default 64), SKIP_POSTGIS=1, PLACES=places-1m.
-# The ceiling runs on IO_THREADS and on 1 io thread. With the client on the same cores, the
-# fastest split of the cores differs from server to server, so the report takes every target
-# at its fastest setup (io threads, client threads) and concurrency, by median.
+# The ceiling and geoshard (pip-counties, on a second server with the counties only) run on
+# IO_THREADS and on 1 io thread. With the client on the same cores, the fastest split of the
+# cores differs from server to server and from one concurrency to another, so the report takes
+# every target at its fastest setup (io threads, client threads) and concurrency, by median.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NAME=${1:-$(date -u +%Y-%m-%d)}
@@ -34,6 +35,7 @@ WORK=$(mktemp -d /tmp/geoshard-report.XXXX)
 RES=$WORK/results.jsonl
 CMDS=$WORK/commands.txt
 GS=127.0.0.1:18011
+GS1=127.0.0.1:18012
 BASE=127.0.0.1:18090
 BASE1=127.0.0.1:18091
 FIGURES=()
@@ -41,6 +43,7 @@ FIGURES=()
 note() { echo "$*" >> "$CMDS"; }
 cleanup() {
   [ -n "${GS_PID:-}" ] && kill "$GS_PID" 2>/dev/null || true
+  [ -n "${GS1_PID:-}" ] && kill "$GS1_PID" 2>/dev/null || true
   [ -n "${BASE_PID:-}" ] && kill "$BASE_PID" 2>/dev/null || true
   [ -n "${BASE1_PID:-}" ] && kill "$BASE1_PID" 2>/dev/null || true
   [ -z "${SKIP_POSTGIS:-}" ] && "$ROOT/loadtest/peers/postgis.sh" stop || true
@@ -48,6 +51,7 @@ cleanup() {
   # the report is written, kept for a look when the run failed.
   if [ -n "${WRITTEN:-}" ]; then
     [ -n "${GS_PID:-}" ] && wait "$GS_PID" 2>/dev/null || true
+    [ -n "${GS1_PID:-}" ] && wait "$GS1_PID" 2>/dev/null || true
     rm -rf "$WORK"
   fi
 }
@@ -87,6 +91,19 @@ for ds in counties countries "$PLACES"; do
   esac
 done
 
+# geoshard on one io thread too, when IO_THREADS is more (its own data directory: the store
+# is one process's), with the counties for pip-counties.
+if [ "$IO_THREADS" != 1 ]; then
+  "$BIN/geoshard" user add --data-dir "$WORK/data1" --name lt --password lt \
+    --role rest-writer --role geo-data-services-writer --role rest-extension-user >/dev/null
+  GEOSHARD_IO_THREADS=1 GEOSHARD_PIN_IO_THREADS=$PIN GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data1" --listen $GS1 > "$WORK/geoshard1.log" 2>&1 &
+  GS1_PID=$!
+  note "GEOSHARD_IO_THREADS=1 GEOSHARD_PIN_IO_THREADS=$PIN geoshard serve --data-dir DIR1 --listen $GS1"
+  sleep 2
+  "$LT" prepare --addr $GS1 --user lt --password lt --dataset counties --server-pid $GS1_PID
+  note "geoshard-loadtest prepare --addr $GS1 --user lt --password lt --dataset counties --server-pid PID1"
+fi
+
 # The ceiling on IO_THREADS io threads (BASE), and on one (BASE1) when that differs.
 "$LT" baseline --listen $BASE --threads "$IO_THREADS" --pin "$PIN" > "$WORK/baseline.log" 2>&1 &
 BASE_PID=$!
@@ -110,6 +127,7 @@ run() { # target workload conns [extra]; the client's threads are CT, else CLIEN
   set -- --threads "${CT:-$CLIENT_THREADS}" "$@"
   case $target in
     geoshard) "$LT" run --target geoshard --addr $GS --user lt --password lt --workload "$wl" --connections "$c" --server-pid $GS_PID --server-threads "$IO_THREADS" $COMMON "$@" >/dev/null ;;
+    geoshard1) "$LT" run --target geoshard --addr $GS1 --user lt --password lt --workload "$wl" --connections "$c" --server-pid $GS1_PID --server-threads 1 $COMMON "$@" >/dev/null ;;
     baseline) "$LT" run --target baseline --addr $BASE --workload "$wl" --connections "$c" --server-pid $BASE_PID --server-threads "$IO_THREADS" $COMMON "$@" >/dev/null ;;
     baseline1) "$LT" run --target baseline --addr $BASE1 --workload "$wl" --connections "$c" --server-pid $BASE1_PID --server-threads 1 $COMMON "$@" >/dev/null ;;
     postgis) [ -n "${SKIP_POSTGIS:-}" ] || "$ROOT/loadtest/peers/postgis.sh" run "$wl" "$c" $COMMON "$@" >/dev/null ;;
@@ -122,11 +140,13 @@ for r in $(seq "$REPEAT"); do
   for c in 1 4 16 64 256; do
     for t in geoshard baseline postgis; do run $t pip-counties $c; done
     [ -z "${BASE1_PID:-}" ] || run baseline1 pip-counties $c
+    [ -z "${GS1_PID:-}" ] || run geoshard1 pip-counties $c
   done
   for ct in $MORE_CLIENT_THREADS; do
     for c in 64 256; do
       for t in geoshard baseline postgis; do CT=$ct run $t pip-counties $c; done
       [ -z "${BASE1_PID:-}" ] || CT=$ct run baseline1 pip-counties $c
+      [ -z "${GS1_PID:-}" ] || CT=$ct run geoshard1 pip-counties $c
     done
   done
   if [ -z "${SKIP_POSTGIS:-}" ]; then
@@ -148,18 +168,30 @@ for r in $(seq "$REPEAT"); do
   done
 done
 
-# Latency against offered load (open loop), from geoshard's peak as the report takes it (its
-# fastest setup and concurrency by median), with that setup's client threads; repeated too:
-# the tail on a shared machine swings from run to run.
+# Latency against offered load (open loop), at shares of geoshard's peak as the report takes
+# it (its fastest setup and concurrency by median), on IO_THREADS io threads with the client
+# threads of their fastest setup; at 70%, on one io thread too, with its own. Repeated: the
+# tail on a shared machine swings from run to run.
+field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'] or '')"; }
 PEAK_JSON=$("$LT" peak --results "$RES" --target geoshard --workload pip-counties)
 PEAK=$(echo "$PEAK_JSON" | python3 -c "import json,sys; print(int(json.load(sys.stdin)['throughput']))")
-PEAK_CT=$(echo "$PEAK_JSON" | python3 -c "import json,sys; print(json.load(sys.stdin)['client_threads'] or '')")
 note "geoshard-loadtest peak --results RESULTS: $PEAK_JSON"
+SWEEP_JSON=$("$LT" peak --results "$RES" --target geoshard --workload pip-counties --server-threads "$IO_THREADS")
+SWEEP_CT=$(echo "$SWEEP_JSON" | field client_threads)
+note "geoshard-loadtest peak --results RESULTS --server-threads $IO_THREADS: $SWEEP_JSON"
+if [ -n "${GS1_PID:-}" ]; then
+  ONE_JSON=$("$LT" peak --results "$RES" --target geoshard --workload pip-counties --server-threads 1)
+  ONE_CT=$(echo "$ONE_JSON" | field client_threads)
+  note "geoshard-loadtest peak --results RESULTS --server-threads 1: $ONE_JSON"
+fi
 for r in $(seq "$REPEAT"); do
   for pct in 10 30 50 60 70 80 90; do
     rate=$(( PEAK * pct / 100 ))
-    CT=$PEAK_CT run geoshard pip-counties "$OPEN_CONNS" --rate "$rate"
-    CT=$PEAK_CT run baseline pip-counties "$OPEN_CONNS" --rate "$rate"
+    CT=$SWEEP_CT run geoshard pip-counties "$OPEN_CONNS" --rate "$rate"
+    CT=$SWEEP_CT run baseline pip-counties "$OPEN_CONNS" --rate "$rate"
+    if [ "$pct" = 70 ] && [ -n "${GS1_PID:-}" ]; then
+      CT=$ONE_CT run geoshard1 pip-counties "$OPEN_CONNS" --rate "$rate"
+    fi
   done
 done
 
@@ -167,8 +199,8 @@ done
 # of that peak (the report sets it beside geoshard's figure).
 CEIL_JSON=$("$LT" peak --results "$RES" --target baseline --workload pip-counties)
 CEIL=$(echo "$CEIL_JSON" | python3 -c "import json,sys; print(int(json.load(sys.stdin)['throughput']))")
-CEIL_IO=$(echo "$CEIL_JSON" | python3 -c "import json,sys; print(json.load(sys.stdin)['server_threads'] or '')")
-CEIL_CT=$(echo "$CEIL_JSON" | python3 -c "import json,sys; print(json.load(sys.stdin)['client_threads'] or '')")
+CEIL_IO=$(echo "$CEIL_JSON" | field server_threads)
+CEIL_CT=$(echo "$CEIL_JSON" | field client_threads)
 note "geoshard-loadtest peak --results RESULTS --target baseline: $CEIL_JSON"
 if [ "$CEIL_IO" = 1 ] && [ -n "${BASE1_PID:-}" ]; then CEIL_TARGET=baseline1; else CEIL_TARGET=baseline; fi
 for r in $(seq "$REPEAT"); do

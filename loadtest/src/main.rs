@@ -105,6 +105,9 @@ enum Command {
         target: String,
         #[arg(long, default_value = "pip-counties")]
         workload: String,
+        /// Only the setups whose server ran on this many io threads.
+        #[arg(long)]
+        server_threads: Option<usize>,
     },
     /// Sustained durable PUTs of small JSON documents (closed loop).
     Put {
@@ -300,10 +303,13 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             results,
             target,
             workload,
+            server_threads,
         } => {
             let runs = read_results(&results)?;
-            let b = report::best(&runs, &target, &workload)
-                .ok_or_else(|| format!("no closed-loop {workload} runs of {target}"))?;
+            let b = report::best_where(&runs, &target, &workload, |s| {
+                server_threads.is_none_or(|n| s.server == Some(n))
+            })
+            .ok_or_else(|| format!("no closed-loop {workload} runs of {target}"))?;
             println!(
                 "{}",
                 serde_json::json!({

@@ -151,8 +151,19 @@ fn setups(runs: &[RunRecord], target: &str) -> Vec<Setup> {
 /// The setup and concurrency with the highest median throughput: each target at its
 /// fastest, the ceiling as much as geoshard and PostGIS.
 pub fn best(runs: &[RunRecord], target: &str, workload: &str) -> Option<Best> {
+    best_where(runs, target, workload, |_| true)
+}
+
+/// [`best`] among the setups `keep` takes (those on a given number of io threads, say).
+pub fn best_where(
+    runs: &[RunRecord],
+    target: &str,
+    workload: &str,
+    keep: impl Fn(&Setup) -> bool,
+) -> Option<Best> {
     setups(runs, target)
         .into_iter()
+        .filter(keep)
         .filter_map(|s| best_with(runs, target, workload, s, None))
         .max_by(|a, b| a.median.total_cmp(&b.median))
 }
@@ -196,11 +207,75 @@ fn best_at(
     connections: usize,
     client: Option<usize>,
 ) -> Option<Best> {
+    best_among(runs, target, workload, connections, |s| s.client == client)
+}
+
+/// A target's best setup of those `keep` takes, at given connections.
+fn best_among(
+    runs: &[RunRecord],
+    target: &str,
+    workload: &str,
+    connections: usize,
+    keep: impl Fn(&Setup) -> bool,
+) -> Option<Best> {
     setups(runs, target)
         .into_iter()
-        .filter(|s| s.client == client)
+        .filter(keep)
         .filter_map(|s| best_with(runs, target, workload, s, Some(connections)))
         .max_by(|a, b| a.median.total_cmp(&b.median))
+}
+
+/// geoshard, PostGIS and the ceiling at each concurrency PostGIS ran, each in its best setup
+/// at that many connections: the comparison at the same concurrency, with the ceiling's lead
+/// over PostGIS as the most any HTTP server could show there.
+fn by_concurrency(runs: &[RunRecord], workload: &str) -> String {
+    let mut conns: Vec<usize> = runs
+        .iter()
+        .filter(|r| r.target == "postgis" && r.mode == "closed" && r.workload == workload)
+        .map(|r| r.connections)
+        .collect();
+    conns.sort_unstable();
+    conns.dedup();
+    if conns.is_empty() {
+        return String::new();
+    }
+    let cell = |b: Option<Best>| {
+        b.map(|b| {
+            let setup = setup_text(b.setup);
+            format!(
+                "{} [{}]{}",
+                fmt_k(b.median),
+                fmt_k(b.min),
+                setup
+                    .get(2..)
+                    .filter(|t| !t.is_empty())
+                    .map(|t| format!(" ({t})"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or("-".into())
+    };
+    let ratio = |a: Option<Best>, b: Option<Best>| match (a, b) {
+        (Some(a), Some(b)) if b.median > 0.0 => format!("{:.2}x", a.median / b.median),
+        _ => "-".into(),
+    };
+    let mut md = format!(
+        "\n{workload} at the same concurrency: each target in its fastest setup at that many connections, medians (minimum in brackets). The ceiling's lead over PostGIS is the most any HTTP server could show at that concurrency here.\n\n| conns | geoshard | PostGIS | geoshard / PostGIS | HTTP ceiling | ceiling / PostGIS |\n|---|---|---|---|---|---|\n"
+    );
+    for c in conns {
+        let g = best_among(runs, "geoshard", workload, c, |_| true);
+        let p = best_among(runs, "postgis", workload, c, |_| true);
+        let h = best_among(runs, "baseline", workload, c, |_| true);
+        md.push_str(&format!(
+            "| {c} | {} | {} | {} | {} | {} |\n",
+            cell(g),
+            cell(p),
+            ratio(g, p),
+            cell(h),
+            ratio(h, p)
+        ));
+    }
+    md
 }
 
 /// `, 1 io thread, 2 client threads`; the parts not recorded are left out.
@@ -371,12 +446,61 @@ fn busy_cores(r: &RunRecord) -> Option<f64> {
     Some(us * r.throughput / 1e6)
 }
 
-fn open_points(runs: &[RunRecord], target: &str, workload: &str) -> Vec<OpenPoint> {
-    open_points_in(runs, target, workload, None)
+/// The setup of a target's open-loop sweep: the one with the most open-loop runs (the first
+/// of those, on a tie). Other setups may have been run at a single load beside it.
+fn sweep_setup(runs: &[RunRecord], target: &str, workload: &str) -> Option<Setup> {
+    let mut count: BTreeMap<Setup, usize> = BTreeMap::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.target == target && r.mode == "open" && r.workload == workload)
+    {
+        *count.entry(setup_of(r)).or_default() += 1;
+    }
+    let most = count.values().copied().max()?;
+    count.into_iter().find(|(_, n)| *n == most).map(|(s, _)| s)
 }
 
-/// [`open_points`] of the runs in one setup, when given.
-fn open_points_in(
+/// geoshard's open-loop points: those of its sweep setup.
+fn sweep_points(runs: &[RunRecord], workload: &str) -> Vec<OpenPoint> {
+    match sweep_setup(runs, "geoshard", workload) {
+        Some(s) => open_points(runs, "geoshard", workload, Some(s)),
+        None => Vec::new(),
+    }
+}
+
+/// geoshard in its other setups at the sweep's `offered` load: one sentence each.
+fn other_setups_at(runs: &[RunRecord], workload: &str, offered: f64) -> String {
+    let sweep = sweep_setup(runs, "geoshard", workload);
+    let mut others: Vec<Setup> = runs
+        .iter()
+        .filter(|r| r.target == "geoshard" && r.mode == "open" && r.workload == workload)
+        .map(setup_of)
+        .filter(|s| Some(*s) != sweep)
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    let mut text = String::new();
+    for s in others {
+        let at = open_points(runs, "geoshard", workload, Some(s))
+            .into_iter()
+            .find(|p| (p.offered - offered).abs() <= 0.01 * offered);
+        if let Some(p) = at {
+            text.push_str(&format!(
+                " geoshard on{}{} at the same offered load, {}{}.",
+                setup_text(s).get(1..).unwrap_or(" another setup"),
+                p.connections_text(),
+                p.percentiles(),
+                p.busy
+                    .map(|b| format!(", {b:.2} busy cores"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    text
+}
+
+/// A target's open-loop medians by offered load, of the runs in one setup when given.
+fn open_points(
     runs: &[RunRecord],
     target: &str,
     workload: &str,
@@ -435,7 +559,7 @@ fn ceiling_at_own_peak(runs: &[RunRecord], workload: &str) -> String {
         return String::new();
     };
     let due = 0.7 * peak.median;
-    let near = open_points_in(runs, "baseline", workload, Some(peak.setup))
+    let near = open_points(runs, "baseline", workload, Some(peak.setup))
         .into_iter()
         .filter(|p| (p.offered - due).abs() <= 0.01 * due)
         .min_by(|a, b| (a.offered - due).abs().total_cmp(&(b.offered - due).abs()));
@@ -481,7 +605,7 @@ fn client_policy(runs: &[RunRecord]) -> String {
 fn ceiling_beside(runs: &[RunRecord], geoshard: &[OpenPoint], workload: &str) -> Vec<OpenPoint> {
     let first = geoshard.first().and_then(|p| p.setup);
     let same = first.filter(|s| geoshard.iter().all(|p| p.setup == Some(*s)));
-    open_points_in(runs, "baseline", workload, same)
+    open_points(runs, "baseline", workload, same)
 }
 
 /// The open-loop medians of geoshard and the ceiling by offered load, with the cores both
@@ -518,7 +642,7 @@ fn open_table(geoshard: &[OpenPoint], ceiling: &[OpenPoint], cores: usize) -> St
 fn latency_chart(runs: &[RunRecord], workload: &str, path: &Path) -> Result<bool, String> {
     // geoshard's percentiles (medians over the repetitions), and the ceiling server's at the
     // same offered loads: the floor this machine and client put under any server's latency.
-    let open = open_points(runs, "geoshard", workload);
+    let open = sweep_points(runs, workload);
     let ceiling = ceiling_beside(runs, &open, workload);
     if open.is_empty() {
         return Ok(false);
@@ -715,9 +839,10 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
             checks.1
         ));
     }
+    md.push_str(&by_concurrency(runs, "pip-counties"));
     // Open loop: the latency at about 70% of the closed-loop peak.
     if let Some(Best { median: peak, .. }) = best(runs, "geoshard", "pip-counties") {
-        let open = open_points(runs, "geoshard", "pip-counties");
+        let open = sweep_points(runs, "pip-counties");
         let near = open.iter().min_by(|a, b| {
             (a.offered - 0.7 * peak)
                 .abs()
@@ -745,6 +870,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
                     b.percentiles()
                 ));
             }
+            md.push_str(&other_setups_at(runs, "pip-counties", p.offered));
             md.push_str(&ceiling_at_own_peak(runs, "pip-counties"));
             md.push('\n');
             md.push_str(&open_table(&open, &ceiling, ctx.cores));
@@ -896,6 +1022,9 @@ mod tests {
         );
         let with_two = best_with(&runs, "baseline", "", setup(2, 1), None).unwrap();
         assert_eq!((with_two.connections, with_two.median), (4, 104_000.0));
+        // The best on two io threads, whatever the client threads (`peak --server-threads 2`).
+        let on_two = best_where(&runs, "baseline", "", |s| s.server == Some(2)).unwrap();
+        assert_eq!((on_two.connections, on_two.median), (4, 104_000.0));
         let g = best(&runs, "geoshard", "pip-counties").unwrap();
         assert_eq!(
             (g.connections, g.setup, g.median, g.min, g.runs),
@@ -946,8 +1075,8 @@ mod tests {
         ];
         assert_eq!(busy_cores(&runs[0]), Some(1.2));
         assert_eq!(busy_cores(&runs[4]), None);
-        let g = open_points(&runs, "geoshard", "pip-counties");
-        let c = open_points(&runs, "baseline", "pip-counties");
+        let g = open_points(&runs, "geoshard", "pip-counties", None);
+        let c = open_points(&runs, "baseline", "pip-counties", None);
         assert_eq!(g.len(), 1);
         assert!((g[0].busy.unwrap() - 1.4).abs() < 1e-9);
         let table = open_table(&g, &c, 2);
@@ -1004,7 +1133,7 @@ mod tests {
             ceiling_at_own_peak(&runs, "pip-counties"),
             " The HTTP ceiling at 70000 requests/s offered, 70% of its own closed-loop median peak 100.0k (these runs on 1 io thread, 1 client thread, 256 connections), medians of 3 runs: p50 0.40 ms, p99 9.00 ms (range 7.00–20.00), p99.9 0.00 ms, max 0.00 ms, 1.40 busy cores."
         );
-        let open = open_points(&runs, "geoshard", "pip-counties");
+        let open = sweep_points(&runs, "pip-counties");
         let beside = ceiling_beside(&runs, &open, "pip-counties");
         assert_eq!(beside.len(), 1);
         assert_eq!(beside[0].offered, 42_000.0);
@@ -1014,6 +1143,85 @@ mod tests {
         runs.retain(|r| r.offered != Some(70_000.0));
         runs.push(rec("baseline", "open", 1, 1, Some(60_000.0), 60_000.0, 3));
         assert_eq!(ceiling_at_own_peak(&runs, "pip-counties"), "");
+    }
+
+    /// At each concurrency PostGIS ran, every target is taken in its fastest setup there, and
+    /// the ceiling's lead over PostGIS is set beside geoshard's.
+    #[test]
+    fn by_concurrency_takes_each_target_at_its_fastest_setup_there() {
+        let mut runs = Vec::new();
+        for (target, conns, s, thr) in [
+            ("postgis", 1, (0, 1), 7.0),
+            ("postgis", 1, (0, 1), 8.0),
+            ("postgis", 4, (0, 1), 27.0),
+            ("postgis", 4, (0, 1), 29.0),
+            ("geoshard", 1, (2, 1), 6.0),
+            ("geoshard", 1, (1, 1), 9.0),
+            ("geoshard", 1, (1, 1), 9.4),
+            ("geoshard", 4, (2, 1), 37.0),
+            ("geoshard", 4, (1, 1), 63.0),
+            ("geoshard", 4, (1, 1), 65.0),
+            // Not a concurrency PostGIS ran: no row.
+            ("geoshard", 16, (1, 1), 70.0),
+            ("baseline", 1, (2, 1), 10.0),
+            ("baseline", 1, (1, 1), 9.0),
+            ("baseline", 4, (1, 1), 83.0),
+        ] {
+            let mut r = closed(target, conns, s, thr * 1000.0);
+            if target == "postgis" {
+                r.server_threads = None;
+            }
+            runs.push(r);
+        }
+        let table = by_concurrency(&runs, "pip-counties");
+        assert!(
+            table.contains("| 1 | 9.2k [9.0k] (1 io thread, 1 client thread) | 7.5k [7.0k] (1 client thread) | 1.23x | 10.0k [10.0k] (2 io threads, 1 client thread) | 1.33x |\n"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 4 | 64.0k [63.0k] (1 io thread, 1 client thread) | 28.0k [27.0k] (1 client thread) | 2.29x | 83.0k [83.0k] (1 io thread, 1 client thread) | 2.96x |\n"),
+            "{table}"
+        );
+        assert!(!table.contains("| 16 |"), "{table}");
+        assert_eq!(by_concurrency(&runs, "pip-countries"), "");
+    }
+
+    /// geoshard's open-loop table and chart are its sweep's setup (the most runs); a setup run
+    /// at one load beside it gets a sentence, not a place among the sweep's medians.
+    #[test]
+    fn open_loop_setups_are_kept_apart() {
+        let open = |io: usize, ct: usize, offered: f64, p99_ms: u64| RunRecord {
+            target: "geoshard".into(),
+            workload: "pip-counties".into(),
+            mode: "open".into(),
+            connections: 64,
+            offered: Some(offered),
+            throughput: offered,
+            p50_us: 500,
+            p99_us: p99_ms * 1000,
+            server_threads: Some(io),
+            client_threads: Some(ct),
+            ..Default::default()
+        };
+        let runs = vec![
+            open(2, 2, 35_000.0, 3),
+            open(2, 2, 35_000.0, 4),
+            open(2, 2, 50_000.0, 8),
+            open(2, 2, 50_000.0, 10),
+            open(1, 1, 50_000.0, 30),
+        ];
+        assert_eq!(
+            sweep_setup(&runs, "geoshard", "pip-counties"),
+            Some(setup(2, 2))
+        );
+        let sweep = sweep_points(&runs, "pip-counties");
+        assert_eq!(sweep.len(), 2);
+        assert_eq!((sweep[1].runs, sweep[1].p99), (2, 9.0));
+        assert_eq!(
+            other_setups_at(&runs, "pip-counties", 50_000.0),
+            " geoshard on 1 io thread, 1 client thread, 64 connections at the same offered load, medians of 1 runs: p50 0.50 ms, p99 30.00 ms (range 30.00–30.00), p99.9 0.00 ms, max 0.00 ms."
+        );
+        assert_eq!(other_setups_at(&runs, "pip-counties", 35_000.0), "");
     }
 
     /// Records from before the client threads were kept read as they did: one setup.
