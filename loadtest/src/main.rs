@@ -306,7 +306,7 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             server_threads,
         } => {
             let runs = read_results(&results)?;
-            let b = report::best_where(&runs, &target, &workload, |s| {
+            let b = report::best_where(&runs, &target, &workload, None, |s| {
                 server_threads.is_none_or(|n| s.server == Some(n))
             })
             .ok_or_else(|| format!("no closed-loop {workload} runs of {target}"))?;

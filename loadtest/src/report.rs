@@ -151,20 +151,22 @@ fn setups(runs: &[RunRecord], target: &str) -> Vec<Setup> {
 /// The setup and concurrency with the highest median throughput: each target at its
 /// fastest, the ceiling as much as geoshard and PostGIS.
 pub fn best(runs: &[RunRecord], target: &str, workload: &str) -> Option<Best> {
-    best_where(runs, target, workload, |_| true)
+    best_where(runs, target, workload, None, |_| true)
 }
 
-/// [`best`] among the setups `keep` takes (those on a given number of io threads, say).
+/// [`best`] among the setups `keep` takes (those on a given number of io threads, say), at
+/// `connections` when given.
 pub fn best_where(
     runs: &[RunRecord],
     target: &str,
     workload: &str,
+    connections: Option<usize>,
     keep: impl Fn(&Setup) -> bool,
 ) -> Option<Best> {
     setups(runs, target)
         .into_iter()
         .filter(keep)
-        .filter_map(|s| best_with(runs, target, workload, s, None))
+        .filter_map(|s| best_with(runs, target, workload, s, connections))
         .max_by(|a, b| a.median.total_cmp(&b.median))
 }
 
@@ -207,22 +209,9 @@ fn best_at(
     connections: usize,
     client: Option<usize>,
 ) -> Option<Best> {
-    best_among(runs, target, workload, connections, |s| s.client == client)
-}
-
-/// A target's best setup of those `keep` takes, at given connections.
-fn best_among(
-    runs: &[RunRecord],
-    target: &str,
-    workload: &str,
-    connections: usize,
-    keep: impl Fn(&Setup) -> bool,
-) -> Option<Best> {
-    setups(runs, target)
-        .into_iter()
-        .filter(keep)
-        .filter_map(|s| best_with(runs, target, workload, s, Some(connections)))
-        .max_by(|a, b| a.median.total_cmp(&b.median))
+    best_where(runs, target, workload, Some(connections), |s| {
+        s.client == client
+    })
 }
 
 /// geoshard, PostGIS and the ceiling at each concurrency PostGIS ran, each in its best setup
@@ -263,9 +252,9 @@ fn by_concurrency(runs: &[RunRecord], workload: &str) -> String {
         "\n{workload} at the same concurrency: each target in its fastest setup at that many connections, medians (minimum in brackets). The ceiling's lead over PostGIS is the most any HTTP server could show at that concurrency here.\n\n| conns | geoshard | PostGIS | geoshard / PostGIS | HTTP ceiling | ceiling / PostGIS |\n|---|---|---|---|---|---|\n"
     );
     for c in conns {
-        let g = best_among(runs, "geoshard", workload, c, |_| true);
-        let p = best_among(runs, "postgis", workload, c, |_| true);
-        let h = best_among(runs, "baseline", workload, c, |_| true);
+        let g = best_where(runs, "geoshard", workload, Some(c), |_| true);
+        let p = best_where(runs, "postgis", workload, Some(c), |_| true);
+        let h = best_where(runs, "baseline", workload, Some(c), |_| true);
         md.push_str(&format!(
             "| {c} | {} | {} | {} | {} | {} |\n",
             cell(g),
@@ -1023,7 +1012,7 @@ mod tests {
         let with_two = best_with(&runs, "baseline", "", setup(2, 1), None).unwrap();
         assert_eq!((with_two.connections, with_two.median), (4, 104_000.0));
         // The best on two io threads, whatever the client threads (`peak --server-threads 2`).
-        let on_two = best_where(&runs, "baseline", "", |s| s.server == Some(2)).unwrap();
+        let on_two = best_where(&runs, "baseline", "", None, |s| s.server == Some(2)).unwrap();
         assert_eq!((on_two.connections, on_two.median), (4, 104_000.0));
         let g = best(&runs, "geoshard", "pip-counties").unwrap();
         assert_eq!(
