@@ -10,7 +10,9 @@
 # MORE_CLIENT_THREADS (pip-counties again at 64 and 256 connections with this many, for
 # every target; default 2, empty for none), PIN (bind io threads to CPUs, geoshard's
 # pin_io_threads and the ceiling's --pin; default true), OPEN_CONNS (connections of the
-# open-loop runs, every target; default 64), SKIP_POSTGIS=1, PLACES=places-1m.
+# open-loop runs, every target; default 64), TARGET_REPEAT (open-loop runs at the latency
+# target's load, 70% of the peak, for geoshard and the ceiling; default 7, at least REPEAT),
+# SKIP_POSTGIS=1, PLACES=places-1m.
 # The ceiling and geoshard (pip-counties, on a second server with the counties only) run on
 # IO_THREADS and on 1 io thread. With the client on the same cores, the fastest split of the
 # cores differs from server to server and from one concurrency to another, so the report takes
@@ -19,6 +21,11 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NAME=${1:-$(date -u +%Y-%m-%d)}
 REPEAT=${REPEAT:-3}
+# The p99 at 70% of the peak swings from run to run on a shared machine (2026-11-23, the same
+# server and setup at 50k/s: 2.4 to 38.7 ms in 11 runs within half an hour, and two more fell
+# seconds behind), so the target's verdict takes more runs than the rest of the sweep.
+TARGET_REPEAT=${TARGET_REPEAT:-7}
+[ "$TARGET_REPEAT" -ge "$REPEAT" ] || TARGET_REPEAT=$REPEAT
 DURATION=${DURATION:-8}
 IO_THREADS=${IO_THREADS:-$(nproc)}
 CLIENT_THREADS=${CLIENT_THREADS:-1}
@@ -184,11 +191,17 @@ if [ -n "${GS1_PID:-}" ]; then
   ONE_CT=$(echo "$ONE_JSON" | field client_threads)
   note "geoshard-loadtest peak --results RESULTS --server-threads 1: $ONE_JSON"
 fi
+# Runs at 70% in repetition r: TARGET_REPEAT spread over the REPEAT repetitions.
+at_target() { echo $(( TARGET_REPEAT / REPEAT + ($1 <= TARGET_REPEAT % REPEAT ? 1 : 0) )); }
 for r in $(seq "$REPEAT"); do
   for pct in 10 30 50 60 70 80 90; do
     rate=$(( PEAK * pct / 100 ))
-    CT=$SWEEP_CT run geoshard pip-counties "$OPEN_CONNS" --rate "$rate"
-    CT=$SWEEP_CT run baseline pip-counties "$OPEN_CONNS" --rate "$rate"
+    times=1
+    if [ "$pct" = 70 ]; then times=$(at_target "$r"); fi
+    for k in $(seq "$times"); do
+      CT=$SWEEP_CT run geoshard pip-counties "$OPEN_CONNS" --rate "$rate"
+      CT=$SWEEP_CT run baseline pip-counties "$OPEN_CONNS" --rate "$rate"
+    done
     if [ "$pct" = 70 ] && [ -n "${GS1_PID:-}" ]; then
       CT=$ONE_CT run geoshard1 pip-counties "$OPEN_CONNS" --rate "$rate"
     fi
@@ -203,7 +216,7 @@ CEIL_IO=$(echo "$CEIL_JSON" | field server_threads)
 CEIL_CT=$(echo "$CEIL_JSON" | field client_threads)
 note "geoshard-loadtest peak --results RESULTS --target baseline: $CEIL_JSON"
 if [ "$CEIL_IO" = 1 ] && [ -n "${BASE1_PID:-}" ]; then CEIL_TARGET=baseline1; else CEIL_TARGET=baseline; fi
-for r in $(seq "$REPEAT"); do
+for r in $(seq "$TARGET_REPEAT"); do
   CT=$CEIL_CT run $CEIL_TARGET pip-counties "$OPEN_CONNS" --rate $(( CEIL * 70 / 100 ))
 done
 
