@@ -419,8 +419,15 @@ impl OpenPoint {
             .unwrap_or_default()
     }
 
-    /// "medians of N runs: p50 …, p99 … (range …), p99.9 …, max …".
+    /// "medians of N runs: p50 …, p99 … (range …), p99.9 …, max …"; "one run: p50 …, p99 …,
+    /// p99.9 …, max …" for one.
     fn percentiles(&self) -> String {
+        if self.runs == 1 {
+            return format!(
+                "one run: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+                self.p50, self.p99, self.p999, self.max
+            );
+        }
         format!(
             "medians of {} runs: p50 {:.2} ms, p99 {:.2} ms (range {:.2}–{:.2}), p99.9 {:.2} ms, max {:.2} ms",
             self.runs, self.p50, self.p99, self.p99_min, self.p99_max, self.p999, self.max
@@ -604,11 +611,13 @@ fn ceiling_beside(runs: &[RunRecord], geoshard: &[OpenPoint], workload: &str) ->
 fn open_table(geoshard: &[OpenPoint], ceiling: &[OpenPoint], cores: usize) -> String {
     let cell = |p: Option<&OpenPoint>| match p {
         Some(p) => format!(
-            "{:.2} | {:.2} ({:.2}–{:.2}) | {}",
+            "{:.2} | {:.2} ({:.2}–{:.2}; {} run{}) | {}",
             p.p50,
             p.p99,
             p.p99_min,
             p.p99_max,
+            p.runs,
+            if p.runs == 1 { "" } else { "s" },
             p.busy.map(|b| format!("{b:.2}")).unwrap_or("-".into())
         ),
         None => "- | - | -".into(),
@@ -617,7 +626,7 @@ fn open_table(geoshard: &[OpenPoint], ceiling: &[OpenPoint], cores: usize) -> St
     offered.sort_by(f64::total_cmp);
     offered.dedup();
     let mut md = format!(
-        "\nOpen loop, pip-counties, medians by offered load. Busy cores: the server's and the load generator's CPU time a request, times the requests a second, out of the machine's {cores}; the server and its load generator share them.\n\n| offered/s | geoshard p50 ms | geoshard p99 ms (range) | geoshard busy cores | ceiling p50 ms | ceiling p99 ms (range) | ceiling busy cores |\n|---|---|---|---|---|---|---|\n"
+        "\nOpen loop, pip-counties, medians by offered load. Busy cores: the server's and the load generator's CPU time a request, times the requests a second, out of the machine's {cores}; the server and its load generator share them.\n\n| offered/s | geoshard p50 ms | geoshard p99 ms (range; runs) | geoshard busy cores | ceiling p50 ms | ceiling p99 ms (range; runs) | ceiling busy cores |\n|---|---|---|---|---|---|---|\n"
     );
     for o in offered {
         let g = geoshard.iter().find(|p| p.offered == o);
@@ -1071,12 +1080,12 @@ mod tests {
         let table = open_table(&g, &c, 2);
         assert!(table.contains("out of the machine's 2"), "{table}");
         assert!(
-            table.contains("| 20000 | - | - | - | 0.30 | 1.00 (1.00–1.00) | - |"),
+            table.contains("| 20000 | - | - | - | 0.30 | 1.00 (1.00–1.00; 1 run) | - |"),
             "{table}"
         );
         assert!(
             table.contains(
-                "| 40000 | 0.30 | 5.00 (3.00–9.00) | 1.40 | 0.30 | 2.00 (2.00–2.00) | 1.00 |"
+                "| 40000 | 0.30 | 5.00 (3.00–9.00; 3 runs) | 1.40 | 0.30 | 2.00 (2.00–2.00; 1 run) | 1.00 |"
             ),
             "{table}"
         );
@@ -1208,7 +1217,7 @@ mod tests {
         assert_eq!((sweep[1].runs, sweep[1].p99), (2, 9.0));
         assert_eq!(
             other_setups_at(&runs, "pip-counties", 50_000.0),
-            " geoshard on 1 io thread, 1 client thread, 64 connections at the same offered load, medians of 1 runs: p50 0.50 ms, p99 30.00 ms (range 30.00–30.00), p99.9 0.00 ms, max 0.00 ms."
+            " geoshard on 1 io thread, 1 client thread, 64 connections at the same offered load, one run: p50 0.50 ms, p99 30.00 ms, p99.9 0.00 ms, max 0.00 ms."
         );
         assert_eq!(other_setups_at(&runs, "pip-counties", 35_000.0), "");
     }
