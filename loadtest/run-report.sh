@@ -22,7 +22,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NAME=${1:-$(date -u +%Y-%m-%d)}
 REPEAT=${REPEAT:-3}
 # The p99 at 70% of the peak swings from run to run on a shared machine (2026-11-23, the same
-# server and setup at 50k/s: 2.4 to 38.7 ms in 11 runs within half an hour, and two more fell
+# server code and setup at 50k/s: 2.4 to 38.7 ms in 11 runs within half an hour, and two more fell
 # seconds behind), so the target's verdict takes more runs than the rest of the sweep.
 TARGET_REPEAT=${TARGET_REPEAT:-7}
 [ "$TARGET_REPEAT" -ge "$REPEAT" ] || TARGET_REPEAT=$REPEAT
