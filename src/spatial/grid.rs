@@ -2,7 +2,7 @@
 //!
 //! A point-in-polygon query asks for the parts whose box holds one point. The R-tree answers
 //! that by walking from its root, node by node; the grid answers it from one cell: the cell
-//! under the point lists the parts whose box meets the cell, eight bytes each, so a probe
+//! under the point lists the parts whose box meets the cell, sixteen bytes each, so a probe
 //! reads one short run of memory. The R-tree stays the index for everything else.
 //!
 //! - The cells are squares with a side that follows the parts' sizes, not their extent: a
@@ -13,8 +13,12 @@
 //! - A cell lists a part only where the part may hold one of its points, and says so when
 //!   it holds them all: a cell that no edge of the part meets lies wholly inside or wholly
 //!   outside it. Inside, the entry carries `Interior` and the probe skips locating the point;
-//!   outside, the part is not listed. With cells smaller than the parts, most probes locate
+//!   outside, the part is not listed. With cells smaller than the parts, many probes locate
 //!   nothing.
+//! - Where the point must be located, the entry names the short run of the polygon's shell
+//!   that the crossing test needs for any point of the cell (a [`Chain`] into one copy of
+//!   the shells the grid keeps), so the probe locates it there, without the part, its shape
+//!   and its stripes: on a busy server each of those is a cache miss.
 //! - The built cells are one array of entries, found through an open-addressing table of
 //!   16-byte slots (cell, start, length), so a probe usually reads one slot before the
 //!   entries. Parts inserted later go to a side map of cells, removed ones are marked dead;
@@ -27,8 +31,10 @@
 //! whose box holds a point is always listed in the point's cell (unless the cell lies outside
 //! the part), edges and corners included.
 
+use geo::{Coord, Geometry};
+
 use super::FeatureId;
-use super::pip::{BBox, Location, bbox_contains};
+use super::pip::{BBox, Edge, Location, bbox_contains, locate_on_chain};
 use super::shard::{PartEntry, WHOLE};
 use crate::FastMap;
 
@@ -37,7 +43,7 @@ pub const WIDE_CELLS: usize = 4096;
 /// More wide parts than this make probes slower than the R-tree: give up.
 pub const MAX_SCANNED: usize = 64;
 /// Most cells a part's box covers, on average, at the side a grid is built with: this bounds
-/// the entries (8 bytes each, and up to 64 more per cell in the table's slots).
+/// the entries (16 bytes each, and up to 64 more per cell in the table's slots).
 const ENTRIES_PER_PART: usize = 64;
 /// The cell sides tried, as fractions of the median part's longer side, coarsest first.
 const SIDES: [f64; 6] = [2.0, 1.0, 0.5, 0.25, 0.125, 0.0625];
@@ -46,6 +52,9 @@ pub struct PartGrid {
     /// The built cells: where their entries are in `entries`.
     table: CellTable,
     entries: Vec<CellEntry>,
+    /// The shells of the built entries' polygons, one after another, each once: the vertices
+    /// that chains ([`Chain`]) run over.
+    shells: Vec<Coord<f64>>,
     /// The parts that entries point to (removed ones stay until the grid is rebuilt).
     parts: Vec<PartEntry>,
     /// Entries of parts inserted since, by cell.
@@ -58,16 +67,66 @@ pub struct PartGrid {
 
 /// A part listed in one cell: its feature, and where the part is in [`PartGrid::parts`],
 /// flagged [`INTERIOR`] when the whole cell lies inside it (no edge comes near, and the
-/// cell is within the part's box), or [`DEAD`] once removed. Eight bytes, so a cell's
-/// entries share a cache line or two, and a probe that lands inside a part reads nothing else.
+/// cell is within the part's box), or [`DEAD`] once removed. A probe that lands inside a part
+/// reads nothing else.
+///
+/// An entry to be located carries, where it can, its cell's [`Chain`]: the run of the part's
+/// polygon's shell that holds every edge a point of the cell may need. The crossing test on
+/// that run alone locates any point of the cell in the polygon exactly, so such a probe reads
+/// the slot, the entries and the run, and not the part, its shape and its stripes, each a
+/// cold load of its own on a busy server.
 #[derive(Clone, Copy)]
 struct CellEntry {
     id: FeatureId,
     slot: u32,
+    chain: Chain,
 }
+
+/// A run of `len & !MIRRORED` edges of a polygon's shell: the `len + 1` vertices from
+/// `start` in [`PartGrid::shells`]. It holds every edge of the shell whose y-range meets the
+/// cell's and that is not wholly left of it (or, when [`MIRRORED`], right of it), and maybe
+/// others between them, which change nothing (see [`super::pip::locate_in_ring`]). `len` is
+/// [`NO_CHAIN`] where the part must locate the point itself: lines, polygons with holes,
+/// parts inserted after the build, and cells whose run would be longer than [`CHAIN_MAX`].
+#[derive(Clone, Copy)]
+struct Chain {
+    start: u32,
+    len: u32,
+}
+
+impl Chain {
+    const NONE: Chain = Chain {
+        start: 0,
+        len: NO_CHAIN,
+    };
+}
+
+/// A part's polygon's shell, where it is in [`Shells`], and the numbers of its edges (edge
+/// `i` runs from vertex `i` to `i + 1`) near the part's cells ([`Layout::near_edges`]).
+struct Near<'e> {
+    at: u32,
+    ring: &'e [Coord<f64>],
+    edges: Vec<u32>,
+}
+
+/// Where the shells of a build go, each polygon's once: by shape (its address) and element.
+#[derive(Default)]
+struct Shells {
+    coords: Vec<Coord<f64>>,
+    at: FastMap<(usize, u32), u32>,
+}
+
+/// The `len` of a chain to be read mirrored (`x` negated), so that the crossing test's
+/// rightward ray runs leftward: a cell near a part's right side needs the few edges to its
+/// right, one near its left side the few to its left.
+const MIRRORED: u32 = 1 << 16;
 
 const INTERIOR: u32 = 1 << 31;
 const DEAD: u32 = u32::MAX;
+/// The `len` of an entry without a chain.
+const NO_CHAIN: u32 = u32::MAX;
+/// Longest chain an entry keeps: past this, the part's stripes are as quick.
+const CHAIN_MAX: usize = 32;
 /// Most parts a grid lists (slot numbers below the flag).
 const MAX_PARTS: usize = (INTERIOR - 1) as usize;
 
@@ -135,33 +194,119 @@ impl Layout {
     }
 
     /// The entries of part `e`, number `slot`, over the cells `range` of its box: `(cell,
-    /// entry)` for each cell that may hold one of its points.
+    /// entry)` for each cell that may hold one of its points. With `shells`, entries to be
+    /// located get their cell's chain, where they can.
     fn entries_of(
         &self,
         e: &PartEntry,
         slot: u32,
         range: [i64; 4],
+        mut shells: Option<&mut Shells>,
         mut f: impl FnMut(u64, CellEntry),
     ) {
         let [c0, r0, c1, r1] = range;
         let states = self.classify(e, range);
+        let near = shells.as_mut().and_then(|s| self.near_edges(e, range, s));
         let mut states = states.iter();
         for r in r0..=r1 {
             for c in c0..=c1 {
-                let state = states.next().copied().flatten();
-                if let Some(state) = state {
-                    let flag = if state == State::Interior {
-                        INTERIOR
-                    } else {
-                        0
-                    };
-                    let entry = CellEntry {
-                        id: e.id,
-                        slot: slot | flag,
-                    };
-                    f(Layout::key(c, r), entry);
-                }
+                let Some(state) = states.next().copied().flatten() else {
+                    continue;
+                };
+                let (flag, chain) = match (state, &near) {
+                    (State::Interior, _) => (INTERIOR, Chain::NONE),
+                    (State::Locate, Some(near)) => (0, self.chain(near, c, r)),
+                    (State::Locate, None) => (0, Chain::NONE),
+                };
+                let entry = CellEntry {
+                    chain,
+                    id: e.id,
+                    slot: slot | flag,
+                };
+                f(Layout::key(c, r), entry);
             }
+        }
+    }
+
+    /// The shell of the polygon that part `e` is a band of, where it is in `shells` (added
+    /// when it is not there yet), and its edges whose y-range meets the rows of `range`, in
+    /// order. `None` for lines and for polygons with holes (their rings are located one by
+    /// one, see [`super::pip`]).
+    fn near_edges<'e>(
+        &self,
+        e: &'e PartEntry,
+        [c0, r0, c1, r1]: [i64; 4],
+        shells: &mut Shells,
+    ) -> Option<Near<'e>> {
+        if e.part == WHOLE {
+            return None;
+        }
+        let element = e.shape.parts.get(e.part as usize)?.element as usize;
+        let polygon = match &e.shape.geometry {
+            Geometry::Polygon(p) if element == 0 => p,
+            Geometry::MultiPolygon(mp) => mp.0.get(element)?,
+            _ => return None,
+        };
+        let ring = &polygon.exterior().0[..];
+        if !polygon.interiors().is_empty() || ring.len() < 2 {
+            return None;
+        }
+        let key = (std::sync::Arc::as_ptr(&e.shape) as usize, element as u32);
+        let at = match shells.at.get(&key) {
+            Some(at) => *at,
+            None => {
+                // Chains count vertices in `u32`, with room for the flag in `len`.
+                let at = u32::try_from(shells.coords.len()).ok()?;
+                u32::try_from(shells.coords.len() + ring.len()).ok()?;
+                shells.coords.extend_from_slice(ring);
+                shells.at.insert(key, at);
+                at
+            }
+        };
+        let (low, high) = (self.cell_box(c0, r0), self.cell_box(c1, r1));
+        let edges = (0..ring.len() - 1)
+            .filter(|&i| {
+                let (a, b) = (ring[i], ring[i + 1]);
+                a.y.min(b.y) <= high[3] && a.y.max(b.y) >= low[1]
+            })
+            .map(|i| i as u32)
+            .collect();
+        Some(Near { at, ring, edges })
+    }
+
+    /// The chain of cell `(c, r)` on the `near` shell, from its near edges: the shorter of
+    /// the runs for a ray to the right and to the left ([`MIRRORED`]), or [`Chain::NONE`] when
+    /// both are longer than [`CHAIN_MAX`].
+    fn chain(&self, near: &Near<'_>, c: i64, r: i64) -> Chain {
+        let Near { at, ring, edges } = near;
+        let b = self.cell_box(c, r);
+        let edge = |i: u32| {
+            let (a, z) = (ring[i as usize], ring[i as usize + 1]);
+            [a.x, a.y, z.x, z.y]
+        };
+        // From the first to the last edge needed, as (first, edges); none needed, no edges
+        // (no point of the cell has an edge to that side: all are outside).
+        let run = |keep: &dyn Fn(&Edge) -> bool| {
+            let mut needed = edges.iter().copied().filter(|&i| keep(&edge(i)));
+            match needed.next() {
+                None => (0, 0),
+                Some(first) => (first, needed.last().unwrap_or(first) - first + 1),
+            }
+        };
+        let right = run(&|g| needed(g, b[0], b[1], b[3]));
+        let left = run(&|g| needed(&[-g[0], g[1], -g[2], g[3]], -b[2], b[1], b[3]));
+        let ((first, len), flag) = if left.1 < right.1 {
+            (left, MIRRORED)
+        } else {
+            (right, 0)
+        };
+        if len as usize > CHAIN_MAX {
+            return Chain::NONE;
+        }
+        Chain {
+            // Vertices `first..=first + len`, within the ring: the last edge needed ends there.
+            start: at + first,
+            len: len | flag,
         }
     }
 
@@ -229,6 +374,13 @@ impl Layout {
         }
         out
     }
+}
+
+/// Whether a point with `x >= x0` and `y0 <= y <= y1` may need edge `g` to be located: the
+/// edge's closed y-range meets `[y0, y1]` and it is not wholly left of `x0`. The crossing test
+/// ([`super::pip::locate_in_ring`]) passes over every other edge.
+fn needed(g: &Edge, x0: f64, y0: f64, y1: f64) -> bool {
+    g[1].min(g[3]) <= y1 && g[1].max(g[3]) >= y0 && g[0].max(g[2]) >= x0
 }
 
 /// Open addressing over the built cells, with linear probing, at most half full.
@@ -344,12 +496,14 @@ impl PartGrid {
     fn with_layout(layout: Layout, parts: &[PartEntry]) -> PartGrid {
         let mut wide = Vec::new();
         let mut listed: Vec<(u64, CellEntry)> = Vec::new();
+        let mut shells = Shells::default();
         let mut kept = Vec::new();
         for p in parts {
             match layout.place(&p.bbox) {
                 Some(r) if kept.len() < MAX_PARTS => {
                     let before = listed.len();
-                    layout.entries_of(p, kept.len() as u32, r, |c, e| listed.push((c, e)));
+                    let s = Some(&mut shells);
+                    layout.entries_of(p, kept.len() as u32, r, s, |c, e| listed.push((c, e)));
                     if listed.len() > before {
                         kept.push(p.clone());
                     }
@@ -366,10 +520,12 @@ impl PartGrid {
                 _ => cells.push((*c, i as u32, 1)),
             }
         }
+        let entries = listed.into_iter().map(|(_, e)| e).collect();
         PartGrid {
             layout,
             table: CellTable::new(&cells),
-            entries: listed.into_iter().map(|(_, e)| e).collect(),
+            entries,
+            shells: shells.coords,
             parts: kept,
             extra: FastMap::default(),
             extra_entries: 0,
@@ -388,7 +544,7 @@ impl PartGrid {
         };
         let (layout, extra, n) = (&self.layout, &mut self.extra, &mut self.extra_entries);
         let before = *n;
-        layout.entries_of(&e, self.parts.len() as u32, r, |c, entry| {
+        layout.entries_of(&e, self.parts.len() as u32, r, None, |c, entry| {
             extra.entry(c).or_default().push(entry);
             *n += 1;
         });
@@ -441,8 +597,14 @@ impl PartGrid {
     }
 
     /// Every part whose box holds `(x, y)` and that the point may lie in, each once, with the
-    /// point's location when the grid knows it (`Some(Interior)`). Parts the point is known to
-    /// be exterior to may be left out.
+    /// point's location when the grid knows it. Parts the point is known to be exterior to
+    /// may be left out.
+    ///
+    /// A known location is the point's in the part's polygon (the element of its shape that
+    /// the part is a band of), which is the part's own wherever the part's box holds the
+    /// point. Entries with a chain answer for the polygon at any point of their cell, so
+    /// a part whose box does not hold the point may come with `Interior` or `Boundary`: the
+    /// polygon's, from a band of it that lists the cell.
     #[inline]
     pub fn probe<'a>(
         &'a self,
@@ -458,6 +620,13 @@ impl PartGrid {
             if e.slot & INTERIOR != 0 {
                 // The point is in the cell, which is within the part's box.
                 f(e.id, p, Some(Location::Interior));
+            } else if e.chain.len != NO_CHAIN {
+                let (start, n) = (e.chain.start as usize, (e.chain.len & !MIRRORED) as usize);
+                let chain = &self.shells[start..start + n + 1];
+                match locate_on_chain(chain, e.chain.len & MIRRORED != 0, x, y) {
+                    Location::Exterior => {}
+                    known => f(e.id, p, Some(known)),
+                }
             } else if bbox_contains(&p.bbox, x, y) {
                 f(e.id, p, None);
             }
@@ -669,6 +838,175 @@ mod tests {
         // The classification must do something on these shapes to mean much.
         assert!(known > inside / 4, "known {known} of {inside} interior");
         assert!(left_out > 100, "left out {left_out}");
+    }
+
+    /// A simple polygon without holes: a ring star-shaped around `(cx, cy)`, its vertices
+    /// on a grid of 1/1024 (so that edge midpoints and the points beside a vertex are exact),
+    /// with some edges horizontal or vertical (a vertex on its angle's ray at the last one's
+    /// `y` or `x`).
+    fn jagged(s: &mut u64, cx: f64, cy: f64, r: f64, n: usize) -> Polygon<f64> {
+        let snap = |v: f64| (v * 1024.0).round() / 1024.0;
+        let mut pts: Vec<(f64, f64)> = Vec::new();
+        for i in 0..n {
+            let a = i as f64 / n as f64 * std::f64::consts::TAU;
+            let (cos, sin) = (a.cos(), a.sin());
+            let mut d = r * (0.6 + 0.4 * rng(s));
+            if let Some(&(lx, ly)) = pts.last() {
+                // Along the ray, the distance that meets the last vertex's row or column.
+                let level = match i % 6 {
+                    0 if sin.abs() > 0.2 => (ly - cy) / sin,
+                    3 if cos.abs() > 0.2 => (lx - cx) / cos,
+                    _ => f64::NAN,
+                };
+                if (0.6 * r..=r).contains(&level) {
+                    d = level;
+                }
+            }
+            let p = (snap(cx + d * cos), snap(cy + d * sin));
+            if let Some(&(_, ly)) = pts.last()
+                && i % 6 == 0
+                && (p.1 - ly).abs() < 2.0 / 1024.0
+            {
+                pts.push((p.0, ly));
+            } else if let Some(&(lx, _)) = pts.last()
+                && i % 6 == 3
+                && (p.0 - lx).abs() < 2.0 / 1024.0
+            {
+                pts.push((lx, p.1));
+            } else {
+                pts.push(p);
+            }
+        }
+        Polygon::new(LineString::from(pts), vec![])
+    }
+
+    /// With chains (hole-free polygons and multipolygons, cut into bands), every known
+    /// location is the point's in the part's polygon, as geo's `coordinate_position` finds it
+    /// by scanning all its edges; and combining what a probe reports as the engine does gives
+    /// each feature's location, at random points, at vertices and on edges.
+    #[test]
+    fn chains_locate_as_a_scan_does() {
+        use geo::coordinate_position::{CoordPos, CoordinatePosition};
+        use geo::{Coord, MultiPolygon};
+        let mut s = 5u64;
+        let mut entries = Vec::new();
+        let mut features: Vec<Vec<Polygon<f64>>> = Vec::new();
+        for id in 0..120u32 {
+            let (cx, cy) = (rng(&mut s) * 100.0, rng(&mut s) * 60.0);
+            let r = 1.0 + rng(&mut s) * 5.0;
+            let n = [12, 80, 700][id as usize % 3];
+            let polys = if id % 4 == 0 {
+                vec![
+                    jagged(&mut s, cx, cy, r, n),
+                    jagged(&mut s, cx + 2.5 * r, cy, r, n),
+                ]
+            } else {
+                vec![jagged(&mut s, cx, cy, r, n)]
+            };
+            let geometry = match polys.as_slice() {
+                [one] => Geometry::Polygon(one.clone()),
+                _ => Geometry::MultiPolygon(MultiPolygon(polys.clone())),
+            };
+            let shape = Arc::new(Shape::new(geometry).unwrap());
+            for (i, part) in shape.parts.iter().enumerate() {
+                entries.push(PartEntry {
+                    bbox: part.bbox,
+                    shape: shape.clone(),
+                    part: i as u32,
+                    id,
+                });
+            }
+            features.push(polys);
+        }
+        let grid = PartGrid::build(&entries).unwrap();
+        let chained = |e: &&CellEntry| e.chain.len != NO_CHAIN;
+        let with_chain = grid.entries.iter().filter(chained).count();
+        assert!(
+            with_chain > grid.entries.len() / 3,
+            "{with_chain} of {}",
+            grid.entries.len()
+        );
+        assert!(
+            grid.entries
+                .iter()
+                .filter(chained)
+                .any(|e| e.chain.len & MIRRORED != 0)
+        );
+        let oracle =
+            |poly: &Polygon<f64>, x: f64, y: f64| match poly.coordinate_position(&Coord { x, y }) {
+                CoordPos::Inside => Location::Interior,
+                CoordPos::OnBoundary => Location::Boundary,
+                CoordPos::Outside => Location::Exterior,
+            };
+        let mut probes: Vec<(f64, f64)> = (0..20_000)
+            .map(|_| (rng(&mut s) * 110.0 - 5.0, rng(&mut s) * 70.0 - 5.0))
+            .collect();
+        for polys in features.iter().step_by(3) {
+            for w in polys[0].exterior().0.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                // The vertex, the edge's middle, and beside the vertex on its row.
+                probes.extend([(a.x, a.y), ((a.x + b.x) / 2.0, (a.y + b.y) / 2.0)]);
+                probes.extend([(a.x - 1.0 / 128.0, a.y), (a.x + 1.0 / 128.0, a.y)]);
+            }
+        }
+        let (mut known, mut inside, mut boundary) = (0, 0, 0);
+        for (x, y) in probes {
+            let mut got: Vec<(u32, u32, Option<Location>)> = Vec::new();
+            grid.probe(x, y, |id, e, k| got.push((id, e.part, k)));
+            let mut seen: Vec<(u32, u32)> = got.iter().map(|g| (g.0, g.1)).collect();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), got.len(), "a part reported twice at ({x}, {y})");
+            let mut combined: Vec<(u32, Location)> = Vec::new();
+            for &(id, part, k) in &got {
+                let e = entries
+                    .iter()
+                    .find(|e| e.id == id && e.part == part)
+                    .unwrap();
+                let element = e.shape.parts[part as usize].element as usize;
+                let want = oracle(&features[id as usize][element], x, y);
+                let loc = match k {
+                    Some(k) => {
+                        assert_eq!(k, want, "part {id}/{part} at ({x}, {y})");
+                        known += 1;
+                        k
+                    }
+                    None => {
+                        assert!(
+                            bbox_contains(&e.bbox, x, y),
+                            "part {id}/{part} at ({x}, {y})"
+                        );
+                        e.shape.parts[part as usize].locate(x, y)
+                    }
+                };
+                combined.push((id, loc));
+            }
+            for (id, polys) in features.iter().enumerate() {
+                let shape = &entries.iter().find(|e| e.id == id as u32).unwrap().shape;
+                if !bbox_contains(&shape.bbox, x, y) {
+                    assert!(
+                        combined.iter().all(|c| c.0 != id as u32),
+                        "{id} at ({x}, {y})"
+                    );
+                    continue;
+                }
+                let want = polys.iter().map(|p| oracle(p, x, y)).max().unwrap();
+                let got = combined
+                    .iter()
+                    .filter(|c| c.0 == id as u32)
+                    .map(|c| c.1)
+                    .max()
+                    .unwrap_or(Location::Exterior);
+                assert_eq!(got, want, "feature {id} at ({x}, {y})");
+                inside += usize::from(want == Location::Interior);
+                boundary += usize::from(want == Location::Boundary);
+            }
+        }
+        assert!(known > 5000, "known {known}");
+        assert!(
+            inside > 5000 && boundary > 500,
+            "inside {inside}, boundary {boundary}"
+        );
     }
 
     /// Side entries and dead marks make the grid stale past half its entries (plus a floor),

@@ -26,7 +26,7 @@ pub enum Location {
 }
 
 /// An edge as `[x0, y0, x1, y1]`.
-type Edge = [f64; 4];
+pub type Edge = [f64; 4];
 
 /// Below this many edges a band is one stripe: a plain scan is as fast.
 const SCAN_EDGES: usize = 16;
@@ -43,11 +43,28 @@ fn orient(ax: f64, ay: f64, bx: f64, by: f64, px: f64, py: f64) -> f64 {
 }
 
 /// Crossing-number test of `(px, py)` against one ring's edges (every edge of the ring
-/// whose y-range includes `py` must be there).
+/// whose y-range includes `py` and that is not wholly left of `px` must be there, once; the
+/// ring's other edges may be there too, and change nothing).
 #[inline]
-fn locate_in_ring(edges: &[Edge], px: f64, py: f64) -> Location {
+pub fn locate_in_ring(edges: &[Edge], px: f64, py: f64) -> Location {
+    locate_crossing(edges.iter().copied(), px, py)
+}
+
+/// [`locate_in_ring`] over a chain of vertices, an edge from each to the next; with `mirror`,
+/// of the chain and the point with `x` negated (exact), so that the ray runs leftward.
+#[inline]
+pub fn locate_on_chain(chain: &[Coord<f64>], mirror: bool, px: f64, py: f64) -> Location {
+    let s = if mirror { -1.0 } else { 1.0 };
+    let edges = chain
+        .windows(2)
+        .map(|w| [s * w[0].x, w[0].y, s * w[1].x, w[1].y]);
+    locate_crossing(edges, s * px, py)
+}
+
+#[inline]
+fn locate_crossing(edges: impl Iterator<Item = Edge>, px: f64, py: f64) -> Location {
     let mut inside = false;
-    for &[ax, ay, bx, by] in edges {
+    for [ax, ay, bx, by] in edges {
         let a_above = ay > py;
         let b_above = by > py;
         if a_above != b_above {
