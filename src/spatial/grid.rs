@@ -747,6 +747,19 @@ mod tests {
         assert!(hits > 3000, "too few hits to mean much: {hits}");
     }
 
+    /// An entry for each band of a polygonal geometry, as the engine makes them.
+    fn band_entries(id: u32, geometry: Geometry<f64>) -> Vec<PartEntry> {
+        let shape = Arc::new(Shape::new(geometry).unwrap());
+        (0..shape.parts.len())
+            .map(|i| PartEntry {
+                bbox: shape.parts[i].bbox,
+                shape: shape.clone(),
+                part: i as u32,
+                id,
+            })
+            .collect()
+    }
+
     /// A star-shaped polygon with `n` spikes around `(cx, cy)`, with a star-shaped hole.
     fn star(s: &mut u64, cx: f64, cy: f64, r: f64, n: usize) -> Polygon<f64> {
         let ring = |s: &mut u64, r: f64| {
@@ -774,15 +787,7 @@ mod tests {
             let (cx, cy) = (rng(&mut s) * 100.0, rng(&mut s) * 60.0);
             let r = 2.0 + rng(&mut s) * 6.0;
             let poly = star(&mut s, cx, cy, r, 600);
-            let shape = Arc::new(Shape::new(Geometry::Polygon(poly)).unwrap());
-            for (i, part) in shape.parts.iter().enumerate() {
-                entries.push(PartEntry {
-                    bbox: part.bbox,
-                    shape: shape.clone(),
-                    part: i as u32,
-                    id,
-                });
-            }
+            entries.extend(band_entries(id, Geometry::Polygon(poly)));
         }
         assert!(entries.len() > 400, "{} parts", entries.len());
         // Later inserts classify too; removals take their cell entries away.
@@ -907,15 +912,7 @@ mod tests {
                 [one] => Geometry::Polygon(one.clone()),
                 _ => Geometry::MultiPolygon(MultiPolygon(polys.clone())),
             };
-            let shape = Arc::new(Shape::new(geometry).unwrap());
-            for (i, part) in shape.parts.iter().enumerate() {
-                entries.push(PartEntry {
-                    bbox: part.bbox,
-                    shape: shape.clone(),
-                    part: i as u32,
-                    id,
-                });
-            }
+            entries.extend(band_entries(id, geometry));
             features.push(polys);
         }
         let grid = PartGrid::build(&entries).unwrap();
