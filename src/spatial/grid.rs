@@ -16,7 +16,7 @@
 //!   outside, the part is not listed. With cells smaller than the parts, many probes locate
 //!   nothing.
 //! - Where the point must be located, the entry names the short run of the polygon's shell
-//!   that the crossing test needs for any point of the cell (a [`Chain`] into one copy of
+//!   that the crossing test needs for any point of the cell (a chain into one copy of
 //!   the shells the grid keeps), so the probe locates it there, without the part, its shape
 //!   and its stripes: on a busy server each of those is a cache miss.
 //! - The built cells are one array of entries, found through an open-addressing table of
@@ -85,7 +85,7 @@ struct CellEntry {
 /// A run of `len & !MIRRORED` edges of a polygon's shell: the `len + 1` vertices from
 /// `start` in [`PartGrid::shells`]. It holds every edge of the shell whose y-range meets the
 /// cell's and that is not wholly left of it (or, when [`MIRRORED`], right of it), and maybe
-/// others between them, which change nothing (see [`super::pip::locate_in_ring`]). `len` is
+/// others between them, which change nothing (see `pip::locate_in_ring`). `len` is
 /// [`NO_CHAIN`] where the part must locate the point itself: lines, polygons with holes,
 /// parts inserted after the build, and cells whose run would be longer than [`CHAIN_MAX`].
 #[derive(Clone, Copy)]
@@ -201,12 +201,16 @@ impl Layout {
         e: &PartEntry,
         slot: u32,
         range: [i64; 4],
-        mut shells: Option<&mut Shells>,
+        shells: Option<&mut Shells>,
         mut f: impl FnMut(u64, CellEntry),
     ) {
         let [c0, r0, c1, r1] = range;
         let states = self.classify(e, range);
-        let near = shells.as_mut().and_then(|s| self.near_edges(e, range, s));
+        // A part with no cell to locate in needs no shell.
+        let locates = states.contains(&Some(State::Locate));
+        let near = shells
+            .filter(|_| locates)
+            .and_then(|s| self.near_edges(e, range, s));
         let mut states = states.iter();
         for r in r0..=r1 {
             for c in c0..=c1 {
@@ -255,9 +259,9 @@ impl Layout {
         let at = match shells.at.get(&key) {
             Some(at) => *at,
             None => {
-                // Chains count vertices in `u32`, with room for the flag in `len`.
+                // Chains number vertices in `u32`: the shell's last one must fit.
                 let at = u32::try_from(shells.coords.len()).ok()?;
-                u32::try_from(shells.coords.len() + ring.len()).ok()?;
+                at.checked_add(u32::try_from(ring.len()).ok()?)?;
                 shells.coords.extend_from_slice(ring);
                 shells.at.insert(key, at);
                 at
@@ -378,7 +382,7 @@ impl Layout {
 
 /// Whether a point with `x >= x0` and `y0 <= y <= y1` may need edge `g` to be located: the
 /// edge's closed y-range meets `[y0, y1]` and it is not wholly left of `x0`. The crossing test
-/// ([`super::pip::locate_in_ring`]) passes over every other edge.
+/// (`pip::locate_in_ring`) passes over every other edge.
 fn needed(g: &Edge, x0: f64, y0: f64, y1: f64) -> bool {
     g[1].min(g[3]) <= y1 && g[1].max(g[3]) >= y0 && g[0].max(g[2]) >= x0
 }
@@ -520,11 +524,10 @@ impl PartGrid {
                 _ => cells.push((*c, i as u32, 1)),
             }
         }
-        let entries = listed.into_iter().map(|(_, e)| e).collect();
         PartGrid {
             layout,
             table: CellTable::new(&cells),
-            entries,
+            entries: listed.into_iter().map(|(_, e)| e).collect(),
             shells: shells.coords,
             parts: kept,
             extra: FastMap::default(),

@@ -46,12 +46,13 @@ fn orient(ax: f64, ay: f64, bx: f64, by: f64, px: f64, py: f64) -> f64 {
 /// whose y-range includes `py` and that is not wholly left of `px` must be there, once; the
 /// ring's other edges may be there too, and change nothing).
 #[inline]
-pub fn locate_in_ring(edges: &[Edge], px: f64, py: f64) -> Location {
+fn locate_in_ring(edges: &[Edge], px: f64, py: f64) -> Location {
     locate_crossing(edges.iter().copied(), px, py)
 }
 
-/// [`locate_in_ring`] over a chain of vertices, an edge from each to the next; with `mirror`,
-/// of the chain and the point with `x` negated (exact), so that the ray runs leftward.
+/// The crossing test of `locate_in_ring` over a chain of vertices, an edge from each to the
+/// next; with `mirror`, of the chain and the point with `x` negated (exact), so that the ray
+/// runs leftward.
 #[inline]
 pub fn locate_on_chain(chain: &[Coord<f64>], mirror: bool, px: f64, py: f64) -> Location {
     let s = if mirror { -1.0 } else { 1.0 };
