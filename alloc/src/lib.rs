@@ -121,6 +121,17 @@ unsafe impl GlobalAlloc for MiMalloc {
     }
 }
 
+/// Return the calling thread's freed memory to the OS (`mi_collect(true)`).
+///
+/// mimalloc gives free pages back only from the thread that owns them, when that thread
+/// allocates again. A thread that falls idle after a burst (a rayon worker after a bulk
+/// build) keeps them resident until then; calling this on it returns them now.
+pub fn collect() {
+    // SAFETY: `mi_collect` walks the calling thread's own heap and mimalloc's shared state
+    // under its own locks; it has no preconditions.
+    unsafe { mi::mi_collect(true) }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;

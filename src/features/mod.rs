@@ -206,6 +206,7 @@ impl Features {
             "feature service loaded"
         );
         *features.catalog.write() = catalog;
+        release_build_memory();
         Ok(features)
     }
 
@@ -444,6 +445,9 @@ impl Features {
             tracing::info!(views = ?rebuild.iter().map(|k| k.to_string()).collect::<Vec<_>>(), "views rebuilt");
         }
         *self.catalog.write() = next;
+        if !rebuild.is_empty() {
+            release_build_memory();
+        }
     }
 
     /// Validate a template or descriptor against the documents it would join.
@@ -537,4 +541,12 @@ impl CommitHook for FeatureHook {
     fn committed(&self, changes: &[Change]) {
         self.0.apply_changes(changes);
     }
+}
+
+/// Return what a view build freed to the OS. The build's transient vectors are freed on
+/// the rayon threads that made them, which then fall idle; mimalloc keeps a thread's free
+/// pages until that thread allocates again, so without this they stay resident.
+fn release_build_memory() {
+    rayon::broadcast(|_| geoshard_alloc::collect());
+    geoshard_alloc::collect();
 }
