@@ -1,8 +1,9 @@
 //! H3 partitioning: which shard a point belongs to, and which shards a region touches.
 //!
-//! A point lives in the shard of its H3 cell (at the configured resolution); cells map to
-//! shards by a hash, which balances dense cities across shards. A line or polygon is
-//! referenced from every shard owning a cell that its bounding box touches.
+//! A point lives in the shard of an H3 cell (at the configured resolution): its own, or a
+//! neighbour of it (see the tiles below); cells map to shards by a hash, which balances dense
+//! cities across shards. A line or polygon is referenced from every shard owning a cell that
+//! its bounding box touches.
 //!
 //! The cover of a box is computed by sampling it on a grid finer than the smallest cell edge
 //! and adding each sample cell's ring of neighbours. Any point `q` of the box is closer than
