@@ -13,6 +13,9 @@
 //! This allocator does not rely on that: it checks each plain block's address, and in the
 //! case that should never happen it frees the block and asks the `_aligned` call instead.
 //! The check is one AND and one branch.
+//!
+//! [`collect`] returns the calling thread's free pages to the OS, for threads that fall idle
+//! after a burst of allocation.
 
 #![no_std]
 

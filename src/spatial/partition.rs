@@ -299,8 +299,8 @@ mod tests {
         }
     }
 
-    /// Random points of the globe, many near the 12 pentagons of `res` (the most distorted
-    /// cells), and points on tile corners and edges.
+    /// Random points of the globe, a quarter of them near the 12 pentagons of `res` (the most
+    /// distorted cells), and the globe's corners.
     fn points(res: Resolution, n: usize, seed: u64) -> Vec<(f64, f64)> {
         let mut state = seed;
         let mut rnd = || {
