@@ -71,6 +71,10 @@ pub struct Config {
     /// Bind each io thread to a CPU of its own (when there are at least as many CPUs as io
     /// threads). Off for a machine where other busy processes should be free to move them.
     pub pin_io_threads: bool,
+    /// After a request, an io thread keeps polling for events (yielding its CPU to anything
+    /// else runnable) for this many microseconds before it sleeps; 0 = it sleeps at once.
+    /// See `http::poll`.
+    pub io_poll_us: u64,
     /// The `tracing` filter, e.g. `info` or `geoshard=debug`.
     pub log: String,
 }
@@ -104,6 +108,7 @@ impl Default for Config {
             idle_timeout_secs: 60,
             io_threads: 0,
             pin_io_threads: true,
+            io_poll_us: 100,
             log: "info".to_string(),
         }
     }
@@ -133,6 +138,7 @@ pub const KEYS: &[&str] = &[
     "idle_timeout_secs",
     "io_threads",
     "pin_io_threads",
+    "io_poll_us",
     "log",
 ];
 
@@ -145,6 +151,9 @@ where
         message: format!("{text:?}: {e}"),
     })
 }
+
+/// The longest an io thread may poll after a request: 10 ms, far past any gain.
+pub const MAX_IO_POLL_US: u64 = 10_000;
 
 fn positive(key: &str, n: usize) -> Result<usize, ConfigError> {
     if n == 0 {
@@ -209,6 +218,16 @@ impl Config {
             }
             "io_threads" => self.io_threads = parse(key, text)?,
             "pin_io_threads" => self.pin_io_threads = parse_bool(key, text)?,
+            "io_poll_us" => {
+                let us: u64 = parse(key, text)?;
+                if us > MAX_IO_POLL_US {
+                    return Err(ConfigError::BadValue {
+                        key: key.to_string(),
+                        message: format!("{us} is more than {MAX_IO_POLL_US}"),
+                    });
+                }
+                self.io_poll_us = us
+            }
             "log" => self.log = text.to_string(),
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
@@ -331,6 +350,7 @@ mod tests {
             ("idle_timeout_secs", "7"),
             ("io_threads", "1"),
             ("pin_io_threads", "off"),
+            ("io_poll_us", "0"),
             ("log", "debug"),
         ];
         assert_eq!(samples.len(), KEYS.len());
@@ -341,6 +361,7 @@ mod tests {
         }
         assert_eq!(c.h3_resolution, 5);
         assert!(!c.pin_io_threads);
+        assert_eq!(c.io_poll_us, 0);
     }
 
     #[test]
@@ -358,6 +379,12 @@ mod tests {
             c.set("h3_resolution", "16"),
             Err(ConfigError::BadValue { .. })
         ));
+        assert!(matches!(
+            c.set("io_poll_us", "10001"),
+            Err(ConfigError::BadValue { .. })
+        ));
+        c.set("io_poll_us", "10000").unwrap();
+        assert_eq!(c.io_poll_us, 10_000);
         assert!(matches!(
             c.apply_env([("GEOSHARD_SHARDZ".into(), "1".into())]),
             Err(ConfigError::UnknownKey(_))

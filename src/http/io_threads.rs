@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
@@ -70,9 +71,18 @@ impl IoThreads {
     /// Start `count` threads named `name`-0, `name`-1, ...; none for a count of 0 or 1,
     /// which serves on the caller's runtime. With `pin`, each is bound to a CPU of its own,
     /// the i-th of those the calling thread may run on, when there are at least `count`;
-    /// otherwise none is bound.
-    pub fn start(count: usize, name: &str, pin: bool) -> std::io::Result<IoThreads> {
+    /// otherwise none is bound. Each thread polls for `poll` after a request before it
+    /// sleeps (see [`super::poll`]); so does the caller's runtime when it is the one.
+    pub fn start(
+        count: usize,
+        name: &str,
+        pin: bool,
+        poll: Duration,
+    ) -> std::io::Result<IoThreads> {
         if count < 2 {
+            if let Ok(here) = Handle::try_current() {
+                super::poll::start(&here, poll);
+            }
             return Ok(IoThreads::none());
         }
         let cpus = if pin { cpus_for(count) } else { None };
@@ -85,6 +95,7 @@ impl IoThreads {
                 .thread_name(format!("{name}-{i}-blocking"))
                 .build()?;
             let handle = runtime.handle().clone();
+            super::poll::start(&handle, poll);
             let (stop, stopped) = oneshot::channel::<()>();
             // The thread binds itself and says whether it could, before it serves anything.
             let (bound_tx, bound_rx) = std::sync::mpsc::channel();
@@ -204,7 +215,7 @@ mod tests {
 
     #[test]
     fn connections_go_to_the_least_loaded_thread_and_come_back() {
-        let io = IoThreads::start(3, "test-io", false).unwrap();
+        let io = IoThreads::start(3, "test-io", false, Duration::ZERO).unwrap();
         let pick = || io.pick().unwrap();
         let a = pick();
         let b = pick();
@@ -224,12 +235,15 @@ mod tests {
     #[test]
     fn one_thread_or_none_serves_on_the_callers_runtime() {
         for n in [0, 1] {
-            let io = IoThreads::start(n, "test-io", true).unwrap();
+            let io = IoThreads::start(n, "test-io", true, Duration::ZERO).unwrap();
             assert!(io.is_empty());
             assert!(io.pick().is_none());
         }
         assert_eq!(
-            IoThreads::start(2, "test-io", false).unwrap().threads.len(),
+            IoThreads::start(2, "test-io", false, Duration::ZERO)
+                .unwrap()
+                .threads
+                .len(),
             2
         );
     }
@@ -239,7 +253,7 @@ mod tests {
     #[test]
     fn a_placed_connection_is_served_on_its_thread() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let io = IoThreads::start(2, "test-io", true).unwrap();
+        let io = IoThreads::start(2, "test-io", true, Duration::from_micros(100)).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -310,7 +324,7 @@ mod tests {
             .collect();
         assert!(!all.is_empty());
         let n = all.len().clamp(2, 4);
-        let io = IoThreads::start(n, "test-io", true).unwrap();
+        let io = IoThreads::start(n, "test-io", true, Duration::ZERO).unwrap();
         if all.len() >= 2 {
             let want: Vec<Vec<usize>> = all[..n].iter().map(|&c| vec![c]).collect();
             assert_eq!(cpus_seen_by(&io), want);
@@ -321,11 +335,11 @@ mod tests {
             assert!(io.pinned_cpus().is_empty());
         }
         io.stop();
-        let over = IoThreads::start(all.len() + 1, "test-io", true).unwrap();
+        let over = IoThreads::start(all.len() + 1, "test-io", true, Duration::ZERO).unwrap();
         assert_eq!(cpus_seen_by(&over), vec![all.clone(); all.len() + 1]);
         assert!(over.pinned_cpus().is_empty());
         over.stop();
-        let free = IoThreads::start(2, "test-io", false).unwrap();
+        let free = IoThreads::start(2, "test-io", false, Duration::ZERO).unwrap();
         assert_eq!(cpus_seen_by(&free), vec![all.clone(); 2]);
         free.stop();
     }

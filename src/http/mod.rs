@@ -12,6 +12,7 @@ pub mod io_threads;
 mod manage;
 mod multipart;
 pub mod params;
+pub mod poll;
 pub mod response;
 mod router;
 
@@ -159,6 +160,7 @@ impl Server {
             app.config.io_thread_count(),
             "geoshard-io",
             app.config.pin_io_threads,
+            Duration::from_micros(app.config.io_poll_us),
         )
         .unwrap_or_else(|e| {
             tracing::error!(error = %e, "cannot start the io threads; serving on this one");
@@ -202,6 +204,7 @@ impl Server {
             let activity = Arc::new(Activity::default());
             let seen = activity.clone();
             let service = service_fn(move |req| {
+                poll::note_request();
                 let app = app.clone();
                 let busy = seen.begin();
                 async move {
