@@ -18,16 +18,18 @@ use tokio::net::TcpListener;
 const BODY: &[u8] = br#"{"type":"FeatureCollection","features":[]}"#;
 
 /// Serve on `threads` io threads, placed (and, with `pin`, bound to CPUs) as geoshard places
-/// its connections (one thread: on the caller's runtime).
+/// its connections (one thread: on the caller's runtime), polling for `poll` after a request
+/// as geoshard's do.
 pub async fn serve(
     listen: SocketAddr,
     threads: usize,
     pin: bool,
+    poll: std::time::Duration,
     ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(listen).await?;
     ready(listener.local_addr()?);
-    let io = IoThreads::start(threads, "baseline-io", pin)?;
+    let io = IoThreads::start(threads, "baseline-io", pin, poll)?;
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
@@ -36,6 +38,7 @@ pub async fn serve(
         };
         placement.runtime().clone().spawn(async move {
             let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+                geoshard::http::poll::note_request();
                 let authorized = req.headers().contains_key(hyper::header::AUTHORIZATION);
                 // Read the body, as a real server must.
                 let _ = req.into_body().collect().await;

@@ -68,6 +68,10 @@ enum Command {
         /// (`pin_io_threads`).
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         pin: bool,
+        /// Microseconds an io thread polls after a request before it sleeps, as geoshard's
+        /// do (`io_poll_us`, the same default); 0 = none.
+        #[arg(long, default_value_t = geoshard::config::Config::default().io_poll_us)]
+        poll_us: u64,
     },
     /// Load a dataset into PostGIS (the cluster is started by peers/postgis.sh).
     PeerLoad {
@@ -254,9 +258,11 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             listen,
             threads,
             pin,
+            poll_us,
         } => runtime(1)?
             .block_on(async {
-                baseline::serve(listen, threads, pin, |a| {
+                let poll = std::time::Duration::from_micros(poll_us);
+                baseline::serve(listen, threads, pin, poll, |a| {
                     println!("baseline listening on http://{a}")
                 })
                 .await

@@ -875,7 +875,7 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
             md.push_str(&open_table(&open, &ceiling, ctx.cores));
         }
     }
-    md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code. It serves its connections on geoshard's own io threads (`geoshard::http::io_threads`).");
+    md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code. It serves its connections on geoshard's own io threads (`geoshard::http::io_threads`), which poll for events for geoshard's default `io_poll_us` after a request before they sleep (`geoshard::http::poll`); PostgreSQL's backends sleep at once.");
     md.push_str(&client_policy(runs));
     md.push_str("\n\n");
     if !ctx.extra.is_empty() {

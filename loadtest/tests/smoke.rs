@@ -145,6 +145,7 @@ fn smoke() {
         "127.0.0.1:0".parse().unwrap(),
         2,
         true,
+        Duration::from_micros(100),
         move |a| {
             let _ = tx.send(a);
         },
