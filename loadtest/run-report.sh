@@ -32,6 +32,9 @@ CLIENT_THREADS=${CLIENT_THREADS:-1}
 MORE_CLIENT_THREADS=${MORE_CLIENT_THREADS-2}
 PLACES=${PLACES:-places-1m}
 PIN=${PIN:-true}
+# The store's page cache of the main geoshard server (geoshard's default, 128 MiB), set here
+# because the memory-per-point figure subtracts it.
+STORE_CACHE=134217728
 # Open loop counts each request from its due time, so a request that waits for a free
 # connection is charged the wait: 64 carry 50k/s at up to 1.3 ms each, and cost the server
 # 2-3 us a request less than 256 (45k/s, 3 alternating pairs: 21.0-22.5 against 24.1-25.2).
@@ -82,9 +85,9 @@ note "cargo build --release -p geoshard -p geoshard-loadtest"
 # geoshard on a fresh data directory.
 "$BIN/geoshard" user add --data-dir "$WORK/data" --name lt --password lt \
   --role rest-writer --role geo-data-services-writer --role rest-extension-user >/dev/null
-GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_PIN_IO_THREADS=$PIN GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data" --listen $GS > "$WORK/geoshard.log" 2>&1 &
+GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_PIN_IO_THREADS=$PIN GEOSHARD_STORE_CACHE_BYTES=$STORE_CACHE GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data" --listen $GS > "$WORK/geoshard.log" 2>&1 &
 GS_PID=$!
-note "GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_PIN_IO_THREADS=$PIN geoshard serve --data-dir DIR --listen $GS"
+note "GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_PIN_IO_THREADS=$PIN GEOSHARD_STORE_CACHE_BYTES=$STORE_CACHE geoshard serve --data-dir DIR --listen $GS"
 sleep 2
 for ds in counties countries "$PLACES"; do
   out=$("$LT" prepare --addr $GS --user lt --password lt --dataset "$ds" --server-pid $GS_PID)
@@ -225,22 +228,20 @@ FIGURES+=("--figure" "geoshard resident memory after the runs=$((RSS / 1024)) Mi
 # Memory per point feature: the growth from before the places were loaded to after the runs,
 # and what it implies for places-10m on this machine. The growth includes the store's page
 # cache, which the load fills to its bound (redb moves the pages each commit writes into its
-# read cache, up to geoshard's default store_cache_bytes, 128 MiB, which this script leaves
-# as it is; the places take more) and which does not grow with the points: the figure with it
-# is an upper bound, the one without it the better estimate.
+# read cache, up to STORE_CACHE; the places take more) and which does not grow with the
+# points: the figure with it is an upper bound, the one without it the better estimate.
 MEM_KB=$(grep MemTotal /proc/meminfo | awk '{print $2}')
-FIGURES+=("--figure" "$(python3 - "$RSS_BEFORE_PLACES" "$((RSS * 1024))" "$PLACES_DOCS" "$((MEM_KB * 1024))" <<'PY'
+FIGURES+=("--figure" "$(python3 - "$RSS_BEFORE_PLACES" "$((RSS * 1024))" "$PLACES_DOCS" "$((MEM_KB * 1024))" "$STORE_CACHE" <<'PY'
 import sys
-before, after, n, mem = map(int, sys.argv[1:])
-cache = 128 * 2**20
+before, after, n, mem, cache = map(int, sys.argv[1:])
 per = (after - before) / n
 per_points = (after - before - cache) / n
 need = before + cache + per_points * 10e6
 print("resident memory per point feature=%.0f bytes ((%.0f - %.0f MiB) / %d places, after the runs), "
-      "%.0f without the store's page cache (128 MiB, full after the load, not growing with the points); "
+      "%.0f without the store's page cache (%.0f MiB, full after the load, not growing with the points); "
       "places-10m would need about %.1f GiB of %.1f GiB (%.0f MiB before the places, the cache, and %.0f bytes a point), "
       "room for about %.0f million points"
-      % (per, after / 2**20, before / 2**20, n, per_points, need / 2**30, mem / 2**30,
+      % (per, after / 2**20, before / 2**20, n, per_points, cache / 2**20, need / 2**30, mem / 2**30,
          before / 2**20, per_points, (mem * 0.8 - before - cache) / per_points / 1e6))
 PY
 )")

@@ -37,6 +37,10 @@ thread_local! {
     static REQUESTS: Cell<u64> = const { Cell::new(0) };
     /// The poller of this thread, while it sleeps.
     static SLEEPING: RefCell<Option<Waker>> = const { RefCell::new(None) };
+}
+
+#[cfg(test)]
+thread_local! {
     /// Rounds of polling on this thread.
     static ROUNDS: Cell<u64> = const { Cell::new(0) };
 }
@@ -48,11 +52,6 @@ pub fn note_request() {
     if let Some(w) = SLEEPING.with(|s| s.borrow_mut().take()) {
         w.wake();
     }
-}
-
-/// Rounds of polling this thread has done.
-pub fn rounds() -> u64 {
-    ROUNDS.with(Cell::get)
 }
 
 /// Ready once [`note_request`] has taken the waker it leaves.
@@ -82,6 +81,7 @@ async fn poll_after_requests(window: Duration) {
         loop {
             std::thread::yield_now();
             tokio::task::yield_now().await;
+            #[cfg(test)]
             ROUNDS.with(|r| r.set(r.get() + 1));
             let now = Instant::now();
             let requests = REQUESTS.with(Cell::get);
@@ -108,6 +108,11 @@ pub fn start(handle: &Handle, window: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rounds of polling this thread has done.
+    fn rounds() -> u64 {
+        ROUNDS.with(Cell::get)
+    }
 
     /// Asleep until a request, then polling (and letting a timer fire meanwhile: each round
     /// polls the reactor), for the window after the last request, then asleep again.
