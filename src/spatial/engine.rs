@@ -341,17 +341,25 @@ impl Engine {
         if envelopes {
             ids.extend(shapes.iter().map(|c| c.0));
         } else if shapes.len() < 64 {
+            let prepared = q.prepared();
             ids.extend(
                 shapes
                     .iter()
-                    .filter(|c| q.matches_shape(&c.1, rel))
+                    .filter(|c| prepared.matches_shape(&c.1, rel))
                     .map(|c| c.0),
             );
         } else {
+            // One chunk a thread, each preparing the query once.
+            let chunk = shapes.len().div_ceil(rayon::current_num_threads().max(1));
             let hits: Vec<FeatureId> = shapes
-                .par_iter()
-                .filter(|c| q.matches_shape(&c.1, rel))
-                .map(|c| c.0)
+                .par_chunks(chunk)
+                .flat_map_iter(|part| {
+                    let prepared = q.prepared();
+                    part.iter()
+                        .filter(|c| prepared.matches_shape(&c.1, rel))
+                        .map(|c| c.0)
+                        .collect::<Vec<_>>()
+                })
                 .collect();
             ids.extend(hits);
         }

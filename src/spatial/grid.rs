@@ -114,6 +114,49 @@ struct Near<'e> {
 struct Shells {
     coords: Vec<Coord<f64>>,
     at: FastMap<(usize, u32), u32>,
+    /// Each shell's edges by height, made when a part of it first needs its near edges.
+    index: FastMap<(usize, u32), ShellIndex>,
+}
+
+/// A shell's edges by the lower end of their y-range, so that the edges near a part's rows
+/// are found without scanning the shell (which, for every band of a big polygon, would be
+/// quadratic): edges no taller than a cell in one sorted run, where a window of lows holds
+/// every one that can meet the rows; taller edges, few on real boundaries, in a list
+/// scanned whole.
+struct ShellIndex {
+    /// Edges no taller than `short_height`: (lower y, edge number), by lower y.
+    short: Vec<(f64, u32)>,
+    short_height: f64,
+    /// The taller edges' numbers.
+    tall: Vec<u32>,
+}
+
+impl ShellIndex {
+    fn new(ring: &[Coord<f64>], short_height: f64) -> ShellIndex {
+        let mut short = Vec::with_capacity(ring.len().saturating_sub(1));
+        let mut tall = Vec::new();
+        for (i, w) in ring.windows(2).enumerate() {
+            let (lo, hi) = (w[0].y.min(w[1].y), w[0].y.max(w[1].y));
+            if hi - lo <= short_height {
+                short.push((lo, i as u32));
+            } else {
+                tall.push(i as u32);
+            }
+        }
+        short.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ShellIndex {
+            short,
+            short_height,
+            tall,
+        }
+    }
+
+    /// Where the short edges whose y-range may meet `[ya, yb]` are in `short`.
+    fn window(&self, ya: f64, yb: f64) -> std::ops::Range<usize> {
+        let from = self.short.partition_point(|e| e.0 < ya - self.short_height);
+        let to = self.short.partition_point(|e| e.0 <= yb);
+        from..to.max(from)
+    }
 }
 
 /// The `len` of a chain to be read mirrored (`x` negated), so that the crossing test's
@@ -127,6 +170,17 @@ const DEAD: u32 = u32::MAX;
 const NO_CHAIN: u32 = u32::MAX;
 /// Longest chain an entry keeps: past this, the part's stripes are as quick.
 const CHAIN_MAX: usize = 32;
+/// Most near edges a part's chains are chosen from. A part with more (its rows cross many
+/// edges of its shell: many bands to a cell, or long edges) gets no chains: their runs would
+/// mostly be longer than [`CHAIN_MAX`] anyway.
+const NEAR_MAX: usize = 4096;
+/// Most edge tests a part's chains may take, per edge of the part: cells to locate in times
+/// near edges. Past it the part gets no chains, and probes locate in its stripes.
+const CHAIN_WORK_PER_EDGE: usize = 128;
+/// Most cell tests a part's classification may take, per edge of the part and per cell of
+/// its box: edges marking the cells their boxes meet, and a location for each cell no edge
+/// meets. Past it every cell of the box is left to locate in, without the shortcuts.
+const CLASSIFY_WORK_PER_ITEM: usize = 64;
 /// Most parts a grid lists (slot numbers below the flag).
 const MAX_PARTS: usize = (INTERIOR - 1) as usize;
 
@@ -207,10 +261,10 @@ impl Layout {
         let [c0, r0, c1, r1] = range;
         let states = self.classify(e, range);
         // A part with no cell to locate in needs no shell.
-        let locates = states.contains(&Some(State::Locate));
+        let locates = states.iter().filter(|s| **s == Some(State::Locate)).count();
         let near = shells
-            .filter(|_| locates)
-            .and_then(|s| self.near_edges(e, range, s));
+            .filter(|_| locates > 0)
+            .and_then(|s| self.near_edges(e, range, locates, s));
         let mut states = states.iter();
         for r in r0..=r1 {
             for c in c0..=c1 {
@@ -235,17 +289,20 @@ impl Layout {
     /// The shell of the polygon that part `e` is a band of, where it is in `shells` (added
     /// when it is not there yet), and its edges whose y-range meets the rows of `range`, in
     /// order. `None` for lines and for polygons with holes (their rings are located one by
-    /// one, see [`super::pip`]).
+    /// one, see [`super::pip`]), and where the chains of `locates` cells would take more
+    /// than their budget ([`NEAR_MAX`], [`CHAIN_WORK_PER_EDGE`]).
     fn near_edges<'e>(
         &self,
         e: &'e PartEntry,
         [c0, r0, c1, r1]: [i64; 4],
+        locates: usize,
         shells: &mut Shells,
     ) -> Option<Near<'e>> {
         if e.part == WHOLE {
             return None;
         }
-        let element = e.shape.parts.get(e.part as usize)?.element as usize;
+        let part = e.shape.parts.get(e.part as usize)?;
+        let element = part.element as usize;
         let polygon = match &e.shape.geometry {
             Geometry::Polygon(p) if element == 0 => p,
             Geometry::MultiPolygon(mp) => mp.0.get(element)?,
@@ -256,6 +313,29 @@ impl Layout {
             return None;
         }
         let key = (std::sync::Arc::as_ptr(&e.shape) as usize, element as u32);
+        let (low, high) = (self.cell_box(c0, r0), self.cell_box(c1, r1));
+        let (ya, yb) = (low[1], high[3]);
+        let index = shells
+            .index
+            .entry(key)
+            .or_insert_with(|| ShellIndex::new(ring, (high[3] - high[1]).max(0.0)));
+        let window = index.window(ya, yb);
+        let candidates = window.len() + index.tall.len();
+        let budget = CHAIN_WORK_PER_EDGE.saturating_mul(part.edges().len().max(1));
+        if candidates > NEAR_MAX || locates.saturating_mul(candidates) > budget {
+            return None;
+        }
+        let meets = |i: u32| {
+            let (a, b) = (ring[i as usize], ring[i as usize + 1]);
+            a.y.min(b.y) <= yb && a.y.max(b.y) >= ya
+        };
+        let mut edges: Vec<u32> = index.short[window]
+            .iter()
+            .map(|e| e.1)
+            .chain(index.tall.iter().copied())
+            .filter(|&i| meets(i))
+            .collect();
+        edges.sort_unstable();
         let at = match shells.at.get(&key) {
             Some(at) => *at,
             None => {
@@ -267,14 +347,6 @@ impl Layout {
                 at
             }
         };
-        let (low, high) = (self.cell_box(c0, r0), self.cell_box(c1, r1));
-        let edges = (0..ring.len() - 1)
-            .filter(|&i| {
-                let (a, b) = (ring[i], ring[i + 1]);
-                a.y.min(b.y) <= high[3] && a.y.max(b.y) >= low[1]
-            })
-            .map(|i| i as u32)
-            .collect();
         Some(Near { at, ring, edges })
     }
 
@@ -326,8 +398,31 @@ impl Layout {
             return vec![Some(State::Locate); w * h];
         }
         let part = &e.shape.parts[e.part as usize];
-        let mut touched = vec![false; w * h];
         let m = self.margin();
+        let cells = w * h;
+        // Past its budget the part is located in every cell of its box: no shortcuts.
+        let budget = CLASSIFY_WORK_PER_ITEM.saturating_mul(part.edges().len() + cells);
+        let all_located = || vec![Some(State::Locate); cells];
+        let marking: usize = part
+            .edges()
+            .iter()
+            .map(|g| {
+                let span = |lo: f64, hi: f64, axis: usize| match (
+                    self.index(lo - 2.0 * m, axis),
+                    self.index(hi + 2.0 * m, axis),
+                ) {
+                    (Some(a), Some(b)) => (b - a + 1).clamp(1, 1 << 20) as usize,
+                    _ => 1 << 20,
+                };
+                let wide = span(g[0].min(g[2]), g[0].max(g[2]), 0).min(w);
+                let tall = span(g[1].min(g[3]), g[1].max(g[3]), 1).min(h);
+                wide * tall
+            })
+            .fold(0usize, usize::saturating_add);
+        if marking.saturating_add(cells.saturating_mul(part.probe_cost())) > budget {
+            return all_located();
+        }
+        let mut touched = vec![false; w * h];
         for g in part.edges() {
             let (gx0, gx1) = (g[0].min(g[2]), g[0].max(g[2]));
             let (gy0, gy1) = (g[1].min(g[3]), g[1].max(g[3]));

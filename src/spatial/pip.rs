@@ -150,34 +150,84 @@ struct Stripes {
     rings: Box<[u32]>,
 }
 
+/// Most copies of its edges a band's stripes hold, as a multiple of the band's edges. An edge
+/// is copied into every stripe its y-range meets, so long edges (zig-zags, combs, spikes)
+/// would make a fine striping quadratic; past this, stripes are halved until they fit, and a
+/// probe scans more edges instead of the index taking more memory.
+const STRIPE_COPIES: usize = 4;
+
+/// How `count` stripes over `[ylo, yhi]` number a height.
+#[derive(Clone, Copy)]
+struct StripeLayout {
+    ylo: f64,
+    inv_h: f64,
+    count: usize,
+    /// Widening of an edge's y-range, so that a query's rounding of its stripe misses none.
+    pad: f64,
+}
+
+impl StripeLayout {
+    fn new(ylo: f64, yhi: f64, count: usize) -> StripeLayout {
+        let height = (yhi - ylo).max(f64::MIN_POSITIVE);
+        StripeLayout {
+            ylo,
+            inv_h: count as f64 / height,
+            count,
+            pad: height * 1e-9 + 1e-12,
+        }
+    }
+
+    fn stripe_of(&self, y: f64) -> usize {
+        let k = ((y - self.ylo) * self.inv_h).floor();
+        if k <= 0.0 {
+            0
+        } else {
+            (k as usize).min(self.count - 1)
+        }
+    }
+
+    /// The stripes edge `e` goes to: every one its closed y-range, widened, meets.
+    fn span(&self, e: &Edge) -> (usize, usize) {
+        let (lo, hi) = if e[1] <= e[3] {
+            (e[1], e[3])
+        } else {
+            (e[3], e[1])
+        };
+        (self.stripe_of(lo - self.pad), self.stripe_of(hi + self.pad))
+    }
+
+    fn copies(&self, edges: &[Edge]) -> usize {
+        edges
+            .iter()
+            .map(|e| {
+                let (a, b) = self.span(e);
+                b - a + 1
+            })
+            .sum()
+    }
+}
+
 impl Stripes {
     /// `edges` in ring order; `rings` parallel to it, or empty for a shell alone.
+    ///
+    /// Half as many stripes as edges, or fewer: as many as keep the copies within
+    /// [`STRIPE_COPIES`] times the edges. Each try costs one pass over the edges, and a
+    /// try halves the count, so the build is O(n log n) whatever the shape.
     fn build(edges: &[Edge], rings: &[u32], ylo: f64, yhi: f64) -> Stripes {
-        let n = if edges.len() <= SCAN_EDGES || yhi <= ylo {
+        let mut n = if edges.len() <= SCAN_EDGES || yhi <= ylo {
             1
         } else {
             edges.len().div_ceil(2)
         };
-        let height = (yhi - ylo).max(f64::MIN_POSITIVE);
-        let inv_h = n as f64 / height;
-        // Stripe k covers [ylo + k/inv_h, ylo + (k+1)/inv_h]; edges go to every stripe their
-        // closed y-range meets, widened by a hair so a query's rounding of k cannot miss one.
-        let pad = height * 1e-9 + 1e-12;
-        let stripe_of = |y: f64| -> usize {
-            let k = ((y - ylo) * inv_h).floor();
-            if k <= 0.0 { 0 } else { (k as usize).min(n - 1) }
-        };
+        let budget = edges.len().saturating_mul(STRIPE_COPIES);
+        let mut layout = StripeLayout::new(ylo, yhi, n);
+        while n > 1 && layout.copies(edges) > budget {
+            n /= 2;
+            layout = StripeLayout::new(ylo, yhi, n);
+        }
         let mut counts = vec![0u32; n + 1];
-        let span = |e: &Edge| {
-            let (lo, hi) = if e[1] <= e[3] {
-                (e[1], e[3])
-            } else {
-                (e[3], e[1])
-            };
-            (stripe_of(lo - pad), stripe_of(hi + pad))
-        };
         for e in edges {
-            let (a, b) = span(e);
+            let (a, b) = layout.span(e);
             for c in &mut counts[a..=b] {
                 *c += 1;
             }
@@ -191,7 +241,7 @@ impl Stripes {
         let mut out_rings = vec![0u32; if rings.is_empty() { 0 } else { out.len() }];
         // Edges arrive in ring order, so each stripe's edges stay in ring order.
         for (i, e) in edges.iter().enumerate() {
-            let (a, b) = span(e);
+            let (a, b) = layout.span(e);
             for f in &mut fill[a..=b] {
                 out[*f as usize] = *e;
                 if !rings.is_empty() {
@@ -202,7 +252,7 @@ impl Stripes {
         }
         Stripes {
             y0: ylo,
-            inv_h,
+            inv_h: layout.inv_h,
             offsets: offsets.into_boxed_slice(),
             edges: out.into_boxed_slice(),
             rings: out_rings.into_boxed_slice(),
@@ -221,6 +271,15 @@ impl Stripes {
             &self.rings[a..b]
         };
         locate_in_rings(&self.edges[a..b], rings, px, py)
+    }
+
+    /// Most edges one probe scans: the longest stripe.
+    fn longest(&self) -> usize {
+        self.offsets
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+            .max()
+            .unwrap_or(0)
     }
 
     fn heap_bytes(&self) -> usize {
@@ -267,6 +326,11 @@ impl PolygonPart {
         &self.stripes.edges
     }
 
+    /// Most edges a location in this part tests.
+    pub fn probe_cost(&self) -> usize {
+        self.stripes.longest()
+    }
+
     pub fn heap_bytes(&self) -> usize {
         self.stripes.heap_bytes()
     }
@@ -279,7 +343,42 @@ fn ring_edges(ring: &LineString<f64>, index: u32, out: &mut Vec<Edge>, rings: &m
     }
 }
 
+/// Most copies of its edges the bands of one polygon hold, as a multiple of its edges. An
+/// edge goes to every band its y-range meets; past this, there are half as many bands until
+/// the copies fit.
+const BAND_COPIES: usize = 2;
+
+/// The bands edges `[lo, hi]` (closed y-ranges) go to, for bands `[cuts[k], cuts[k + 1]]`:
+/// every band whose closed range meets the edge's.
+fn band_span(cuts: &[f64], lo: f64, hi: f64) -> (usize, usize) {
+    let bands = cuts.len() - 1;
+    let first = cuts[1..].partition_point(|c| *c < lo);
+    let last = cuts[..bands].partition_point(|c| *c <= hi);
+    (
+        first.min(bands - 1),
+        last.saturating_sub(1).max(first.min(bands - 1)),
+    )
+}
+
+/// Band boundaries at quantiles of the edges' lower ends (`lows`, sorted), so that bands
+/// hold similar counts: at most `bands` bands over `[ylo, yhi]`.
+fn band_cuts(lows: &[f64], bands: usize, ylo: f64, yhi: f64) -> Vec<f64> {
+    let mut cuts = vec![ylo];
+    for b in 1..bands {
+        let y = lows[b * lows.len() / bands];
+        if y > *cuts.last().unwrap_or(&ylo) && y < yhi {
+            cuts.push(y);
+        }
+    }
+    cuts.push(yhi);
+    cuts
+}
+
 /// Cut one polygon (shell and holes together) into banded, striped parts.
+///
+/// About [`BAND_EDGES`] edges a band, or fewer bands where long edges would copy into many
+/// (see [`BAND_COPIES`]); each edge is placed by binary search over the cuts, so the cut
+/// costs O(n log n) and its parts O(n) memory for any ring.
 pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
     let mut edges = Vec::new();
     let mut rings = Vec::new();
@@ -291,45 +390,81 @@ pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
     if edges.is_empty() {
         return Vec::new();
     }
+    let y_range = |e: &Edge| {
+        if e[1] <= e[3] {
+            (e[1], e[3])
+        } else {
+            (e[3], e[1])
+        }
+    };
     let (ylo, yhi) = edges
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), e| {
             (lo.min(e[1]).min(e[3]), hi.max(e[1]).max(e[3]))
         });
-    // Band boundaries at quantiles of the edges' lower ends, so bands hold similar counts.
-    let bands = edges.len().div_ceil(BAND_EDGES).max(1);
-    let mut cuts = vec![ylo];
+    let mut bands = edges.len().div_ceil(BAND_EDGES).max(1);
+    let mut cuts = vec![ylo, yhi];
     if bands > 1 {
-        let mut lows: Vec<f64> = edges.iter().map(|e| e[1].min(e[3])).collect();
+        let mut lows: Vec<f64> = edges.iter().map(|e| y_range(e).0).collect();
         lows.sort_by(f64::total_cmp);
-        for b in 1..bands {
-            let y = lows[b * lows.len() / bands];
-            if y > *cuts.last().unwrap_or(&ylo) && y < yhi {
-                cuts.push(y);
+        let budget = edges.len().saturating_mul(BAND_COPIES);
+        loop {
+            cuts = band_cuts(&lows, bands, ylo, yhi);
+            let copies: usize = edges
+                .iter()
+                .map(|e| {
+                    let (lo, hi) = y_range(e);
+                    let (a, b) = band_span(&cuts, lo, hi);
+                    b - a + 1
+                })
+                .sum();
+            if copies <= budget || bands == 1 {
+                break;
             }
+            bands /= 2;
         }
     }
-    cuts.push(yhi);
-    let mut parts = Vec::with_capacity(cuts.len() - 1);
+    // Each band's edges, in ring order: counted, then placed.
+    let nb = cuts.len() - 1;
+    let spans: Vec<(u32, u32)> = edges
+        .iter()
+        .map(|e| {
+            let (lo, hi) = y_range(e);
+            let (a, b) = band_span(&cuts, lo, hi);
+            (a as u32, b as u32)
+        })
+        .collect();
+    let mut offsets = vec![0usize; nb + 1];
+    for &(a, b) in &spans {
+        for k in a..=b {
+            offsets[k as usize + 1] += 1;
+        }
+    }
+    for k in 0..nb {
+        offsets[k + 1] += offsets[k];
+    }
+    let mut fill = offsets.clone();
+    let mut placed = vec![0u32; offsets[nb]];
+    for (i, &(a, b)) in spans.iter().enumerate() {
+        for k in a..=b {
+            placed[fill[k as usize]] = i as u32;
+            fill[k as usize] += 1;
+        }
+    }
+    drop(spans);
+    let mut parts = Vec::with_capacity(nb);
     let mut band_edges = Vec::new();
     let mut band_rings = Vec::new();
-    for w in cuts.windows(2) {
-        let (b0, b1) = (w[0], w[1]);
+    for k in 0..nb {
+        let (b0, b1) = (cuts[k], cuts[k + 1]);
         band_edges.clear();
         band_rings.clear();
         let (mut xmin, mut xmax) = (f64::INFINITY, f64::NEG_INFINITY);
-        for (e, r) in edges.iter().zip(&rings) {
-            let (lo, hi) = if e[1] <= e[3] {
-                (e[1], e[3])
-            } else {
-                (e[3], e[1])
-            };
-            if hi < b0 || lo > b1 {
-                continue;
-            }
+        for &i in &placed[offsets[k]..offsets[k + 1]] {
+            let e = &edges[i as usize];
             band_edges.push(*e);
             if has_holes {
-                band_rings.push(*r);
+                band_rings.push(rings[i as usize]);
             }
             // The edge's x-extent within the band: clip it to [b0, b1].
             let (x0, x1) = clip_x(e, b0, b1);

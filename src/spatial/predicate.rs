@@ -252,20 +252,56 @@ impl Query {
         }
     }
 
+    /// Whether a line or polygon feature matches. To test many features, prepare the
+    /// query once with [`Query::prepared`].
+    pub fn matches_shape(&self, f: &Shape, rel: Relation) -> bool {
+        self.prepared().matches_shape(f, rel)
+    }
+
+    /// The query ready to test many features on one thread.
+    pub fn prepared(&self) -> PreparedQuery<'_> {
+        PreparedQuery {
+            query: self,
+            graph: std::cell::OnceCell::new(),
+        }
+    }
+}
+
+/// A query as one thread tests features against it: geo's noded graph of the query
+/// geometry is made on the first feature that needs the full relate, and reused for the
+/// rest, instead of noding the query again for each (for a query ring of n edges that is up
+/// to n^2 candidate pairs every time). Not `Send`: make one per thread.
+pub struct PreparedQuery<'q> {
+    query: &'q Query,
+    /// `None` when preparing failed (geo panicked on a degenerate geometry).
+    graph: std::cell::OnceCell<Option<geo::PreparedGeometry<'q, &'q Geometry<f64>>>>,
+}
+
+impl PreparedQuery<'_> {
     /// Whether a line or polygon feature matches.
     pub fn matches_shape(&self, f: &Shape, rel: Relation) -> bool {
-        if !pip::bbox_intersects(&f.bbox, &self.bbox) {
+        let q = self.query;
+        if !pip::bbox_intersects(&f.bbox, &q.bbox) {
             return false;
         }
         if rel == Relation::EnvelopeIntersects {
             return true;
         }
-        if let QueryKind::Point(x, y) = self.kind
+        if let QueryKind::Point(x, y) = q.kind
             && let Some(answer) = point_fast_path(f.locate(x, y), rel)
         {
             return answer;
         }
-        relate_holds(&f.geometry, &self.geometry, rel)
+        let graph = self.graph.get_or_init(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                geo::PreparedGeometry::from(&q.geometry)
+            }))
+            .ok()
+        });
+        match graph {
+            Some(g) => contained_relate(rel, || rel.holds(&f.geometry.relate(g))),
+            None => relate_holds(&f.geometry, &q.geometry, rel),
+        }
     }
 }
 
@@ -286,11 +322,12 @@ pub fn point_fast_path(loc: Location, rel: Relation) -> Option<bool> {
 /// DE-9IM through geo's `relate`. geo's topology graph can panic on some degenerate
 /// input; a panic is contained and counts as "no match" (logged), never a crash.
 pub fn relate_holds(feature: &Geometry<f64>, query: &Geometry<f64>, rel: Relation) -> bool {
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let m = feature.relate(query);
-        rel.holds(&m)
-    }));
-    match result {
+    contained_relate(rel, || rel.holds(&feature.relate(query)))
+}
+
+/// Run a relate, a panic in it counting as "no match" (logged).
+fn contained_relate(rel: Relation, f: impl FnOnce() -> bool) -> bool {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(b) => b,
         Err(_) => {
             tracing::warn!(
