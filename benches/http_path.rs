@@ -242,8 +242,12 @@ fn http_path(c: &mut Criterion) {
             let start = Instant::now();
             for text in &bodies {
                 black_box(
-                    geoshard::features::FeatureRequest::parse_for("bench", text.as_bytes())
-                        .unwrap(),
+                    geoshard::features::FeatureRequest::parse_for(
+                        "bench",
+                        text.as_bytes(),
+                        100_000,
+                    )
+                    .unwrap(),
                 );
             }
             start.elapsed()
@@ -258,7 +262,8 @@ fn http_path(c: &mut Criterion) {
             for (i, text) in bodies.iter().enumerate() {
                 let user = if i % 2 == 0 { "bench-a" } else { "bench-b" };
                 black_box(
-                    geoshard::features::FeatureRequest::parse_for(user, text.as_bytes()).unwrap(),
+                    geoshard::features::FeatureRequest::parse_for(user, text.as_bytes(), 100_000)
+                        .unwrap(),
                 );
             }
             start.elapsed()

@@ -50,6 +50,15 @@ pub struct Config {
     pub h3_resolution: u8,
     /// Largest page of features a query returns (`maxRecordCount`).
     pub max_record_count: usize,
+    /// Longest `where` clause, in bytes; longer is a 400. Parsing and evaluating a clause
+    /// cost time linear in its length for every row.
+    pub max_where_bytes: usize,
+    /// Deepest nesting of parentheses, `NOT`, `-` and functions in a `where` clause; deeper
+    /// is a 400. Parsing and evaluating recurse once a level, on a thread's stack.
+    pub max_where_depth: usize,
+    /// Most positions in a query geometry; more is a 400. Preparing the geometry costs
+    /// memory linear in them, and exact relations time growing faster than that.
+    pub max_query_vertices: usize,
     /// Keep a trace record of every flow run, not only of failed ones.
     pub flow_tracing: bool,
     /// A project directory deployed when the server starts.
@@ -97,6 +106,9 @@ impl Default for Config {
                 .unwrap_or(2),
             h3_resolution: 3,
             max_record_count: 5000,
+            max_where_bytes: 128 * 1024,
+            max_where_depth: 64,
+            max_query_vertices: 100_000,
             flow_tracing: false,
             project: None,
             js_pool_size: std::thread::available_parallelism()
@@ -129,6 +141,9 @@ pub const KEYS: &[&str] = &[
     "shards",
     "h3_resolution",
     "max_record_count",
+    "max_where_bytes",
+    "max_where_depth",
+    "max_query_vertices",
     "flow_tracing",
     "project",
     "js_pool_size",
@@ -201,6 +216,9 @@ impl Config {
                 self.h3_resolution = r;
             }
             "max_record_count" => self.max_record_count = positive(key, parse(key, text)?)?,
+            "max_where_bytes" => self.max_where_bytes = positive(key, parse(key, text)?)?,
+            "max_where_depth" => self.max_where_depth = positive(key, parse(key, text)?)?,
+            "max_query_vertices" => self.max_query_vertices = positive(key, parse(key, text)?)?,
             "flow_tracing" => self.flow_tracing = parse_bool(key, text)?,
             "project" => {
                 self.project = if text.is_empty() {
@@ -341,6 +359,9 @@ mod tests {
             ("shards", "3"),
             ("h3_resolution", "5"),
             ("max_record_count", "10"),
+            ("max_where_bytes", "100"),
+            ("max_where_depth", "8"),
+            ("max_query_vertices", "1000"),
             ("flow_tracing", "on"),
             ("project", "/p"),
             ("js_pool_size", "2"),

@@ -31,6 +31,7 @@ use crate::spatial::{Engine, EngineConfig, parse_geojson};
 use crate::store::{Change, CommitHook, Document, Format, Store, StoreError};
 use descriptor::{DESCRIPTOR_COLLECTION, Descriptor, parse_descriptor};
 use path::Path;
+use sql::WhereLimits;
 use template::{TEMPLATE_COLLECTION, Template, ViewDef, ViewKey, extract_rows, parse_template};
 use view::{GeometryOut, NewRow, ViewData};
 
@@ -41,6 +42,10 @@ pub use query::{FeatureError, FeatureRequest};
 pub struct FeatureSettings {
     pub engine: EngineConfig,
     pub max_record_count: usize,
+    /// Bounds of a `where` clause.
+    pub where_limits: WhereLimits,
+    /// Most positions in a query geometry.
+    pub max_query_vertices: usize,
 }
 
 /// One view: its rows and its spatial indexes.

@@ -26,7 +26,7 @@ use super::view::{GeometryOut, ViewData};
 use super::{Features, ViewState};
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
-use crate::spatial::geometry::parse_parts;
+use crate::spatial::geometry::{coord_count, parse_parts};
 use crate::spatial::{Query, Relation};
 
 mod scan;
@@ -467,7 +467,12 @@ thread_local! {
 
 impl Prepared {
     /// The request `body` makes, when it is the kept body with other coordinates.
-    fn bind(&self, user: &str, body: &[u8]) -> Option<Result<FeatureRequest, FeatureError>> {
+    fn bind(
+        &self,
+        user: &str,
+        body: &[u8],
+        max_vertices: usize,
+    ) -> Option<Result<FeatureRequest, FeatureError>> {
         let (start, end) = self.coordinates;
         let suffix = &self.body[end..];
         let middle = body.get(start..body.len().checked_sub(suffix.len())?)?;
@@ -492,42 +497,84 @@ impl Prepared {
         }
         // One array and nothing else, read as the reader reads it (serde_json).
         let coords: Value = serde_json::from_slice(middle).ok()?;
-        Some(query_geometry(&self.kind, &coords, relation).map(|g| {
-            request.query.geometry = Some(g);
-            request
-        }))
+        Some(
+            query_geometry(&self.kind, &coords, relation, max_vertices).map(|g| {
+                request.query.geometry = Some(g);
+                request
+            }),
+        )
     }
 }
 
-/// The query geometry and relation of a request's `extension.geometry`.
+/// The query geometry and relation of a request's `extension.geometry`, refused with more
+/// than `max_vertices` positions before it is prepared.
 fn query_geometry(
     kind: &str,
     coords: &Value,
     relation: Relation,
+    max_vertices: usize,
 ) -> Result<(Arc<Query>, Relation), FeatureError> {
     let geometry = parse_parts(kind, coords, Default::default())
         .map_err(|e| bad(format!("extension.geometry: {e}")))?;
+    let n = coord_count(&geometry);
+    if n > max_vertices {
+        return Err(too_many_vertices(n, max_vertices));
+    }
     Ok((Arc::new(Query::new(geometry)), relation))
+}
+
+fn too_many_vertices(n: usize, max: usize) -> FeatureError {
+    bad(format!(
+        "extension.geometry has {n} positions, above max_query_vertices ({max})"
+    ))
+}
+
+/// The default of the `max_query_vertices` setting, for [`FeatureRequest::parse`].
+pub const DEFAULT_MAX_QUERY_VERTICES: usize = 100_000;
+
+/// Refuse a body that may hold a geometry with more than `max_vertices` positions before
+/// any of it is parsed into a tree: every position is an array, so a body with fewer `[`
+/// than that (and a little room for the other members) holds fewer positions. The exact
+/// count is checked again on the geometry itself.
+fn check_arrays(body: &[u8], max_vertices: usize) -> Result<(), FeatureError> {
+    const OTHER_ARRAYS: usize = 64;
+    let arrays = memchr::memchr_iter(b'[', body).count();
+    if arrays > max_vertices.saturating_add(OTHER_ARRAYS) {
+        return Err(too_many_vertices(arrays, max_vertices));
+    }
+    Ok(())
 }
 
 impl FeatureRequest {
     /// Parse and coerce a request body. Unknown members are ignored, as clients send many.
+    /// A query geometry may have [`DEFAULT_MAX_QUERY_VERTICES`] positions.
     pub fn parse(body: &[u8]) -> Result<FeatureRequest, FeatureError> {
+        check_arrays(body, DEFAULT_MAX_QUERY_VERTICES)?;
         match scan::read_spanned(body) {
-            Some((raw, _)) => FeatureRequest::from_raw(raw),
-            None => FeatureRequest::from_raw(serde_read(body)?),
+            Some((raw, _)) => FeatureRequest::from_raw(raw, DEFAULT_MAX_QUERY_VERTICES),
+            None => FeatureRequest::from_raw(serde_read(body)?, DEFAULT_MAX_QUERY_VERTICES),
         }
     }
 
-    /// [`FeatureRequest::parse`], for `user`: a body of the same shape as the last one this
-    /// thread parsed for `user` is bound to that one's request ([`Prepared`]).
-    pub fn parse_for(user: &str, body: &[u8]) -> Result<FeatureRequest, FeatureError> {
-        let bound = PREPARED.with(|p| p.borrow().as_ref().and_then(|p| p.bind(user, body)));
+    /// [`FeatureRequest::parse`], for `user`, with a query geometry of at most
+    /// `max_vertices` positions: a body of the same shape as the last one this thread parsed
+    /// for `user` is bound to that one's request ([`Prepared`]).
+    pub fn parse_for(
+        user: &str,
+        body: &[u8],
+        max_vertices: usize,
+    ) -> Result<FeatureRequest, FeatureError> {
+        let bound = PREPARED.with(|p| {
+            p.borrow()
+                .as_ref()
+                .and_then(|p| p.bind(user, body, max_vertices))
+        });
         if let Some(request) = bound {
             return request;
         }
+        check_arrays(body, max_vertices)?;
         let Some((raw, span)) = scan::read_spanned(body) else {
-            return FeatureRequest::from_raw(serde_read(body)?);
+            return FeatureRequest::from_raw(serde_read(body)?, max_vertices);
         };
         let kind = match span {
             Some(_) if body.len() <= PREPARED_MAX_BODY => raw
@@ -537,7 +584,7 @@ impl FeatureRequest {
                 .map(str::to_string),
             _ => None,
         };
-        let request = FeatureRequest::from_raw(raw)?;
+        let request = FeatureRequest::from_raw(raw, max_vertices)?;
         if let (Some(coordinates), Some(kind), Some(_)) = (span, kind, &request.query.geometry) {
             PREPARED.with(|p| {
                 *p.borrow_mut() = Some(Prepared {
@@ -554,7 +601,7 @@ impl FeatureRequest {
 
     /// Coerce and check the members as read. The geometry comes last: [`Prepared`] relies on
     /// every other member having been checked before it.
-    fn from_raw(raw: RawRequest<'_>) -> Result<FeatureRequest, FeatureError> {
+    fn from_raw(raw: RawRequest<'_>, max_vertices: usize) -> Result<FeatureRequest, FeatureError> {
         let params = raw
             .params
             .ok_or_else(|| bad("the request body has no \"params\" object"))?;
@@ -655,7 +702,7 @@ impl FeatureRequest {
                     "extension.geometry: coordinates: {kind} has no member \"coordinates\""
                 ))
             })?;
-            spec.geometry = Some(query_geometry(&kind, &coords, relation)?);
+            spec.geometry = Some(query_geometry(&kind, &coords, relation, max_vertices)?);
         }
         Ok(FeatureRequest {
             service,
@@ -873,7 +920,11 @@ impl Features {
         };
         let def = &view.def;
         let resolve = |name: &str| def.column(name);
-        let filter = Where::parse(q.where_text.as_deref().unwrap_or(""), &resolve)?;
+        let filter = Where::parse(
+            q.where_text.as_deref().unwrap_or(""),
+            &resolve,
+            self.settings.where_limits,
+        )?;
         let field = |name: &str, member: &str| -> Result<usize, FeatureError> {
             def.column(name)
                 .ok_or_else(|| bad(format!("unknown field {name} in {member}")))
@@ -1536,12 +1587,13 @@ mod tests {
                 let binds = PREPARED.with(|p| {
                     let kept = p.borrow();
                     kept.as_ref()
-                        .and_then(|p| p.bind(user, body.as_bytes()))
+                        .and_then(|p| p.bind(user, body.as_bytes(), DEFAULT_MAX_QUERY_VERTICES))
                         .is_some()
                 });
                 bound += usize::from(binds);
                 total += 1;
-                let got = FeatureRequest::parse_for(user, body.as_bytes());
+                let got =
+                    FeatureRequest::parse_for(user, body.as_bytes(), DEFAULT_MAX_QUERY_VERTICES);
                 let want = FeatureRequest::parse(body.as_bytes());
                 assert_eq!(format!("{got:?}"), format!("{want:?}"), "{user}: {body}");
             }
@@ -1557,12 +1609,12 @@ mod tests {
                 r#"{{"params":{{"id":"s","layer":0}},"query":{{"extension":{{"geometry":{{"type":"Point","coordinates":[{x},1]}}}}}}}}"#
             )
         };
-        FeatureRequest::parse_for("u1", body(1.0).as_bytes()).unwrap();
+        FeatureRequest::parse_for("u1", body(1.0).as_bytes(), DEFAULT_MAX_QUERY_VERTICES).unwrap();
         let binds = |user: &str, b: &str| {
             PREPARED.with(|p| {
                 p.borrow()
                     .as_ref()
-                    .and_then(|p| p.bind(user, b.as_bytes()))
+                    .and_then(|p| p.bind(user, b.as_bytes(), DEFAULT_MAX_QUERY_VERTICES))
                     .is_some()
             })
         };
@@ -1570,7 +1622,8 @@ mod tests {
         assert!(!binds("u2", &body(2.5)));
         assert!(!binds("u", &body(2.5)));
         assert!(!binds("u1", &body(2.5).replace("\"s\"", "\"t\"")));
-        let r = FeatureRequest::parse_for("u1", body(2.5).as_bytes()).unwrap();
+        let r = FeatureRequest::parse_for("u1", body(2.5).as_bytes(), DEFAULT_MAX_QUERY_VERTICES)
+            .unwrap();
         let (q, _) = r.query.geometry.unwrap();
         assert_eq!(q.as_point(), Some((2.5, 1.0)));
     }

@@ -7,6 +7,11 @@
 //! Columns are resolved when the clause is parsed (case-insensitively), so an unknown field
 //! is an error with its position, before any row is read. Evaluation is three-valued, as in
 //! SQL: a comparison with NULL is unknown, and only rows where the clause is true pass.
+//!
+//! A clause is bounded before it is parsed ([`WhereLimits`]): its length, and how deep
+//! parentheses, `NOT`, `-` and functions nest, since the parser and the evaluator recurse
+//! once a level. Chains of `AND` and `OR` are one node each, however long, so they add no
+//! depth.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -53,8 +58,10 @@ pub enum Expr {
     Func(Func, Box<Expr>),
     Neg(Box<Expr>),
     Cmp(Box<Expr>, CmpOp, Box<Expr>),
-    And(Box<Expr>, Box<Expr>),
-    Or(Box<Expr>, Box<Expr>),
+    /// A chain `a AND b AND ...`, at least two terms.
+    And(Vec<Expr>),
+    /// A chain `a OR b OR ...`, at least two terms.
+    Or(Vec<Expr>),
     Not(Box<Expr>),
     IsNull(Box<Expr>, bool),
     In(Box<Expr>, Vec<Expr>, bool),
@@ -66,6 +73,25 @@ pub enum Expr {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Where {
     expr: Option<Expr>,
+}
+
+/// How large a clause may be: each bound is a setting (`max_where_bytes`,
+/// `max_where_depth`), and a clause past one is refused before any row is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WhereLimits {
+    /// Longest clause, in bytes.
+    pub max_bytes: usize,
+    /// Deepest nesting of parentheses, `NOT`, unary `-` and function calls.
+    pub max_depth: usize,
+}
+
+impl Default for WhereLimits {
+    fn default() -> Self {
+        WhereLimits {
+            max_bytes: 64 * 1024,
+            max_depth: 64,
+        }
+    }
 }
 
 /// A fault in a clause, with its 1-based character position.
@@ -228,6 +254,9 @@ struct Parser<'c> {
     /// Position just past the end, for "unexpected end" errors.
     end: usize,
     resolve: &'c dyn Fn(&str) -> Option<usize>,
+    /// Levels entered so far: every recursion of the parser goes through [`Parser::nest`].
+    depth: usize,
+    max_depth: usize,
 }
 
 fn is_kw(t: &Tok, kw: &str) -> bool {
@@ -289,25 +318,54 @@ impl Parser<'_> {
         }
     }
 
-    fn or(&mut self) -> Result<Expr, WhereError> {
-        let mut e = self.and()?;
-        while self.eat_kw("OR") {
-            e = Expr::Or(Box::new(e), Box::new(self.and()?));
+    /// Run `f` one level deeper, or fail past `max_depth`, at the token just taken (the
+    /// parenthesis, `NOT` or `-` that opens the level).
+    fn nest(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<Expr, WhereError>,
+    ) -> Result<Expr, WhereError> {
+        if self.depth >= self.max_depth {
+            return Err(WhereError {
+                position: self.at.checked_sub(1).map_or(1, |i| self.toks[i].pos),
+                message: format!(
+                    "the clause nests deeper than max_where_depth ({})",
+                    self.max_depth
+                ),
+            });
         }
-        Ok(e)
+        self.depth += 1;
+        let e = f(self);
+        self.depth -= 1;
+        e
+    }
+
+    fn or(&mut self) -> Result<Expr, WhereError> {
+        let first = self.and()?;
+        if !self.peek().is_some_and(|t| is_kw(t, "OR")) {
+            return Ok(first);
+        }
+        let mut terms = vec![first];
+        while self.eat_kw("OR") {
+            terms.push(self.and()?);
+        }
+        Ok(Expr::Or(terms))
     }
 
     fn and(&mut self) -> Result<Expr, WhereError> {
-        let mut e = self.not()?;
-        while self.eat_kw("AND") {
-            e = Expr::And(Box::new(e), Box::new(self.not()?));
+        let first = self.not()?;
+        if !self.peek().is_some_and(|t| is_kw(t, "AND")) {
+            return Ok(first);
         }
-        Ok(e)
+        let mut terms = vec![first];
+        while self.eat_kw("AND") {
+            terms.push(self.not()?);
+        }
+        Ok(Expr::And(terms))
     }
 
     fn not(&mut self) -> Result<Expr, WhereError> {
         if self.eat_kw("NOT") {
-            return Ok(Expr::Not(Box::new(self.not()?)));
+            return self.nest(|p| Ok(Expr::Not(Box::new(p.not()?))));
         }
         self.predicate()
     }
@@ -397,14 +455,14 @@ impl Parser<'_> {
         self.at += 1;
         match t.tok {
             Tok::LParen => {
-                let e = self.or()?;
+                let e = self.nest(Self::or)?;
                 if self.peek() != Some(&Tok::RParen) {
                     return self.unexpected("expected )");
                 }
                 self.at += 1;
                 Ok(e)
             }
-            Tok::Minus => Ok(Expr::Neg(Box::new(self.operand()?))),
+            Tok::Minus => self.nest(|p| Ok(Expr::Neg(Box::new(p.operand()?)))),
             Tok::Num(v) => Ok(Expr::Lit(v)),
             Tok::Str(s) => Ok(Expr::Lit(V::Str(Cow::Owned(s)))),
             Tok::Quoted(name) => self.column(&name, t.pos),
@@ -429,7 +487,7 @@ impl Parser<'_> {
                     }
                     "UPPER" | "LOWER" if self.peek() == Some(&Tok::LParen) => {
                         self.at += 1;
-                        let arg = self.or()?;
+                        let arg = self.nest(Self::or)?;
                         if self.peek() != Some(&Tok::RParen) {
                             return self.unexpected("expected )");
                         }
@@ -488,7 +546,21 @@ fn describe(t: &Tok) -> String {
 
 impl Where {
     /// Parse a clause; `resolve` maps a field name to a column index. Empty = no filter.
-    pub fn parse(text: &str, resolve: &dyn Fn(&str) -> Option<usize>) -> Result<Where, WhereError> {
+    pub fn parse(
+        text: &str,
+        resolve: &dyn Fn(&str) -> Option<usize>,
+        limits: WhereLimits,
+    ) -> Result<Where, WhereError> {
+        if text.len() > limits.max_bytes {
+            return Err(WhereError {
+                position: 1,
+                message: format!(
+                    "the clause is {} bytes, above max_where_bytes ({})",
+                    text.len(),
+                    limits.max_bytes
+                ),
+            });
+        }
         let toks = tokenize(text)?;
         if toks.is_empty() {
             return Ok(Where { expr: None });
@@ -498,6 +570,8 @@ impl Where {
             toks,
             at: 0,
             resolve,
+            depth: 0,
+            max_depth: limits.max_depth,
         };
         let e = p.or()?;
         if p.at < p.toks.len() {
@@ -589,30 +663,9 @@ fn eval<'r>(e: &'r Expr, row: &'r dyn Row) -> V<'r> {
                 CmpOp::Ge => o != Ordering::Less,
             }))
         }
-        Expr::And(a, b) => {
-            let l = truth(&eval(a, row));
-            if l == Some(false) {
-                return V::Bool(false);
-            }
-            let r = truth(&eval(b, row));
-            bool_v(match (l, r) {
-                (_, Some(false)) => Some(false),
-                (Some(true), Some(true)) => Some(true),
-                _ => None,
-            })
-        }
-        Expr::Or(a, b) => {
-            let l = truth(&eval(a, row));
-            if l == Some(true) {
-                return V::Bool(true);
-            }
-            let r = truth(&eval(b, row));
-            bool_v(match (l, r) {
-                (_, Some(true)) => Some(true),
-                (Some(false), Some(false)) => Some(false),
-                _ => None,
-            })
-        }
+        // False wins an AND, true an OR; otherwise any unknown term makes the chain unknown.
+        Expr::And(terms) => chain(terms, row, false),
+        Expr::Or(terms) => chain(terms, row, true),
         Expr::Not(a) => bool_v(truth(&eval(a, row)).map(|b| !b)),
         Expr::IsNull(a, negated) => V::Bool((eval(a, row) == V::Null) != *negated),
         Expr::In(a, items, negated) => {
@@ -654,6 +707,20 @@ fn eval<'r>(e: &'r Expr, row: &'r dyn Row) -> V<'r> {
             })
         }
     }
+}
+
+/// An `AND` chain (`decisive` false) or an `OR` chain (`decisive` true), three-valued: the
+/// first term whose truth is `decisive` decides; else unknown if any term is unknown.
+fn chain(terms: &[Expr], row: &dyn Row, decisive: bool) -> V<'static> {
+    let mut unknown = false;
+    for t in terms {
+        match truth(&eval(t, row)) {
+            Some(b) if b == decisive => return V::Bool(decisive),
+            Some(_) => {}
+            None => unknown = true,
+        }
+    }
+    if unknown { V::Null } else { V::Bool(!decisive) }
 }
 
 /// A compiled LIKE pattern.
@@ -740,9 +807,11 @@ mod tests {
     const COLS: [&str; 5] = ["OBJECTID", "name", "score", "born", "flag"];
 
     fn w(text: &str) -> Result<Where, WhereError> {
-        Where::parse(text, &|n| {
-            COLS.iter().position(|c| c.eq_ignore_ascii_case(n))
-        })
+        Where::parse(
+            text,
+            &|n| COLS.iter().position(|c| c.eq_ignore_ascii_case(n)),
+            WhereLimits::default(),
+        )
     }
 
     fn row() -> R {
@@ -831,6 +900,112 @@ mod tests {
         assert!(w("(OBJECTID = 7").is_err());
         assert!(w("OBJECTID = 7 AND").is_err());
         assert!(w("score NOT 5").is_err());
+    }
+
+    #[test]
+    fn chains_are_three_valued() {
+        // `flag` is NULL: comparisons with it are unknown.
+        assert!(check("flag = 1 OR OBJECTID = 7"));
+        assert!(!check("flag = 1 AND OBJECTID = 7"));
+        assert!(
+            !check("NOT (flag = 1 AND OBJECTID = 7)"),
+            "NOT unknown is unknown"
+        );
+        assert!(
+            check("NOT (flag = 1 AND OBJECTID = 8)"),
+            "unknown AND false is false"
+        );
+        assert!(
+            !check("NOT (flag = 1 OR OBJECTID = 8)"),
+            "unknown OR false is unknown"
+        );
+        assert!(check(
+            "OBJECTID = 1 OR OBJECTID = 2 OR OBJECTID = 7 OR flag = 1"
+        ));
+        assert!(check(
+            "OBJECTID = 7 AND score < 3 AND name LIKE 'O%' AND born IS NOT NULL"
+        ));
+        assert!(!check(
+            "OBJECTID = 7 AND score < 3 AND name LIKE 'x%' AND born IS NOT NULL"
+        ));
+        assert!(check(
+            "OBJECTID = 1 AND score = 0 OR OBJECTID = 7 AND score > 2"
+        ));
+    }
+
+    fn limited(text: &str, max_bytes: usize, max_depth: usize) -> Result<Where, WhereError> {
+        Where::parse(
+            text,
+            &|n| COLS.iter().position(|c| c.eq_ignore_ascii_case(n)),
+            WhereLimits {
+                max_bytes,
+                max_depth,
+            },
+        )
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let parens = |n: usize| format!("{}1=1{}", "(".repeat(n), ")".repeat(n));
+        assert!(limited(&parens(64), 1 << 20, 64).is_ok());
+        let e = limited(&parens(65), 1 << 20, 64).unwrap_err();
+        assert!(e.message.contains("max_where_depth (64)"), "{}", e.message);
+        assert_eq!(e.position, 65, "the parenthesis one past the bound");
+        // The inputs: 2,000 parentheses, 100,000 NOTs.
+        let e = limited(&parens(2000), 1 << 20, 64).unwrap_err();
+        assert!(e.message.contains("max_where_depth"));
+        let nots = format!("{}OBJECTID = 7", "NOT ".repeat(100_000));
+        assert!(
+            limited(&nots, 1 << 20, 64)
+                .unwrap_err()
+                .message
+                .contains("max_where_depth")
+        );
+        let minus = format!("score > {}1", "-".repeat(100_000));
+        assert!(limited(&minus, 1 << 20, 64).is_err());
+        let upper = format!("{}name{} = 'x'", "UPPER(".repeat(1000), ")".repeat(1000));
+        assert!(limited(&upper, 1 << 20, 64).is_err());
+        // Within the bound, nesting evaluates as written.
+        let nested = format!("{}OBJECTID = 7", "NOT NOT ".repeat(30));
+        assert!(limited(&nested, 1 << 20, 64).unwrap().matches(&row()));
+    }
+
+    #[test]
+    fn long_chains_add_no_depth() {
+        for op in ["AND", "OR"] {
+            let n = 100_000;
+            let terms: Vec<String> = (0..n)
+                .map(|i| {
+                    if op == "AND" {
+                        format!("OBJECTID <> {}", i + 100)
+                    } else {
+                        format!("OBJECTID = {}", i + 100)
+                    }
+                })
+                .collect();
+            let text = terms.join(&format!(" {op} "));
+            let w = limited(&text, 1 << 24, 4).unwrap();
+            // AND: 7 differs from every term's value; OR: 7 is none of them.
+            assert_eq!(w.matches(&row()), op == "AND", "{op}");
+            let with_seven = format!("{text} {op} OBJECTID = 7");
+            assert!(
+                limited(&with_seven, 1 << 24, 4).unwrap().matches(&row()),
+                "{op}"
+            );
+        }
+    }
+
+    #[test]
+    fn length_is_bounded() {
+        let long = format!("name = '{}'", "x".repeat(100));
+        let e = limited(&long, 64, 64).unwrap_err();
+        assert_eq!(e.position, 1);
+        assert!(
+            e.message.contains("above max_where_bytes (64)"),
+            "{}",
+            e.message
+        );
+        assert!(limited(&long, long.len(), 64).is_ok());
     }
 
     #[test]

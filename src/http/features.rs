@@ -96,7 +96,8 @@ where
     } else {
         body
     };
-    let request = FeatureRequest::parse_for(ctx.caller.name(), &body)?;
+    let max_vertices = app.features.settings().max_query_vertices;
+    let request = FeatureRequest::parse_for(ctx.caller.name(), &body, max_vertices)?;
     let out = if request.is_light() {
         app.features.execute(&ctx.caller, &request)?
     } else {

@@ -96,6 +96,11 @@ impl App {
                     resolution: config.h3_resolution,
                 },
                 max_record_count: config.max_record_count,
+                where_limits: crate::features::sql::WhereLimits {
+                    max_bytes: config.max_where_bytes,
+                    max_depth: config.max_where_depth,
+                },
+                max_query_vertices: config.max_query_vertices,
             },
         )?;
         store.set_hook(Arc::new(FeatureHook(features.clone())));
