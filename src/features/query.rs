@@ -21,7 +21,7 @@ use thiserror::Error;
 
 use super::descriptor::{Descriptor, Layer};
 use super::sql::{Row, V, Where, WhereError, compare};
-use super::template::{ViewDef, format_datetime, write_datetime};
+use super::template::{Kind, ViewDef, format_datetime, write_datetime};
 use super::view::{GeometryOut, ViewData};
 use super::{Features, ViewState};
 use crate::acl::Caller;
@@ -93,6 +93,14 @@ impl StatKind {
             "var" | "variance" => StatKind::Var,
             _ => return None,
         })
+    }
+
+    /// Whether the statistic is arithmetic, so only for numeric fields.
+    fn is_numeric(self) -> bool {
+        match self {
+            StatKind::Sum | StatKind::Avg | StatKind::Stddev | StatKind::Var => true,
+            StatKind::Count | StatKind::Min | StatKind::Max => false,
+        }
     }
 
     fn name(self) -> &'static str {
@@ -970,6 +978,17 @@ impl Features {
                     } else {
                         Some(field(&s.field, "outStatistics")?)
                     };
+                    if let Some(c) = c
+                        && s.kind.is_numeric()
+                        && !matches!(def.columns[c].scalar.kind(), Kind::Int | Kind::Float)
+                    {
+                        return Err(bad(format!(
+                            "outStatistics: {} needs a numeric field, and {} is a {}",
+                            s.kind.name(),
+                            def.columns[c].name,
+                            def.columns[c].scalar.name()
+                        )));
+                    }
                     cols.push(c);
                 }
                 let groups = q
@@ -1318,15 +1337,15 @@ fn statistic<'d>(kind: StatKind, col: Option<usize>, data: &'d ViewData, slots: 
             if values.is_empty() {
                 return V::Null;
             }
-            if values.iter().all(|v| matches!(v, V::Int(_))) {
-                return V::Int(
-                    values
-                        .iter()
-                        .map(|v| if let V::Int(i) = v { *i } else { 0 })
-                        .sum(),
-                );
+            // Integers sum exactly while they fit; past i64 the sum is a float.
+            let exact = values.iter().try_fold(0i64, |acc, v| match v {
+                V::Int(i) => acc.checked_add(*i),
+                _ => None,
+            });
+            match exact {
+                Some(total) => V::Int(total),
+                None => V::Float(nums().sum()),
             }
-            V::Float(nums().sum())
         }
         StatKind::Avg => {
             let n: Vec<f64> = nums().collect();

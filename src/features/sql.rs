@@ -640,7 +640,7 @@ fn eval<'r>(e: &'r Expr, row: &'r dyn Row) -> V<'r> {
         Expr::Lit(v) => v.clone(),
         Expr::Col(c) => row.get(*c),
         Expr::Neg(inner) => match eval(inner, row) {
-            V::Int(i) => V::Int(-i),
+            V::Int(i) => i.checked_neg().map_or(V::Float(-(i as f64)), V::Int),
             V::Float(f) => V::Float(-f),
             _ => V::Null,
         },
