@@ -40,6 +40,10 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// A body above the configured limit.
     PayloadTooLarge,
+    /// A request URI longer than the server reads.
+    UriTooLong,
+    /// Request header fields larger than the server reads.
+    HeadersTooLarge,
     /// An extension (feature service, flow) reports a problem with this status.
     Extension(u16),
     /// A resource of the management API that already exists.
@@ -69,6 +73,8 @@ impl ErrorCode {
             ErrorCode::UnknownEndpoint => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::UriTooLong => 414,
+            ErrorCode::HeadersTooLarge => 431,
             ErrorCode::Extension(status) => status,
             ErrorCode::Conflict => 409,
             ErrorCode::Unavailable => 503,
@@ -94,6 +100,8 @@ impl ErrorCode {
             ErrorCode::UnknownEndpoint => "RESTAPI-INVALIDREQ",
             ErrorCode::MethodNotAllowed => "REST-UNSUPPORTEDMETHOD",
             ErrorCode::PayloadTooLarge => "RESTAPI-REQUESTTOOLARGE",
+            ErrorCode::UriTooLong => "RESTAPI-REQUESTTOOLARGE",
+            ErrorCode::HeadersTooLarge => "RESTAPI-REQUESTTOOLARGE",
             ErrorCode::Extension(_) => "RESTAPI-SRVEXERR",
             ErrorCode::Conflict => "MANAGE-EXISTS",
             ErrorCode::Unavailable => "RESTAPI-UNAVAILABLE",
@@ -159,7 +167,9 @@ pub fn reason_phrase(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         409 => "Conflict",
         413 => "Payload Too Large",
+        414 => "URI Too Long",
         415 => "Unsupported Media Type",
+        431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Error",

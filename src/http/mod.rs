@@ -15,6 +15,7 @@ pub mod params;
 pub mod poll;
 pub mod response;
 mod router;
+mod wire;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -218,9 +219,12 @@ impl Server {
                     Ok::<_, Infallible>(resp)
                 }
             });
+            // Half-closed: a client may shut down its side once its request is sent and
+            // still get the answer (by default hyper drops the request on that EOF).
             let conn = http1::Builder::new()
                 .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service);
+                .half_close(true)
+                .serve_connection(TokioIo::new(wire::Wire::new(stream)), service);
             let conn = graceful.watch(conn);
             let runtime = placement.runtime().clone();
             let task = runtime.spawn(async move {

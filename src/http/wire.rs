@@ -1,0 +1,218 @@
+//! The connection's byte stream, with hyper's own error answers given the contract's body.
+//!
+//! hyper answers a request head it cannot parse (400), one whose headers are too large (431)
+//! or whose URI is too long (414) by itself, before any handler runs, with an empty body:
+//! `HTTP/1.1 4xx Reason\r\nconnection: close\r\ncontent-length: 0\r\n...`, and it offers no
+//! hook to change that answer. [`Wire`] recognises that exact head as hyper writes it and
+//! writes the same answer with an `errorResponse` body instead. The service's own answers are
+//! never taken for it: every error the service writes has a body and a `content-type`.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::error::{ApiError, ErrorCode};
+
+/// A stream whose writes of hyper's empty error answers are replaced (see the module).
+pub struct Wire<S> {
+    inner: S,
+    /// The replacement answer and how much of it is written; hyper was told its own
+    /// answer was, so the rest goes out before anything else is written or flushed.
+    pending: Option<(Vec<u8>, usize)>,
+}
+
+impl<S> Wire<S> {
+    pub fn new(inner: S) -> Wire<S> {
+        Wire {
+            inner,
+            pending: None,
+        }
+    }
+}
+
+/// The answer with a body, when `head` is hyper's own empty error answer.
+fn replacement(head: &[u8]) -> Option<Vec<u8>> {
+    const PREFIX: &[u8] = b"HTTP/1.1 4";
+    if !head.starts_with(PREFIX) || head.len() > 512 || !head.ends_with(b"\r\n\r\n") {
+        return None;
+    }
+    let line_end = head.windows(2).position(|w| w == b"\r\n")?;
+    let headers = &head[line_end + 2..];
+    if !headers.starts_with(b"connection: close\r\ncontent-length: 0\r\n") {
+        return None;
+    }
+    let status: u16 = std::str::from_utf8(head.get(9..12)?).ok()?.parse().ok()?;
+    let error = match status {
+        400 => ApiError::new(
+            ErrorCode::InvalidRequest,
+            "the request is not valid HTTP/1.1: its request line or a header is malformed",
+        ),
+        414 => ApiError::new(ErrorCode::UriTooLong, "the request URI is too long"),
+        431 => ApiError::new(
+            ErrorCode::HeadersTooLarge,
+            "the request's header fields are too large",
+        ),
+        _ => return None,
+    };
+    let body = error.to_body();
+    let rest = &headers[b"connection: close\r\ncontent-length: 0\r\n".len()..];
+    let mut out = Vec::with_capacity(head.len() + body.len() + 64);
+    out.extend_from_slice(&head[..line_end + 2]);
+    out.extend_from_slice(b"connection: close\r\ncontent-type: application/json\r\n");
+    out.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+    out.extend_from_slice(rest);
+    out.extend_from_slice(&body);
+    Some(out)
+}
+
+impl<S: AsyncWrite + Unpin> Wire<S> {
+    /// Write what is pending; ready once nothing is.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((buf, at)) = &mut self.pending {
+            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &buf[*at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            *at += n;
+            if *at == buf.len() {
+                self.pending = None;
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Wire<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Wire<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.drain(cx))?;
+        if let Some(answer) = replacement(buf) {
+            self.pending = Some((answer, 0));
+            // The answer is hyper's to account for as written; it goes out as it can.
+            let _ = self.drain(cx)?;
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.drain(cx))?;
+        // hyper writes its error answer as one buffer; look only where an answer starts.
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty())
+            && first.starts_with(b"HTTP/1.1 4")
+        {
+            return self.poll_write(cx, first);
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.drain(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYPER_400: &[u8] = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\ndate: Tue, 24 Nov 2026 21:55:33 GMT\r\n\r\n";
+
+    fn body_of(answer: &[u8]) -> serde_json::Value {
+        let at = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = std::str::from_utf8(&answer[..at]).unwrap();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(answer.len() - at, len, "content-length matches the body");
+        serde_json::from_slice(&answer[at..]).unwrap()
+    }
+
+    #[test]
+    fn hyper_answers_get_the_error_body() {
+        for status in [400, 414, 431] {
+            let head = String::from_utf8(HYPER_400.to_vec())
+                .unwrap()
+                .replace("400 Bad Request", &format!("{status} Whatever"));
+            let out = replacement(head.as_bytes()).unwrap();
+            let text = String::from_utf8_lossy(&out);
+            assert!(text.starts_with(&format!("HTTP/1.1 {status} Whatever\r\n")));
+            assert!(text.contains("content-type: application/json\r\n"));
+            assert!(text.contains("date: Tue, 24 Nov 2026"));
+            let body = body_of(&out);
+            assert_eq!(body["errorResponse"]["statusCode"], status);
+            assert!(body["errorResponse"]["message"].as_str().unwrap().len() > 10);
+        }
+    }
+
+    #[test]
+    fn the_service_own_answers_pass_unchanged() {
+        let own = [
+            &b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n"[..],
+            b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 12\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n{\"a\":1}",
+            b"{\"HTTP/1.1 400\"}",
+        ];
+        for o in own {
+            assert!(replacement(o).is_none(), "{}", String::from_utf8_lossy(o));
+        }
+        let other = HYPER_400.to_vec();
+        let other = String::from_utf8(other)
+            .unwrap()
+            .replace("400 Bad", "405 Bad");
+        assert!(replacement(other.as_bytes()).is_none());
+    }
+
+    /// Through the stream: hyper is told its whole answer was written, and the replacement
+    /// reaches the peer whole, in pieces if the peer reads slowly.
+    #[tokio::test]
+    async fn writes_the_replacement_whole() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, mut b) = tokio::io::duplex(16);
+        let mut wire = Wire::new(a);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let n = wire.write(HYPER_400).await.unwrap();
+        assert_eq!(n, HYPER_400.len());
+        wire.flush().await.unwrap();
+        wire.shutdown().await.unwrap();
+        drop(wire);
+        let got = reader.await.unwrap();
+        assert_eq!(body_of(&got)["errorResponse"]["statusCode"], 400);
+    }
+}
