@@ -59,6 +59,9 @@ pub struct Config {
     /// Most positions in a query geometry; more is a 400. Preparing the geometry costs
     /// memory linear in them, and exact relations time growing faster than that.
     pub max_query_vertices: usize,
+    /// Most positions in a feature document's geometry; a write with more is a 400, and a
+    /// stored one with more (after the setting was lowered) is skipped and reported.
+    pub max_document_vertices: usize,
     /// Keep a trace record of every flow run, not only of failed ones.
     pub flow_tracing: bool,
     /// A project directory deployed when the server starts.
@@ -109,6 +112,7 @@ impl Default for Config {
             max_where_bytes: 128 * 1024,
             max_where_depth: 64,
             max_query_vertices: 100_000,
+            max_document_vertices: 1_000_000,
             flow_tracing: false,
             project: None,
             js_pool_size: std::thread::available_parallelism()
@@ -144,6 +148,7 @@ pub const KEYS: &[&str] = &[
     "max_where_bytes",
     "max_where_depth",
     "max_query_vertices",
+    "max_document_vertices",
     "flow_tracing",
     "project",
     "js_pool_size",
@@ -219,6 +224,9 @@ impl Config {
             "max_where_bytes" => self.max_where_bytes = positive(key, parse(key, text)?)?,
             "max_where_depth" => self.max_where_depth = positive(key, parse(key, text)?)?,
             "max_query_vertices" => self.max_query_vertices = positive(key, parse(key, text)?)?,
+            "max_document_vertices" => {
+                self.max_document_vertices = positive(key, parse(key, text)?)?
+            }
             "flow_tracing" => self.flow_tracing = parse_bool(key, text)?,
             "project" => {
                 self.project = if text.is_empty() {
@@ -362,6 +370,7 @@ mod tests {
             ("max_where_bytes", "100"),
             ("max_where_depth", "8"),
             ("max_query_vertices", "1000"),
+            ("max_document_vertices", "2000"),
             ("flow_tracing", "on"),
             ("project", "/p"),
             ("js_pool_size", "2"),

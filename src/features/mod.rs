@@ -28,11 +28,13 @@ use serde_json::Value;
 
 use crate::acl::{Capability, RoleSet};
 use crate::spatial::{Engine, EngineConfig, parse_geojson};
-use crate::store::{Change, CommitHook, Document, Format, Store, StoreError};
+use crate::store::{Change, Checked, CommitHook, Document, Format, Store, StoreError};
 use descriptor::{DESCRIPTOR_COLLECTION, Descriptor, parse_descriptor};
 use path::Path;
 use sql::WhereLimits;
-use template::{TEMPLATE_COLLECTION, Template, ViewDef, ViewKey, extract_rows, parse_template};
+use template::{
+    InvalidValue, TEMPLATE_COLLECTION, Template, ViewDef, ViewKey, extract_rows, parse_template,
+};
 use view::{GeometryOut, NewRow, ViewData};
 
 pub use query::{FeatureError, FeatureRequest};
@@ -46,6 +48,8 @@ pub struct FeatureSettings {
     pub where_limits: WhereLimits,
     /// Most positions in a query geometry.
     pub max_query_vertices: usize,
+    /// Most positions in a document's geometry at a layer's path.
+    pub max_document_vertices: usize,
 }
 
 /// One view: its rows and its spatial indexes.
@@ -61,6 +65,9 @@ pub struct ViewState {
 
 #[derive(Default)]
 struct Catalog {
+    /// Changes when the catalog is replaced, so that rows prepared against an older one are
+    /// made again.
+    generation: u64,
     /// By document URI.
     templates: BTreeMap<String, Arc<Template>>,
     /// By document URI.
@@ -96,6 +103,7 @@ pub struct Features {
     store: Arc<Store>,
     settings: FeatureSettings,
     catalog: RwLock<Catalog>,
+    diagnostics: parking_lot::Mutex<Diagnostics>,
 }
 
 /// A document's JSON, parsed once for all the views it feeds.
@@ -106,22 +114,72 @@ fn parse_json(doc: &Document) -> Option<Value> {
     serde_json::from_slice(&doc.content).ok()
 }
 
-/// The geometry of a document at a layer's path: for the index, and as the response writes it.
-fn geometry_at(uri: &str, doc: &Value, path: &Path) -> Option<Located> {
-    let v = path.first(doc)?;
-    match parse_geojson(v) {
-        Ok(g) => {
-            let out = match &g {
-                geo::Geometry::Point(p) => GeometryOut::Point(p.x(), p.y()),
-                _ => GeometryOut::Json(Arc::from(serde_json::to_vec(v).unwrap_or_default())),
-            };
-            Some((g, out))
-        }
-        Err(e) => {
-            tracing::warn!(uri, path = path.text(), error = %e, "document geometry is not usable; its rows have no geometry");
-            None
+/// Why a document cannot join a view: what makes its write a 400, and its rows skipped
+/// when a view is built from stored documents.
+#[derive(Debug, Clone, PartialEq)]
+enum Refusal {
+    Invalid(InvalidValue),
+    Vertices {
+        view: ViewKey,
+        path: String,
+        count: usize,
+        max: usize,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Invalid(e) => write!(f, "{e}"),
+            Refusal::Vertices {
+                view,
+                path,
+                count,
+                max,
+            } => write!(
+                f,
+                "view {view}: the geometry at {path} has {count} positions, above \
+                 max_document_vertices ({max})"
+            ),
         }
     }
+}
+
+/// The geometry of a document at a layer's path: for the index, and as the response writes
+/// it. `Ok(None)` when there is nothing at the path; `Err` with a warning when what is there
+/// cannot be used (the rows keep no geometry); a refusal past `max_vertices`.
+fn geometry_at(
+    doc: &Value,
+    view: &ViewKey,
+    path: &Path,
+    max_vertices: usize,
+) -> Result<Result<Option<Located>, String>, Refusal> {
+    let Some(v) = path.first(doc) else {
+        return Ok(Ok(None));
+    };
+    let g = match parse_geojson(v) {
+        Ok(g) => g,
+        Err(e) => {
+            return Ok(Err(format!(
+                "view {view}: the geometry at {} is not usable ({e}); its rows have no geometry",
+                path.text()
+            )));
+        }
+    };
+    let count = crate::spatial::geometry::coord_count(&g);
+    if count > max_vertices {
+        return Err(Refusal::Vertices {
+            view: view.clone(),
+            path: path.text().to_string(),
+            count,
+            max: max_vertices,
+        });
+    }
+    let out = match &g {
+        geo::Geometry::Point(p) => GeometryOut::Point(p.x(), p.y()),
+        _ => GeometryOut::Json(Arc::from(serde_json::to_vec(v).unwrap_or_default())),
+    };
+    Ok(Ok(Some((g, out))))
 }
 
 /// A geometry to index, and the same geometry as responses write it.
@@ -134,30 +192,40 @@ type IndexItems = BTreeMap<String, Vec<(u32, geo::Geometry<f64>)>>;
 type BuildTarget = (Arc<Template>, Arc<ViewDef>, BTreeMap<String, Path>);
 
 /// What one document contributes to one view.
+#[derive(Default)]
 struct Extracted {
     rows: Vec<NewRow>,
     /// Per geometry path, the geometry to index for each of the rows.
     index: Vec<(String, geo::Geometry<f64>)>,
+    /// What could not be used without refusing the document.
+    warnings: Vec<String>,
 }
 
+/// A document's rows and geometries for one view, under the bounds of a write.
 fn extract(
-    uri: &str,
     doc: &Value,
     template: &Template,
     def: &ViewDef,
     paths: &BTreeMap<String, Path>,
-) -> Extracted {
-    let cells = extract_rows(template, def, doc);
+    max_vertices: usize,
+) -> Result<Extracted, Refusal> {
+    let cells = extract_rows(template, def, doc).map_err(Refusal::Invalid)?;
     if cells.is_empty() {
-        return Extracted {
-            rows: Vec::new(),
-            index: Vec::new(),
-        };
+        return Ok(Extracted::default());
     }
-    let geoms: Vec<(String, Option<Located>)> = paths
-        .iter()
-        .map(|(text, p)| (text.clone(), geometry_at(uri, doc, p)))
-        .collect();
+    let key = def.key();
+    let mut warnings = Vec::new();
+    let mut geoms: Vec<(String, Option<Located>)> = Vec::with_capacity(paths.len());
+    for (text, p) in paths {
+        let g = match geometry_at(doc, &key, p, max_vertices)? {
+            Ok(g) => g,
+            Err(w) => {
+                warnings.push(w);
+                None
+            }
+        };
+        geoms.push((text.clone(), g));
+    }
     let rows = cells
         .into_iter()
         .map(|cells| NewRow {
@@ -172,7 +240,73 @@ fn extract(
         .into_iter()
         .filter_map(|(t, g)| g.map(|g| (t, g.0)))
         .collect();
-    Extracted { rows, index }
+    Ok(Extracted {
+        rows,
+        index,
+        warnings,
+    })
+}
+
+/// What a checked document gives the views it feeds, made in the store's check and applied
+/// after its commit (on the same thread, so against the same catalog: `generation` says so).
+struct PreparedRows {
+    generation: u64,
+    per_view: Vec<(ViewKey, Extracted)>,
+}
+
+/// A problem a view has with a stored document: rows skipped, or a geometry left out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Diagnostic {
+    pub uri: String,
+    pub view: String,
+    pub problem: String,
+    /// Whether the document has no rows in the view (else only its geometry is missing).
+    #[serde(rename = "rowsSkipped")]
+    pub rows_skipped: bool,
+}
+
+/// Most problems kept; past it they are counted only.
+const MAX_DIAGNOSTICS: usize = 10_000;
+
+/// The views' current problems with stored documents, by document and view: what a build
+/// skipped or a write was warned of, until the document is written again or its view rebuilt.
+#[derive(Default)]
+struct Diagnostics {
+    by_doc: BTreeMap<(String, String), (String, bool)>,
+    /// Problems not kept, past [`MAX_DIAGNOSTICS`].
+    omitted: u64,
+}
+
+impl Diagnostics {
+    fn add(&mut self, uri: &str, view: &ViewKey, problem: String, rows_skipped: bool) {
+        tracing::warn!(uri, view = %view, problem, rows_skipped, "a view cannot use a document in full");
+        if self.by_doc.len() >= MAX_DIAGNOSTICS {
+            self.omitted += 1;
+            return;
+        }
+        self.by_doc
+            .insert((uri.to_string(), view.to_string()), (problem, rows_skipped));
+    }
+
+    fn clear_document(&mut self, uri: &str) {
+        if self.by_doc.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, String)> = self
+            .by_doc
+            .range((uri.to_string(), String::new())..)
+            .take_while(|((u, _), _)| u == uri)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.by_doc.remove(&k);
+        }
+    }
+
+    fn clear_view(&mut self, view: &ViewKey) {
+        let name = view.to_string();
+        self.by_doc.retain(|(_, v), _| *v != name);
+    }
 }
 
 fn readers_of(doc: &Document) -> RoleSet {
@@ -186,6 +320,7 @@ impl Features {
             store,
             settings,
             catalog: RwLock::new(Catalog::default()),
+            diagnostics: parking_lot::Mutex::new(Diagnostics::default()),
         });
         let mut catalog = Catalog::default();
         features.store.scan_documents(|doc| {
@@ -271,7 +406,8 @@ impl Features {
         let mut items: Vec<IndexItems> = vec![BTreeMap::new(); targets.len()];
         let mut batch: Vec<Document> = Vec::with_capacity(4096);
         let mut flush = |batch: &mut Vec<Document>| {
-            type DocRows = Vec<(usize, Extracted)>;
+            type DocRows = Vec<(usize, Result<Extracted, Refusal>)>;
+            let max_vertices = self.settings.max_document_vertices;
             let extracted: Vec<(Arc<str>, RoleSet, DocRows)> = batch
                 .par_iter()
                 .filter(|d| {
@@ -284,14 +420,27 @@ impl Features {
                         .iter()
                         .enumerate()
                         .filter(|(_, t)| t.0.applies_to(&d.collections))
-                        .map(|(i, t)| (i, extract(&d.uri, &json, &t.0, &t.1, &t.2)))
-                        .filter(|(_, e)| !e.rows.is_empty())
+                        .map(|(i, t)| (i, extract(&json, &t.0, &t.1, &t.2, max_vertices)))
+                        .filter(|(_, e)| e.as_ref().map_or(true, |e| !e.rows.is_empty()))
                         .collect::<Vec<_>>();
                     Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
                 })
                 .collect();
+            let mut diagnostics = self.diagnostics.lock();
             for (uri, readers, per_view) in extracted {
                 for (i, e) in per_view {
+                    // A stored document that a write would now refuse (the bounds or the
+                    // template changed since) is skipped, and said so.
+                    let e = match e {
+                        Ok(e) => e,
+                        Err(refusal) => {
+                            diagnostics.add(&uri, &targets[i].1.key(), refusal.to_string(), true);
+                            continue;
+                        }
+                    };
+                    for w in e.warnings {
+                        diagnostics.add(&uri, &targets[i].1.key(), w, false);
+                    }
                     let slots = data[i].add_rows(&uri, readers, e.rows);
                     for (path, g) in e.index {
                         let v = items[i].entry(path).or_default();
@@ -303,6 +452,12 @@ impl Features {
             }
             batch.clear();
         };
+        {
+            let mut diagnostics = self.diagnostics.lock();
+            for t in &targets {
+                diagnostics.clear_view(&t.1.key());
+            }
+        }
         self.store.scan_documents(|doc| {
             batch.push(doc);
             if batch.len() == batch.capacity() {
@@ -336,24 +491,77 @@ impl Features {
         Ok(out)
     }
 
-    /// Re-extract one document's rows in every view it feeds or fed.
-    fn apply_document(&self, catalog: &Catalog, uri: &str, doc: Option<&Document>) {
-        let json = doc.and_then(parse_json);
+    /// The rows a document gives every view it feeds, under the bounds of a write: a
+    /// refusal names the view and the fault.
+    fn rows_of(&self, catalog: &Catalog, doc: &Document) -> Result<PreparedRows, Refusal> {
+        let mut per_view = Vec::new();
+        let feeds: Vec<&Arc<ViewState>> = catalog
+            .views
+            .values()
+            .filter(|v| v.template.applies_to(&doc.collections))
+            .collect();
+        if let (false, Some(json)) = (feeds.is_empty(), parse_json(doc)) {
+            for view in feeds {
+                let e = extract(
+                    &json,
+                    &view.template,
+                    &view.def,
+                    &view.paths,
+                    self.settings.max_document_vertices,
+                )?;
+                per_view.push((view.def.key(), e));
+            }
+        }
+        Ok(PreparedRows {
+            generation: catalog.generation,
+            per_view,
+        })
+    }
+
+    /// Re-extract one document's rows in every view it feeds or fed, from what its check
+    /// prepared when that is still current.
+    fn apply_document(
+        &self,
+        catalog: &Catalog,
+        uri: &str,
+        doc: Option<&Document>,
+        prepared: Option<&PreparedRows>,
+    ) {
         let uri: Arc<str> = Arc::from(uri);
+        let made;
+        let rows = match (doc, prepared) {
+            (None, _) => None,
+            (Some(_), Some(p)) if p.generation == catalog.generation => Some(p),
+            (Some(d), _) => {
+                // Checked against another catalog (or not at all): extract again; a refusal
+                // now can only leave the document without rows.
+                made = self.rows_of(catalog, d).unwrap_or_else(|r| {
+                    tracing::warn!(uri = %uri, problem = %r, "document skipped by its views");
+                    PreparedRows {
+                        generation: catalog.generation,
+                        per_view: Vec::new(),
+                    }
+                });
+                Some(&made)
+            }
+        };
+        let mut diagnostics = self.diagnostics.lock();
+        diagnostics.clear_document(&uri);
         for view in catalog.views.values() {
-            let applies = doc.is_some_and(|d| view.template.applies_to(&d.collections));
+            let key = view.def.key();
+            let extracted = rows.and_then(|r| r.per_view.iter().find(|(k, _)| *k == key));
             let had_rows = !view.data.read().slots_of(&uri).is_empty();
-            if !applies && !had_rows {
+            if extracted.is_none() && !had_rows {
                 continue;
             }
-            let extracted = match (&json, doc, applies) {
-                (Some(j), Some(_), true) => {
-                    extract(&uri, j, &view.template, &view.def, &view.paths)
+            let (new_rows, index) = match extracted {
+                Some((_, e)) => {
+                    for w in &e.warnings {
+                        diagnostics.add(&uri, &key, w.clone(), false);
+                    }
+                    (e.rows.clone(), &e.index[..])
                 }
-                _ => Extracted {
-                    rows: Vec::new(),
-                    index: Vec::new(),
-                },
+                None => (Vec::new(), &[][..]),
             };
             let readers = doc.map(readers_of).unwrap_or_default();
             // Rows switch atomically for attribute queries; the spatial indexes follow. A
@@ -361,7 +569,7 @@ impl Features {
             let (old, new) = {
                 let mut data = view.data.write();
                 let old = data.kill_rows(&uri);
-                let new = data.add_rows(&uri, readers, extracted.rows);
+                let new = data.add_rows(&uri, readers, new_rows);
                 (old, new)
             };
             let indexes = view.indexes.read().clone();
@@ -369,7 +577,7 @@ impl Features {
                 for s in &old {
                     engine.remove(*s);
                 }
-                if let Some((_, g)) = extracted.index.iter().find(|(p, _)| p == path) {
+                if let Some((_, g)) = index.iter().find(|(p, _)| p == path) {
                     for s in &new {
                         engine.insert(*s, g.clone());
                     }
@@ -394,7 +602,11 @@ impl Features {
                     rebuild = true;
                     continue;
                 }
-                self.apply_document(&catalog, &c.uri, c.doc.as_deref());
+                let prepared = c
+                    .prepared
+                    .as_ref()
+                    .and_then(|p| p.downcast_ref::<PreparedRows>());
+                self.apply_document(&catalog, &c.uri, c.doc.as_deref(), prepared);
             }
         }
         if rebuild {
@@ -408,6 +620,7 @@ impl Features {
         let (next, rebuild) = {
             let current = self.catalog.read();
             let mut next = Catalog {
+                generation: current.generation + 1,
                 templates: current.templates.clone(),
                 descriptors: current.descriptors.clone(),
                 views: crate::FastMap::default(),
@@ -530,6 +743,23 @@ impl Features {
         out
     }
 
+    /// The views' current problems with stored documents, by URI, and how many more there
+    /// were than are kept.
+    pub fn diagnostics(&self) -> (Vec<Diagnostic>, u64) {
+        let d = self.diagnostics.lock();
+        let list = d
+            .by_doc
+            .iter()
+            .map(|((uri, view), (problem, rows_skipped))| Diagnostic {
+                uri: uri.clone(),
+                view: view.clone(),
+                problem: problem.clone(),
+                rows_skipped: *rows_skipped,
+            })
+            .collect();
+        (list, d.omitted)
+    }
+
     pub fn view(&self, key: &ViewKey) -> Option<Arc<ViewState>> {
         self.catalog.read().views.get(key).cloned()
     }
@@ -539,8 +769,25 @@ impl Features {
 pub struct FeatureHook(pub Arc<Features>);
 
 impl CommitHook for FeatureHook {
-    fn validate(&self, doc: &Document) -> Result<(), String> {
-        self.0.validate_definition(doc)
+    fn check(&self, doc: &Document) -> Result<Checked, String> {
+        let f = &self.0;
+        if doc.in_collection(TEMPLATE_COLLECTION) || doc.in_collection(DESCRIPTOR_COLLECTION) {
+            f.validate_definition(doc)?;
+            return Ok(Checked::default());
+        }
+        let catalog = f.catalog.read();
+        let rows = f
+            .rows_of(&catalog, doc)
+            .map_err(|r| format!("{}: {r}", doc.uri))?;
+        let warnings = rows
+            .per_view
+            .iter()
+            .flat_map(|(_, e)| e.warnings.iter().cloned())
+            .collect();
+        Ok(Checked {
+            warnings,
+            prepared: Some(Arc::new(rows)),
+        })
     }
 
     fn committed(&self, changes: &[Change]) {

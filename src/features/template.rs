@@ -57,6 +57,23 @@ impl ScalarType {
         })
     }
 
+    /// The name as templates write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalarType::Int => "int",
+            ScalarType::UnsignedInt => "unsignedInt",
+            ScalarType::Long => "long",
+            ScalarType::UnsignedLong => "unsignedLong",
+            ScalarType::Float => "float",
+            ScalarType::Double => "double",
+            ScalarType::Decimal => "decimal",
+            ScalarType::String => "string",
+            ScalarType::Boolean => "boolean",
+            ScalarType::Date => "date",
+            ScalarType::DateTime => "dateTime",
+        }
+    }
+
     pub fn kind(self) -> Kind {
         match self {
             ScalarType::Int
@@ -144,12 +161,46 @@ pub enum Cell {
     Date(i64),
 }
 
+/// What a column does with a value that does not convert to its type (TDE's
+/// `invalidValues`): `reject`, the default, fails the document's write; `ignore` stores the
+/// document and leaves the column null (so a row whose non-nullable column it is has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvalidValues {
+    Reject,
+    Ignore,
+}
+
 #[derive(Debug, Clone)]
 pub struct ColumnDef {
     pub name: String,
     pub scalar: ScalarType,
     pub val: Path,
     pub nullable: bool,
+    pub invalid_values: InvalidValues,
+}
+
+/// A value that does not convert to its column's type, in a column that rejects them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidValue {
+    /// `schema.view`.
+    pub view: String,
+    pub column: String,
+    pub scalar: ScalarType,
+    /// The value's JSON text, cut short.
+    pub value: String,
+}
+
+impl std::fmt::Display for InvalidValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "view {} column {}: {} is not a valid {} (the column's invalidValues is reject)",
+            self.view,
+            self.column,
+            self.value,
+            self.scalar.name()
+        )
+    }
 }
 
 /// A view a template defines: `schema.view` and its columns.
@@ -295,6 +346,16 @@ pub fn parse_template(uri: &str, doc: &Value) -> Result<Template, String> {
                 Some(Value::Bool(b)) => *b,
                 Some(_) => return Err(format!("template: {cat}.nullable must be true or false")),
             };
+            let invalid_values = match c.get("invalidValues") {
+                None => InvalidValues::Reject,
+                Some(Value::String(s)) if s == "reject" => InvalidValues::Reject,
+                Some(Value::String(s)) if s == "ignore" => InvalidValues::Ignore,
+                Some(_) => {
+                    return Err(format!(
+                        "template: {cat}.invalidValues must be \"reject\" or \"ignore\""
+                    ));
+                }
+            };
             if columns.iter().any(|k| k.name.eq_ignore_ascii_case(name)) {
                 return Err(format!(
                     "template: view {schema}.{view} has column {name} twice"
@@ -305,6 +366,7 @@ pub fn parse_template(uri: &str, doc: &Value) -> Result<Template, String> {
                 scalar,
                 val,
                 nullable,
+                invalid_values,
             });
         }
         let id_column = columns
@@ -335,21 +397,42 @@ pub fn parse_template(uri: &str, doc: &Value) -> Result<Template, String> {
 }
 
 /// The rows a document yields for one view: one per context node, each a cell (or null)
-/// per column. A row whose non-nullable column has no value is not extracted.
-pub fn extract_rows(template: &Template, view: &ViewDef, doc: &Value) -> Vec<Vec<Option<Cell>>> {
+/// per column. A row whose non-nullable column has no value is not extracted. A value that
+/// does not convert is an error in a column that rejects them, and null in one that
+/// ignores them; a JSON `null`, or no value at the column's path, is no value.
+pub fn extract_rows(
+    template: &Template,
+    view: &ViewDef,
+    doc: &Value,
+) -> Result<Vec<Vec<Option<Cell>>>, InvalidValue> {
     let mut rows = Vec::new();
     for ctx in template.context.select(doc, ContextNode::root(doc)) {
         let mut row = Vec::with_capacity(view.columns.len());
         let mut complete = true;
         for col in &view.columns {
-            let cell = col
+            let value = col
                 .val
                 .select(doc, ctx.clone())
                 .first()
-                .and_then(|n| col.scalar.convert(n.value()));
+                .map(|n| n.value())
+                .filter(|v| !v.is_null());
+            let cell = match value {
+                None => None,
+                Some(v) => match (col.scalar.convert(v), col.invalid_values) {
+                    (Some(cell), _) => Some(cell),
+                    (None, InvalidValues::Ignore) => None,
+                    (None, InvalidValues::Reject) => {
+                        return Err(InvalidValue {
+                            view: format!("{}.{}", view.schema, view.view),
+                            column: col.name.clone(),
+                            scalar: col.scalar,
+                            value: value_text(v),
+                        });
+                    }
+                },
+            };
             if cell.is_none() && !col.nullable {
                 complete = false;
-                break;
             }
             row.push(cell);
         }
@@ -357,7 +440,16 @@ pub fn extract_rows(template: &Template, view: &ViewDef, doc: &Value) -> Vec<Vec
             rows.push(row);
         }
     }
-    rows
+    Ok(rows)
+}
+
+/// A value's JSON text for a message: at most about 80 characters.
+fn value_text(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
 }
 
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
@@ -569,7 +661,7 @@ mod tests {
     fn extracts_typed_rows() {
         let t = parse_template("/t.json", &mollusk_template()).unwrap();
         let doc = json!({"id": "12", "type": "PhysicalObject", "bibliographicCitation": "c", "X": 178.5, "Y": "-18.25"});
-        let rows = extract_rows(&t, &t.views[0], &doc);
+        let rows = extract_rows(&t, &t.views[0], &doc).unwrap();
         assert_eq!(
             rows,
             vec![vec![
@@ -580,12 +672,55 @@ mod tests {
                 Some(Cell::Float(178.5)),
             ]]
         );
-        // A missing non-nullable value: no row.
+        // A missing non-nullable value, or a null one: no row.
         let doc = json!({"id": 1, "type": "t", "bibliographicCitation": "c", "X": 1});
-        assert!(extract_rows(&t, &t.views[0], &doc).is_empty());
-        // An id that does not convert: no row either.
+        assert!(extract_rows(&t, &t.views[0], &doc).unwrap().is_empty());
+        let doc = json!({"id": 1, "type": "t", "bibliographicCitation": "c", "X": 1, "Y": null});
+        assert!(extract_rows(&t, &t.views[0], &doc).unwrap().is_empty());
+    }
+
+    #[test]
+    fn invalid_values_reject_or_ignore() {
+        let t = parse_template("/t.json", &mollusk_template()).unwrap();
+        // The default rejects, naming the view, the column and the value.
         let doc = json!({"id": "abc", "type": "t", "bibliographicCitation": "c", "X": 1, "Y": 2});
-        assert!(extract_rows(&t, &t.views[0], &doc).is_empty());
+        let e = extract_rows(&t, &t.views[0], &doc).unwrap_err();
+        assert_eq!((e.column.as_str(), e.scalar), ("OBJECTID", ScalarType::Int));
+        assert_eq!(
+            e.to_string(),
+            "view arcgis_hub.mollusks column OBJECTID: \"abc\" is not a valid int (the column's invalidValues is reject)"
+        );
+        let doc = json!({"id": 1, "type": "t", "bibliographicCitation": {"a": 1}, "X": 1, "Y": 2});
+        let e = extract_rows(&t, &t.views[0], &doc).unwrap_err();
+        assert_eq!(e.column, "citation");
+        let long = "y".repeat(500);
+        let doc = json!({"id": 1, "type": "t", "bibliographicCitation": "c", "X": 1, "Y": long});
+        let e = extract_rows(&t, &t.views[0], &doc).unwrap_err();
+        assert!(
+            e.value.len() < 100 && e.value.ends_with("..."),
+            "{}",
+            e.value
+        );
+        // `ignore` leaves the column null: a nullable column keeps the row, another drops it.
+        let mut v = mollusk_template();
+        let cols = &mut v["template"]["rows"][0]["columns"];
+        cols[3]["invalidValues"] = json!("ignore");
+        cols[3]["nullable"] = json!(true);
+        cols[4]["invalidValues"] = json!("ignore");
+        let t = parse_template("/t.json", &v).unwrap();
+        let doc = json!({"id": 1, "type": "t", "bibliographicCitation": "c", "X": 1, "Y": "north"});
+        let rows = extract_rows(&t, &t.views[0], &doc).unwrap();
+        assert_eq!(rows[0][3], None);
+        assert_eq!(rows[0][4], Some(Cell::Float(1.0)));
+        let doc = json!({"id": 1, "type": "t", "bibliographicCitation": "c", "X": [], "Y": 2});
+        assert!(extract_rows(&t, &t.views[0], &doc).unwrap().is_empty());
+        let mut bad = mollusk_template();
+        bad["template"]["rows"][0]["columns"][1]["invalidValues"] = json!("skip");
+        assert!(
+            parse_template("u", &bad)
+                .unwrap_err()
+                .contains("invalidValues")
+        );
     }
 
     #[test]

@@ -144,6 +144,7 @@ impl<'v> GeometryColumn<'v> {
 }
 
 /// A row to add: its cells, and its geometry per geometry path.
+#[derive(Clone)]
 pub struct NewRow {
     pub cells: Vec<Option<Cell>>,
     pub geometries: Vec<(String, Option<GeometryOut>)>,

@@ -8,7 +8,7 @@ use super::router::Ctx;
 use super::{App, BoxError, read_body, require_any};
 use crate::acl::{Capability, Permissions, Role};
 use crate::error::{ApiError, ErrorCode};
-use crate::store::{Document, Format, Op, Outcome, PutDocument, content};
+use crate::store::{Document, Format, Op, Outcome, PutDocument, Warning, Written, content};
 
 /// Bodies above this are checked off the async threads.
 const INLINE_CHECK_BYTES: usize = 256 * 1024;
@@ -56,8 +56,8 @@ where
         return super::flows::put_through_flow(app, ctx, put).await;
     }
     let op = Op::PutDocument(put);
-    let outcomes = app.store.write(&ctx.caller, vec![op]).await?;
-    Ok(written(&uri, outcomes.first().copied()))
+    let answer = app.store.write(&ctx.caller, vec![op]).await?;
+    Ok(written(&uri, &answer))
 }
 
 /// What a new document written without `perm:` gets: descriptors are readable by the
@@ -74,11 +74,28 @@ pub(super) fn default_permissions(collections: Option<&[String]>) -> Permissions
     }
 }
 
-/// 201 with `Location` for a new document, 204 for a replaced one.
-pub(super) fn written(uri: &str, outcome: Option<Outcome>) -> Resp {
-    match outcome {
+/// The `warnings` of a write's answer: the URI and the reason for each.
+pub(super) fn warnings_json(warnings: &[Warning]) -> serde_json::Value {
+    serde_json::Value::Array(
+        warnings
+            .iter()
+            .map(|w| serde_json::json!({"uri": w.uri, "message": w.message}))
+            .collect(),
+    )
+}
+
+/// 201 with `Location` for a new document, 204 for a replaced one. A write with warnings
+/// (a geometry its views cannot use) says so in a JSON body: 201 with it, or 200 in place of
+/// the 204 that can have none.
+pub(super) fn written(uri: &str, answer: &Written) -> Resp {
+    let body = (!answer.warnings.is_empty())
+        .then(|| serde_json::json!({"warnings": warnings_json(&answer.warnings)}));
+    match answer.outcomes.first() {
         Some(Outcome::Created) => {
-            let mut r = response::empty(201);
+            let mut r = match &body {
+                Some(b) => response::json_value(201, b),
+                None => response::empty(201),
+            };
             let location = format!(
                 "/v1/documents?uri={}",
                 form_urlencoded::byte_serialize(uri.as_bytes()).collect::<String>()
@@ -88,7 +105,10 @@ pub(super) fn written(uri: &str, outcome: Option<Outcome>) -> Resp {
             }
             r
         }
-        _ => response::empty(204),
+        _ => match &body {
+            Some(b) => response::json_value(200, b),
+            None => response::empty(204),
+        },
     }
 }
 
@@ -526,9 +546,9 @@ where
         .into_iter()
         .map(|(p, _)| Op::PutDocument(p))
         .collect();
-    app.store.write(&ctx.caller, ops).await?;
+    let answer = app.store.write(&ctx.caller, ops).await?;
     Ok(response::json_value(
         200,
-        &serde_json::json!({"documents": documents}),
+        &serde_json::json!({"documents": documents, "warnings": warnings_json(&answer.warnings)}),
     ))
 }

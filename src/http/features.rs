@@ -56,6 +56,18 @@ pub(super) fn model_service(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
     Ok(response::json_value(200, &Value::Object(body)))
 }
 
+/// `GET /v1/diagnostics` (admin): the stored documents the views cannot use in full, as
+/// the last build or write of each found them (rows skipped, or a geometry left out).
+pub(super) fn diagnostics(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
+    require_any(&ctx.caller, &[Role::Admin])?;
+    ctx.params.only(&ctx.path, |_| false)?;
+    let (problems, omitted) = app.features.diagnostics();
+    Ok(response::json_value(
+        200,
+        &serde_json::json!({"count": problems.len(), "omitted": omitted, "problems": problems}),
+    ))
+}
+
 /// The JSON part of a `multipart/mixed` body (one official client sends the query so).
 fn multipart_json(content_type: &str, body: &Bytes) -> Option<Bytes> {
     let boundary = super::multipart::boundary(content_type)?;

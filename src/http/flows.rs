@@ -62,8 +62,8 @@ pub(super) async fn put_through_flow(
                     value: record,
                 });
             }
-            let outcomes = app.store.write(&ctx.caller, ops).await?;
-            Ok(super::documents::written(&uri, outcomes.first().copied()))
+            let answer = app.store.write(&ctx.caller, ops).await?;
+            Ok(super::documents::written(&uri, &answer))
         }
         Err(FlowFailure { error, trace }) => {
             // Nothing is stored but the trace of the failure.

@@ -102,6 +102,7 @@ impl App {
                     max_depth: config.max_where_depth,
                 },
                 max_query_vertices: config.max_query_vertices,
+                max_document_vertices: config.max_document_vertices,
             },
         )?;
         store.set_hook(Arc::new(FeatureHook(features.clone())));

@@ -27,6 +27,7 @@ enum Route {
     GeoQueryService,
     Deploy,
     Traces,
+    Diagnostics,
     NotFound,
 }
 
@@ -41,6 +42,7 @@ impl Route {
             "/v1/resources/geoQueryService" => Route::GeoQueryService,
             "/v1/deploy" => Route::Deploy,
             "/v1/traces" => Route::Traces,
+            "/v1/diagnostics" => Route::Diagnostics,
             _ => {
                 if let Some(rest) = path.strip_prefix("/manage/v2/users/") {
                     let decode = |s: &str| {
@@ -74,6 +76,7 @@ impl Route {
             Route::GeoQueryService => &[Method::POST],
             Route::Deploy => &[Method::POST],
             Route::Traces => &[Method::GET],
+            Route::Diagnostics => &[Method::GET],
             Route::NotFound => &[],
         }
     }
@@ -164,6 +167,7 @@ where
         Route::GeoQueryService => features::geo_query(app, &ctx, body).await,
         Route::Deploy => flows::deploy(app, &ctx, body).await,
         Route::Traces => flows::traces(app, &ctx),
+        Route::Diagnostics => features::diagnostics(app, &ctx),
     };
     result.unwrap_or_else(|e| {
         if e.status() >= 500 {

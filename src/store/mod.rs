@@ -204,19 +204,50 @@ pub enum Outcome {
     Done,
 }
 
+/// What the commit hook made of a document when it checked it, handed back to it with the
+/// document's [`Change`]: the store only carries it.
+pub type Prepared = Arc<dyn std::any::Any + Send + Sync>;
+
 /// A committed change to a document, handed to the commit hook. `doc` is `None` for a delete.
 #[derive(Debug, Clone)]
 pub struct Change {
     pub uri: String,
     pub doc: Option<Arc<Document>>,
+    /// What [`CommitHook::check`] prepared for this document, if anything.
+    pub prepared: Option<Prepared>,
+}
+
+/// The hook's verdict on a document about to land.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// Problems that do not stop the write (a geometry that cannot be indexed): the write's
+    /// answer lists them.
+    pub warnings: Vec<String>,
+    /// Work done in the check that `committed` can use instead of doing it again.
+    pub prepared: Option<Prepared>,
+}
+
+/// A warning about one document of a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub uri: String,
+    pub message: String,
+}
+
+/// The answer to a write request: what happened to each operation, and the warnings.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub outcomes: Vec<Outcome>,
+    pub warnings: Vec<Warning>,
 }
 
 /// What the layers above the store attach to the write path.
 pub trait CommitHook: Send + Sync {
-    /// Runs in the write transaction before a document lands; an `Err` rejects that
-    /// request with a 400 and the message.
-    fn validate(&self, doc: &Document) -> Result<(), String>;
-    /// Runs after a commit is durable and before any writer is answered, in commit order.
+    /// Runs in the write transaction before a document lands, on the writer thread; an `Err`
+    /// rejects that request with a 400 and the message.
+    fn check(&self, doc: &Document) -> Result<Checked, String>;
+    /// Runs after a commit is durable and before any writer is answered, in commit order, on
+    /// the writer thread (so nothing the hook reads changes between a check and this).
     fn committed(&self, changes: &[Change]);
 }
 
@@ -233,7 +264,7 @@ struct WriteRequest {
     /// Whose rights the checks use.
     caller: Caller,
     ops: Vec<Op>,
-    reply: oneshot::Sender<Result<Vec<Outcome>, StoreError>>,
+    reply: oneshot::Sender<Result<Written, StoreError>>,
 }
 
 enum Message {
@@ -338,7 +369,7 @@ impl Store {
     }
 
     /// Submit a write request and wait until it is durable.
-    pub async fn write(&self, caller: &Caller, ops: Vec<Op>) -> Result<Vec<Outcome>, StoreError> {
+    pub async fn write(&self, caller: &Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
         let (reply, answer) = oneshot::channel();
         let req = WriteRequest {
             caller: caller.clone(),
@@ -353,11 +384,7 @@ impl Store {
     }
 
     /// [`Store::write`] for threads outside the async runtime (offline tools, tests).
-    pub fn write_blocking(
-        &self,
-        caller: &Caller,
-        ops: Vec<Op>,
-    ) -> Result<Vec<Outcome>, StoreError> {
+    pub fn write_blocking(&self, caller: &Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
         let (reply, answer) = oneshot::channel();
         let req = WriteRequest {
             caller: caller.clone(),
@@ -518,6 +545,7 @@ enum Planned {
     Document {
         uri: String,
         doc: Option<Arc<Document>>,
+        prepared: Option<Prepared>,
     },
     Record {
         table: Table,
@@ -536,7 +564,7 @@ fn commit_batch(
     hook: Option<&dyn CommitHook>,
     stats: &StoreStats,
 ) {
-    let mut answers: Vec<Result<Vec<Outcome>, StoreError>> = Vec::with_capacity(batch.len());
+    let mut answers: Vec<Result<Written, StoreError>> = Vec::with_capacity(batch.len());
     let mut changes: Vec<Change> = Vec::new();
     let result = (|| -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(storage)?;
@@ -546,9 +574,9 @@ fn commit_batch(
                 let ops = std::mem::take(&mut req.ops);
                 let answer = match plan_request(&docs, &req.caller, ops, hook) {
                     Err(e) => Err(e),
-                    Ok((planned, outcomes)) => {
+                    Ok((planned, written)) => {
                         apply_plan(&txn, &mut docs, planned, &mut changes)?;
-                        Ok(outcomes)
+                        Ok(written)
                     }
                 };
                 answers.push(answer);
@@ -594,12 +622,13 @@ fn plan_request(
     caller: &Caller,
     ops: Vec<Op>,
     hook: Option<&dyn CommitHook>,
-) -> Result<(Vec<Planned>, Vec<Outcome>), StoreError> {
+) -> Result<(Vec<Planned>, Written), StoreError> {
     // Earlier operations of the same request are visible to later ones.
     let mut overlay: std::collections::HashMap<String, Option<(Permissions, Vec<String>)>> =
         std::collections::HashMap::new();
     let mut planned = Vec::with_capacity(ops.len());
     let mut outcomes = Vec::with_capacity(ops.len());
+    let mut warnings = Vec::new();
     for op in ops {
         match op {
             Op::PutDocument(put) => {
@@ -644,9 +673,14 @@ fn plan_request(
                     permissions,
                     content: put.content,
                 };
-                if let Some(hook) = hook {
-                    hook.validate(&doc).map_err(StoreError::Rejected)?;
-                }
+                let checked = match hook {
+                    Some(hook) => hook.check(&doc).map_err(StoreError::Rejected)?,
+                    None => Checked::default(),
+                };
+                warnings.extend(checked.warnings.into_iter().map(|message| Warning {
+                    uri: doc.uri.clone(),
+                    message,
+                }));
                 overlay.insert(
                     doc.uri.clone(),
                     Some((doc.permissions, doc.collections.clone())),
@@ -655,6 +689,7 @@ fn plan_request(
                 planned.push(Planned::Document {
                     uri: doc.uri.clone(),
                     doc: Some(Arc::new(doc)),
+                    prepared: checked.prepared,
                 });
             }
             Op::DeleteDocument { uri } => {
@@ -674,7 +709,11 @@ fn plan_request(
                         }
                         overlay.insert(uri.clone(), None);
                         outcomes.push(Outcome::Deleted);
-                        planned.push(Planned::Document { uri, doc: None });
+                        planned.push(Planned::Document {
+                            uri,
+                            doc: None,
+                            prepared: None,
+                        });
                     }
                 }
             }
@@ -703,7 +742,7 @@ fn plan_request(
             }
         }
     }
-    Ok((planned, outcomes))
+    Ok((planned, Written { outcomes, warnings }))
 }
 
 /// Creating a document needs `rest-writer`; replacing or deleting one needs `update` on it.
@@ -744,7 +783,7 @@ fn apply_plan(
 ) -> Result<(), StoreError> {
     for p in planned {
         match p {
-            Planned::Document { uri, doc } => {
+            Planned::Document { uri, doc, prepared } => {
                 match &doc {
                     Some(d) => {
                         docs.insert(uri.as_str(), codec::encode(d).as_slice())
@@ -754,7 +793,7 @@ fn apply_plan(
                         docs.remove(uri.as_str()).map_err(storage)?;
                     }
                 }
-                changes.push(Change { uri, doc });
+                changes.push(Change { uri, doc, prepared });
             }
             Planned::Record { table, key, value } => {
                 let mut t = txn.open_table(table.definition()).map_err(storage)?;
@@ -806,27 +845,38 @@ pub(crate) mod tests {
             let store = Store::open(&dir, StoreOptions::default()).unwrap();
             let w = writer();
             assert_eq!(
-                store.write_blocking(&w, vec![put("/a", "1")]).unwrap(),
+                store
+                    .write_blocking(&w, vec![put("/a", "1")])
+                    .unwrap()
+                    .outcomes,
                 vec![Outcome::Created]
             );
             assert_eq!(
-                store.write_blocking(&w, vec![put("/a", "2")]).unwrap(),
+                store
+                    .write_blocking(&w, vec![put("/a", "2")])
+                    .unwrap()
+                    .outcomes,
                 vec![Outcome::Replaced]
             );
             assert_eq!(
-                store.write_blocking(&w, vec![put("/b", "3")]).unwrap(),
+                store
+                    .write_blocking(&w, vec![put("/b", "3")])
+                    .unwrap()
+                    .outcomes,
                 vec![Outcome::Created]
             );
             assert_eq!(
                 store
                     .write_blocking(&w, vec![Op::DeleteDocument { uri: "/b".into() }])
-                    .unwrap(),
+                    .unwrap()
+                    .outcomes,
                 vec![Outcome::Deleted]
             );
             assert_eq!(
                 store
                     .write_blocking(&w, vec![Op::DeleteDocument { uri: "/b".into() }])
-                    .unwrap(),
+                    .unwrap()
+                    .outcomes,
                 vec![Outcome::Absent]
             );
             store.shutdown_blocking();
