@@ -346,7 +346,7 @@ impl Features {
             "feature service loaded"
         );
         *features.catalog.write() = catalog;
-        release_build_memory();
+        release_freed_memory();
         Ok(features)
     }
 
@@ -664,7 +664,7 @@ impl Features {
         }
         *self.catalog.write() = next;
         if !rebuild.is_empty() {
-            release_build_memory();
+            release_freed_memory();
         }
     }
 
@@ -795,10 +795,11 @@ impl CommitHook for FeatureHook {
     }
 }
 
-/// Return what a view build freed to the OS. The build's transient vectors are freed on
-/// the rayon threads that made them, which then fall idle; mimalloc keeps a thread's free
-/// pages until that thread allocates again, so without this they stay resident.
-fn release_build_memory() {
+/// Return freed memory to the OS, after a view build or a large query. The work's transient
+/// vectors are freed on the rayon threads that made them, which then fall idle; mimalloc
+/// keeps a thread's free pages until that thread allocates again, so without this they stay
+/// resident.
+pub fn release_freed_memory() {
     rayon::broadcast(|_| geoshard_alloc::collect());
     geoshard_alloc::collect();
 }

@@ -18,6 +18,10 @@ use crate::acl::Role;
 use crate::error::{ApiError, ErrorCode};
 use crate::features::FeatureRequest;
 
+/// Bodies above this are parsed on rayon with their query, not on the io thread: a query
+/// geometry of thousands of positions takes milliseconds to parse and prepare.
+const INLINE_PARSE_BYTES: usize = 64 * 1024;
+
 fn require_writer(ctx: &Ctx) -> Result<(), ApiError> {
     require_any(&ctx.caller, &[Role::GeoWriter, Role::Admin])
 }
@@ -109,15 +113,30 @@ where
         body
     };
     let max_vertices = app.features.settings().max_query_vertices;
+    let features = app.features.clone();
+    let caller = ctx.caller.clone();
+    let failed = || ApiError::new(ErrorCode::Internal, "the query failed");
+    if body.len() > INLINE_PARSE_BYTES {
+        // A large body (a big query geometry) is parsed and prepared with the query, off the
+        // io thread; what it freed goes back to the OS.
+        let out = crate::cpu::run_cpu_intensive(move || {
+            let out = FeatureRequest::parse_for(caller.name(), &body, max_vertices)
+                .and_then(|request| features.execute(&caller, &request));
+            drop(body);
+            crate::features::release_freed_memory();
+            out
+        })
+        .await
+        .ok_or_else(failed)??;
+        return Ok(response::json_bytes(200, out));
+    }
     let request = FeatureRequest::parse_for(ctx.caller.name(), &body, max_vertices)?;
     let out = if request.is_light() {
-        app.features.execute(&ctx.caller, &request)?
+        features.execute(&caller, &request)?
     } else {
-        let features = app.features.clone();
-        let caller = ctx.caller.clone();
         crate::cpu::run_cpu_intensive(move || features.execute(&caller, &request))
             .await
-            .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??
+            .ok_or_else(failed)??
     };
     Ok(response::json_bytes(200, out))
 }
