@@ -4,8 +4,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,30 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_geoshard");
-
-fn start(dir: &std::path::Path) -> (Child, std::net::SocketAddr) {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .env("GEOSHARD_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let Some(Ok(line)) = lines.next() else { break };
-        if let Some(addr) = line.strip_prefix("geoshard listening on http://") {
-            // Keep draining stdout so the child never blocks on a full pipe.
-            std::thread::spawn(move || for _ in lines {});
-            return (child, addr.parse().unwrap());
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("server did not announce its address");
-}
 
 /// Per URI: the content of the last acknowledged PUT, and any PUT sent after it whose answer
 /// never came (it may or may not have landed when the server died).
@@ -67,7 +42,8 @@ fn acknowledged_writes_survive_sigkill() {
         .unwrap();
     assert!(status.success());
 
-    let (mut child, addr) = start(&dir);
+    let server = ChildServer::start(&dir, &[]);
+    let addr = server.addr;
     // Workers see the server die under them; keep their expected panics out of the log.
     std::panic::set_hook(Box::new(|_| {}));
     let expect: Arc<Mutex<HashMap<String, Expect>>> = Arc::default();
@@ -118,8 +94,7 @@ fn acknowledged_writes_survive_sigkill() {
     while acked.load(Ordering::Relaxed) < 3000 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    server.kill(); // SIGKILL
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
@@ -131,8 +106,8 @@ fn acknowledged_writes_survive_sigkill() {
         "only {total} writes were acknowledged before the kill"
     );
 
-    let (mut child, addr) = start(&dir);
-    let mut c = Client::new(addr, Auth::Digest("w".into(), "pw".into()));
+    let server = ChildServer::start(&dir, &[]);
+    let mut c = server.client(("w", "pw"));
     let expect = expect.lock().unwrap().clone();
     let mut checked = 0;
     for (uri, e) in &expect {
@@ -160,7 +135,6 @@ fn acknowledged_writes_survive_sigkill() {
         }
     }
     assert!(checked > 100, "checked {checked}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    server.kill();
     eprintln!("{total} acknowledged writes before SIGKILL; {checked} URIs verified after restart");
 }

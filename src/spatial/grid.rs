@@ -1104,6 +1104,71 @@ mod tests {
         );
     }
 
+    /// A zig-zag star beside small polygons: its long edges put its parts past the chain
+    /// and classification budgets, so they are left to locate in their stripes; probes still
+    /// agree with locating in every part whose box holds the point.
+    #[test]
+    fn parts_past_their_budgets_still_locate() {
+        let mut s = 17u64;
+        let n = 6000;
+        let zigzag: Vec<(f64, f64)> = (0..n)
+            .map(|i| {
+                let a = i as f64 / n as f64 * std::f64::consts::TAU;
+                let r = if i % 2 == 0 { 5.0 } else { 7.0 };
+                (50.0 + r * a.cos(), 30.0 + r * a.sin())
+            })
+            .collect();
+        let mut entries = band_entries(
+            0,
+            Geometry::Polygon(Polygon::new(LineString::from(zigzag), vec![])),
+        );
+        let zig_parts = entries.len();
+        for id in 1..200u32 {
+            let (cx, cy) = (rng(&mut s) * 100.0, rng(&mut s) * 60.0);
+            let r = 0.5 + rng(&mut s);
+            let poly = jagged(&mut s, cx, cy, r, 40);
+            entries.extend(band_entries(id, Geometry::Polygon(poly)));
+        }
+        let grid = PartGrid::build(&entries).unwrap();
+        let is_zig =
+            |e: &CellEntry| e.slot != DEAD && grid.parts[(e.slot & !INTERIOR) as usize].id == 0;
+        let zig: Vec<&CellEntry> = grid.entries.iter().filter(|e| is_zig(e)).collect();
+        assert!(!zig.is_empty(), "the star is listed ({zig_parts} parts)");
+        assert!(
+            zig.iter().all(|e| e.chain.len == NO_CHAIN),
+            "no chains past the budget"
+        );
+        assert!(
+            grid.entries
+                .iter()
+                .any(|e| !is_zig(e) && e.chain.len != NO_CHAIN),
+            "the small polygons keep theirs"
+        );
+        let mut located = 0;
+        for _ in 0..20_000 {
+            let (x, y) = (rng(&mut s) * 110.0 - 5.0, rng(&mut s) * 70.0 - 5.0);
+            let mut got: Vec<(u32, u32, Option<Location>)> = Vec::new();
+            grid.probe(x, y, |id, e, k| got.push((id, e.part, k)));
+            for e in entries.iter().filter(|e| bbox_contains(&e.bbox, x, y)) {
+                let want = e.shape.parts[e.part as usize].locate(x, y);
+                match got.iter().find(|g| (g.0, g.1) == (e.id, e.part)) {
+                    Some((_, _, Some(k))) => {
+                        assert_eq!(*k, want, "{}/{} at ({x}, {y})", e.id, e.part)
+                    }
+                    Some((_, _, None)) => located += usize::from(e.id == 0),
+                    None => assert_eq!(
+                        want,
+                        Location::Exterior,
+                        "{}/{} at ({x}, {y})",
+                        e.id,
+                        e.part
+                    ),
+                }
+            }
+        }
+        assert!(located > 200, "the star's parts located {located} times");
+    }
+
     /// Side entries and dead marks make the grid stale past half its entries (plus a floor),
     /// and so do too many wide parts.
     #[test]

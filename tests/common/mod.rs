@@ -472,6 +472,80 @@ pub fn read_response(r: &mut BufReader<TcpStream>, head_request: bool) -> Option
     })
 }
 
+/// The server binary, as a child process: for tests that kill it, restart it, or read its
+/// memory from `/proc`.
+pub struct ChildServer {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl ChildServer {
+    /// `geoshard serve` on `dir`, port 0, with `GEOSHARD_*` settings from `env`; waits until
+    /// it announces its address.
+    pub fn start(dir: &Path, env: &[(&str, &str)]) -> ChildServer {
+        use std::process::{Command, Stdio};
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_geoshard"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .env("GEOSHARD_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while std::time::Instant::now() < deadline {
+            let Some(Ok(line)) = lines.next() else { break };
+            if let Some(addr) = line.strip_prefix("geoshard listening on http://") {
+                // Keep draining stdout so the child never blocks on a full pipe.
+                std::thread::spawn(move || for _ in lines {});
+                return ChildServer {
+                    child,
+                    addr: addr.parse().unwrap(),
+                };
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("server did not announce its address");
+    }
+
+    pub fn client(&self, user: (&str, &str)) -> Client {
+        Client::new(self.addr, Auth::Digest(user.0.into(), user.1.into()))
+    }
+
+    /// The server's resident memory, in MiB, from its `/proc/<pid>/status`.
+    pub fn rss_mib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kb| kb / 1024)
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILL, and wait for it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Percent-encode a query value.
 pub fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
