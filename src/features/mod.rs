@@ -33,7 +33,7 @@ use descriptor::{DESCRIPTOR_COLLECTION, Descriptor, parse_descriptor};
 use path::Path;
 use sql::WhereLimits;
 use template::{
-    InvalidValue, TEMPLATE_COLLECTION, Template, ViewDef, ViewKey, extract_rows, parse_template,
+    RowError, TEMPLATE_COLLECTION, Template, ViewDef, ViewKey, extract_rows, parse_template,
 };
 use view::{GeometryOut, NewRow, ViewData};
 
@@ -118,7 +118,7 @@ fn parse_json(doc: &Document) -> Option<Value> {
 /// when a view is built from stored documents.
 #[derive(Debug, Clone, PartialEq)]
 enum Refusal {
-    Invalid(InvalidValue),
+    Rows(RowError),
     Vertices {
         view: ViewKey,
         path: String,
@@ -130,7 +130,7 @@ enum Refusal {
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refusal::Invalid(e) => write!(f, "{e}"),
+            Refusal::Rows(e) => write!(f, "{e}"),
             Refusal::Vertices {
                 view,
                 path,
@@ -154,7 +154,13 @@ fn geometry_at(
     path: &Path,
     max_vertices: usize,
 ) -> Result<Result<Option<Located>, String>, Refusal> {
-    let Some(v) = path.first(doc) else {
+    let found = path.first(doc).map_err(|error| {
+        Refusal::Rows(RowError::Path {
+            view: view.to_string(),
+            error,
+        })
+    })?;
+    let Some(v) = found else {
         return Ok(Ok(None));
     };
     let g = match parse_geojson(v) {
@@ -209,7 +215,7 @@ fn extract(
     paths: &BTreeMap<String, Path>,
     max_vertices: usize,
 ) -> Result<Extracted, Refusal> {
-    let cells = extract_rows(template, def, doc).map_err(Refusal::Invalid)?;
+    let cells = extract_rows(template, def, doc).map_err(Refusal::Rows)?;
     if cells.is_empty() {
         return Ok(Extracted::default());
     }

@@ -119,8 +119,13 @@ impl Path {
     }
 
     /// The nodes the path selects, from `context` (and the document `root` for absolute
-    /// paths), in document order.
-    pub fn select<'a>(&self, root: &'a Value, context: ContextNode<'a>) -> Vec<ContextNode<'a>> {
+    /// paths), in document order, each once. `Err` when selecting them would take more than
+    /// [`MAX_PATH_WORK`] (a path such as `//*//*//*` over a large document).
+    pub fn select<'a>(
+        &self,
+        root: &'a Value,
+        context: ContextNode<'a>,
+    ) -> Result<Vec<ContextNode<'a>>, PathTooCostly> {
         let start = if self.absolute {
             Node {
                 value: root,
@@ -129,15 +134,21 @@ impl Path {
         } else {
             context.0
         };
+        let mut work = 0usize;
         let mut current = vec![start];
         for step in &self.steps {
             let mut next = Vec::new();
             for node in &current {
                 let mut selected = Vec::new();
                 if step.descendant {
-                    descend(node, &step.test, &mut selected);
+                    descend(node, &step.test, &mut selected, &mut work);
                 } else {
-                    apply(node, &step.test, &mut selected);
+                    apply(node, &step.test, &mut selected, &mut work);
+                }
+                if work > MAX_PATH_WORK {
+                    return Err(PathTooCostly {
+                        path: self.text.clone(),
+                    });
                 }
                 match step.position {
                     Some(n) => {
@@ -148,20 +159,48 @@ impl Path {
                     None => next.extend(selected),
                 }
             }
+            // A node reached twice (through two `//` steps, or `..` from two children) is
+            // selected once, where it was first reached.
+            if next.len() > 1 {
+                let mut seen = std::collections::HashSet::with_capacity(next.len());
+                next.retain(|n| seen.insert(std::ptr::from_ref(n.value)));
+            }
             current = next;
             if current.is_empty() {
                 break;
             }
         }
-        current.into_iter().map(ContextNode).collect()
+        Ok(current.into_iter().map(ContextNode).collect())
     }
 
     /// The first value the path selects from the document root.
-    pub fn first<'a>(&self, root: &'a Value) -> Option<&'a Value> {
-        self.select(root, ContextNode::root(root))
+    pub fn first<'a>(&self, root: &'a Value) -> Result<Option<&'a Value>, PathTooCostly> {
+        Ok(self
+            .select(root, ContextNode::root(root))?
             .into_iter()
             .next()
-            .map(|n| n.value())
+            .map(|n| n.value()))
+    }
+}
+
+/// Most work one selection may take: nodes visited, each weighed by its depth (the
+/// ancestors it carries for `..`). Real templates take a few per node of the document.
+pub const MAX_PATH_WORK: usize = 4_000_000;
+
+/// A path whose selection would take more than [`MAX_PATH_WORK`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathTooCostly {
+    pub path: String,
+}
+
+impl std::fmt::Display for PathTooCostly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the path {} selects more of the document than a path may ({MAX_PATH_WORK} node \
+             visits)",
+            self.path
+        )
     }
 }
 
@@ -218,26 +257,35 @@ fn parse_test<'t>(text: &str, rest: &'t str) -> Result<(Test, &'t str), String> 
     Ok((test, after))
 }
 
-/// Children of `node` named `name` (or all, for `None`), arrays expanded into items.
-fn children<'a>(node: &Node<'a>, name: Option<&str>, out: &mut Vec<Node<'a>>) {
+/// Add what making `node` costs to `work`: the node and the ancestors it carries.
+fn charge(work: &mut usize, node: &Node<'_>) {
+    *work = work.saturating_add(node.ancestors.len() + 1);
+}
+
+/// Children of `node` named `name` (or all, for `None`), arrays expanded into items. Stops
+/// adding once `work` is past [`MAX_PATH_WORK`].
+fn children<'a>(node: &Node<'a>, name: Option<&str>, out: &mut Vec<Node<'a>>, work: &mut usize) {
     let Value::Object(map) = node.value else {
         return;
     };
     let mut ancestors = node.ancestors.clone();
     ancestors.push(node.value);
-    let mut push = |v: &'a Value| match v {
-        Value::Array(items) => {
-            for item in items {
-                out.push(Node {
-                    value: item,
-                    ancestors: ancestors.clone(),
-                });
+    let mut push = |v: &'a Value| {
+        let items = match v {
+            Value::Array(items) => &items[..],
+            other => std::slice::from_ref(other),
+        };
+        for item in items {
+            if *work > MAX_PATH_WORK {
+                return;
             }
+            let n = Node {
+                value: item,
+                ancestors: ancestors.clone(),
+            };
+            charge(work, &n);
+            out.push(n);
         }
-        other => out.push(Node {
-            value: other,
-            ancestors: ancestors.clone(),
-        }),
     };
     match name {
         Some(n) => {
@@ -249,37 +297,51 @@ fn children<'a>(node: &Node<'a>, name: Option<&str>, out: &mut Vec<Node<'a>>) {
     }
 }
 
-fn apply<'a>(node: &Node<'a>, test: &Test, out: &mut Vec<Node<'a>>) {
+fn apply<'a>(node: &Node<'a>, test: &Test, out: &mut Vec<Node<'a>>, work: &mut usize) {
     match test {
-        Test::SelfNode => out.push(node.clone()),
+        Test::SelfNode => {
+            charge(work, node);
+            out.push(node.clone());
+        }
         Test::Parent => {
             if let Some((parent, rest)) = node.ancestors.split_last() {
-                out.push(Node {
+                let n = Node {
                     value: parent,
                     ancestors: rest.to_vec(),
-                });
+                };
+                charge(work, &n);
+                out.push(n);
             }
         }
-        Test::Any => children(node, None, out),
-        Test::Name(n) => children(node, Some(n), out),
+        Test::Any => children(node, None, out, work),
+        Test::Name(n) => children(node, Some(n), out, work),
     }
 }
 
-/// `//test`: the test applied to the node and every descendant, in document order.
-fn descend<'a>(node: &Node<'a>, test: &Test, out: &mut Vec<Node<'a>>) {
-    apply(node, test, out);
+/// `//test`: the test applied to the node and every descendant, in document order. Stops
+/// once `work` is past [`MAX_PATH_WORK`].
+fn descend<'a>(node: &Node<'a>, test: &Test, out: &mut Vec<Node<'a>>, work: &mut usize) {
+    apply(node, test, out, work);
+    if *work > MAX_PATH_WORK {
+        return;
+    }
     let mut kids = Vec::new();
     match node.value {
-        Value::Object(_) => children(node, None, &mut kids),
+        Value::Object(_) => children(node, None, &mut kids, work),
         Value::Array(items) => {
             // An array reached as a value (an array inside an array): visit its items.
             for item in items {
                 let mut ancestors = node.ancestors.clone();
                 ancestors.push(node.value);
-                kids.push(Node {
+                let n = Node {
                     value: item,
                     ancestors,
-                });
+                };
+                charge(work, &n);
+                kids.push(n);
+                if *work > MAX_PATH_WORK {
+                    return;
+                }
             }
         }
         _ => {}
@@ -288,7 +350,7 @@ fn descend<'a>(node: &Node<'a>, test: &Test, out: &mut Vec<Node<'a>>) {
         if matches!(test, Test::Parent | Test::SelfNode) {
             continue;
         }
-        descend(k, test, out);
+        descend(k, test, out, work);
     }
 }
 
@@ -300,6 +362,7 @@ mod tests {
     fn vals(path: &str, doc: &Value) -> Vec<Value> {
         let p = Path::parse(path).unwrap();
         p.select(doc, ContextNode::root(doc))
+            .unwrap()
             .into_iter()
             .map(|n| n.value().clone())
             .collect()
@@ -341,16 +404,44 @@ mod tests {
     fn relative_to_a_context() {
         let doc = json!({"envelope": {"instance": {"X": 1.5, "Y": 2.5}, "headers": {"src": "s"}}});
         let ctx = Path::parse("/envelope/instance").unwrap();
-        let node = ctx.select(&doc, ContextNode::root(&doc)).remove(0);
+        let node = ctx.select(&doc, ContextNode::root(&doc)).unwrap().remove(0);
         let x = Path::parse("X").unwrap();
-        assert_eq!(x.select(&doc, node.clone())[0].value(), &json!(1.5));
+        assert_eq!(
+            x.select(&doc, node.clone()).unwrap()[0].value(),
+            &json!(1.5)
+        );
         let up = Path::parse("../headers/src").unwrap();
-        assert_eq!(up.select(&doc, node.clone())[0].value(), &json!("s"));
+        assert_eq!(
+            up.select(&doc, node.clone()).unwrap()[0].value(),
+            &json!("s")
+        );
         let dot = Path::parse(".").unwrap();
         assert_eq!(
-            dot.select(&doc, node)[0].value(),
+            dot.select(&doc, node).unwrap()[0].value(),
             &json!({"X": 1.5, "Y": 2.5})
         );
+    }
+
+    /// A node reached along two ways is selected once (`//a//b` finds a `b` below two `a`s
+    /// from both); a selection past its budget is an error, not a runaway.
+    #[test]
+    fn selections_are_sets_and_bounded() {
+        let doc = json!({"a": {"a": {"b": 1}}, "c": [{"d": 1}, {"d": 2}]});
+        assert_eq!(vals("//a//b", &doc), vec![json!(1)]);
+        assert_eq!(vals("//d/..", &doc), vec![json!({"d": 1}), json!({"d": 2})]);
+        assert_eq!(vals("/c/d/../..", &doc).len(), 1);
+        // A wide, deep document: `//*//*//*` would visit each node once per ancestor, per
+        // step; it stops at the budget.
+        let mut wide = json!(0);
+        for _ in 0..100 {
+            wide = json!({"x": wide, "y": [1, 2, 3, 4, 5, 6, 7, 8]});
+        }
+        let p = Path::parse("//*//*//*").unwrap();
+        let e = p.select(&wide, ContextNode::root(&wide)).err().unwrap();
+        assert_eq!(e.path, "//*//*//*");
+        assert!(e.to_string().contains("node visits"));
+        // A cheap path on the same document is fine.
+        assert_eq!(vals("/x/x/y[3]", &wide), vec![json!(3)]);
     }
 
     #[test]

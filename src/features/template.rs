@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::path::{ContextNode, Path};
+use super::path::{ContextNode, Path, PathTooCostly};
 
 /// The collection that marks a document as a template.
 pub const TEMPLATE_COLLECTION: &str = "http://marklogic.com/xdmp/tde";
@@ -177,6 +177,28 @@ pub struct ColumnDef {
     pub val: Path,
     pub nullable: bool,
     pub invalid_values: InvalidValues,
+}
+
+/// Why a document gives a view no rows, where a write of it must fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowError {
+    /// A value that does not convert, in a column that rejects them.
+    Invalid(InvalidValue),
+    /// The context or a column's path would take too much of the document to select.
+    Path {
+        /// `schema.view`.
+        view: String,
+        error: PathTooCostly,
+    },
+}
+
+impl std::fmt::Display for RowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RowError::Invalid(e) => write!(f, "{e}"),
+            RowError::Path { view, error } => write!(f, "view {view}: {error}"),
+        }
+    }
 }
 
 /// A value that does not convert to its column's type, in a column that rejects them.
@@ -404,15 +426,24 @@ pub fn extract_rows(
     template: &Template,
     view: &ViewDef,
     doc: &Value,
-) -> Result<Vec<Vec<Option<Cell>>>, InvalidValue> {
+) -> Result<Vec<Vec<Option<Cell>>>, RowError> {
+    let path_error = |error| RowError::Path {
+        view: format!("{}.{}", view.schema, view.view),
+        error,
+    };
     let mut rows = Vec::new();
-    for ctx in template.context.select(doc, ContextNode::root(doc)) {
+    let contexts = template
+        .context
+        .select(doc, ContextNode::root(doc))
+        .map_err(path_error)?;
+    for ctx in contexts {
         let mut row = Vec::with_capacity(view.columns.len());
         let mut complete = true;
         for col in &view.columns {
             let value = col
                 .val
                 .select(doc, ctx.clone())
+                .map_err(path_error)?
                 .first()
                 .map(|n| n.value())
                 .filter(|v| !v.is_null());
@@ -422,12 +453,12 @@ pub fn extract_rows(
                     (Some(cell), _) => Some(cell),
                     (None, InvalidValues::Ignore) => None,
                     (None, InvalidValues::Reject) => {
-                        return Err(InvalidValue {
+                        return Err(RowError::Invalid(InvalidValue {
                             view: format!("{}.{}", view.schema, view.view),
                             column: col.name.clone(),
                             scalar: col.scalar,
                             value: value_text(v),
-                        });
+                        }));
                     }
                 },
             };
@@ -684,18 +715,21 @@ mod tests {
         let t = parse_template("/t.json", &mollusk_template()).unwrap();
         // The default rejects, naming the view, the column and the value.
         let doc = json!({"id": "abc", "type": "t", "bibliographicCitation": "c", "X": 1, "Y": 2});
-        let e = extract_rows(&t, &t.views[0], &doc).unwrap_err();
+        let invalid = |doc: &Value| match extract_rows(&t, &t.views[0], doc) {
+            Err(RowError::Invalid(e)) => e,
+            other => panic!("{other:?}"),
+        };
+        let e = invalid(&doc);
         assert_eq!((e.column.as_str(), e.scalar), ("OBJECTID", ScalarType::Int));
         assert_eq!(
             e.to_string(),
             "view arcgis_hub.mollusks column OBJECTID: \"abc\" is not a valid int (the column's invalidValues is reject)"
         );
         let doc = json!({"id": 1, "type": "t", "bibliographicCitation": {"a": 1}, "X": 1, "Y": 2});
-        let e = extract_rows(&t, &t.views[0], &doc).unwrap_err();
-        assert_eq!(e.column, "citation");
+        assert_eq!(invalid(&doc).column, "citation");
         let long = "y".repeat(500);
         let doc = json!({"id": 1, "type": "t", "bibliographicCitation": "c", "X": 1, "Y": long});
-        let e = extract_rows(&t, &t.views[0], &doc).unwrap_err();
+        let e = invalid(&doc);
         assert!(
             e.value.len() < 100 && e.value.ends_with("..."),
             "{}",
