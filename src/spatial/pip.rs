@@ -220,6 +220,18 @@ impl Stripes {
             edges.len().div_ceil(2)
         };
         let budget = edges.len().saturating_mul(STRIPE_COPIES);
+        // An edge of height h meets about 1 + h k / H of k stripes over a height H, so the
+        // copies grow about linearly in k: start at the count that fits by that estimate
+        // (ignoring the rounding of each edge's ends), then halve while the exact count
+        // says otherwise.
+        let heights: f64 = edges.iter().map(|e| (e[1] - e[3]).abs()).sum();
+        if n > 1 && heights > 0.0 {
+            let room = budget.saturating_sub(edges.len()) as f64;
+            let fits = (room * (yhi - ylo) / heights).max(1.0);
+            if fits < n as f64 {
+                n = fits as usize;
+            }
+        }
         let mut layout = StripeLayout::new(ylo, yhi, n);
         while n > 1 && layout.copies(edges) > budget {
             n /= 2;
@@ -408,6 +420,16 @@ pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
         let mut lows: Vec<f64> = edges.iter().map(|e| y_range(e).0).collect();
         lows.sort_by(f64::total_cmp);
         let budget = edges.len().saturating_mul(BAND_COPIES);
+        // As for stripes: the copies grow about linearly in the bands, so start where that
+        // estimate fits (bands cut at quantiles are not even, hence the exact check).
+        let heights: f64 = edges.iter().map(|e| (e[1] - e[3]).abs()).sum();
+        if heights > 0.0 {
+            let room = budget.saturating_sub(edges.len()) as f64;
+            let fits = (room * (yhi - ylo) / heights).max(1.0);
+            if fits < bands as f64 {
+                bands = fits as usize;
+            }
+        }
         loop {
             cuts = band_cuts(&lows, bands, ylo, yhi);
             let copies: usize = edges
