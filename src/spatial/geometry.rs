@@ -76,13 +76,13 @@ pub fn parse_parts(
 ) -> Result<Geometry<f64>, GeometryError> {
     let p = "coordinates";
     match kind {
-        "Point" => Ok(Geometry::Point(Point(position(coords, p)?))),
+        "Point" => Ok(Geometry::Point(Point(position(coords, &|| p.to_string())?))),
         "MultiPoint" => {
             let list = non_empty_array(coords, p)?;
             let pts = list
                 .iter()
                 .enumerate()
-                .map(|(i, c)| position(c, &format!("{p}[{i}]")).map(Point))
+                .map(|(i, c)| position(c, &|| format!("{p}[{i}]")).map(Point))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(Geometry::MultiPoint(MultiPoint(pts)))
         }
@@ -126,25 +126,27 @@ fn non_empty_array<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>, Geome
 const LONGITUDE: std::ops::RangeInclusive<f64> = -180.0..=180.0;
 const LATITUDE: std::ops::RangeInclusive<f64> = -90.0..=90.0;
 
-fn position(v: &Value, path: &str) -> Result<Coord<f64>, GeometryError> {
+/// A position `[x, y]` or `[x, y, z]`. `path` names it in an error, made only then (a
+/// geometry has as many positions as it has vertices).
+fn position(v: &Value, path: &dyn Fn() -> String) -> Result<Coord<f64>, GeometryError> {
     let Value::Array(a) = v else {
-        return fail(path, "a position must be an array of numbers");
+        return fail(&path(), "a position must be an array of numbers");
     };
     if a.iter().any(Value::is_array) {
         return fail(
-            path,
+            &path(),
             "nesting is too deep: expected a number, found an array",
         );
     }
     if a.len() < 2 {
         return fail(
-            path,
+            &path(),
             format!("a position needs 2 numbers, found {}", a.len()),
         );
     }
     if a.len() > 3 {
         return fail(
-            path,
+            &path(),
             format!("a position has at most 3 numbers, found {}", a.len()),
         );
     }
@@ -155,20 +157,23 @@ fn position(v: &Value, path: &str) -> Result<Coord<f64>, GeometryError> {
             _ => None,
         };
         let Some(f) = f else {
-            return fail(&format!("{path}[{i}]"), "not a number");
+            return fail(&format!("{}[{i}]", path()), "not a number");
         };
         if !f.is_finite() {
-            return fail(&format!("{path}[{i}]"), "not a finite number");
+            return fail(&format!("{}[{i}]", path()), "not a finite number");
         }
         if i < 2 {
             xy[i] = f;
         }
     }
     if !LONGITUDE.contains(&xy[0]) {
-        return fail(path, format!("longitude {} is outside [-180, 180]", xy[0]));
+        return fail(
+            &path(),
+            format!("longitude {} is outside [-180, 180]", xy[0]),
+        );
     }
     if !LATITUDE.contains(&xy[1]) {
-        return fail(path, format!("latitude {} is outside [-90, 90]", xy[1]));
+        return fail(&path(), format!("latitude {} is outside [-90, 90]", xy[1]));
     }
     Ok(Coord { x: xy[0], y: xy[1] })
 }
@@ -185,7 +190,7 @@ fn positions(v: &Value, path: &str) -> Result<Vec<Coord<f64>>, GeometryError> {
     non_empty_array(v, path)?
         .iter()
         .enumerate()
-        .map(|(i, c)| position(c, &format!("{path}[{i}]")))
+        .map(|(i, c)| position(c, &|| format!("{path}[{i}]")))
         .collect()
 }
 
