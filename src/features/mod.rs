@@ -284,8 +284,10 @@ struct Diagnostics {
 }
 
 impl Diagnostics {
+    /// Record a problem; logged at `debug` only (a build logs one summary, a write answers
+    /// its warnings), so that many bad documents do not flood the log.
     fn add(&mut self, uri: &str, view: &ViewKey, problem: String, rows_skipped: bool) {
-        tracing::warn!(uri, view = %view, problem, rows_skipped, "a view cannot use a document in full");
+        tracing::debug!(uri, view = %view, problem, rows_skipped, "a view cannot use a document in full");
         if self.by_doc.len() >= MAX_DIAGNOSTICS {
             self.omitted += 1;
             return;
@@ -409,6 +411,7 @@ impl Features {
             return Ok(Vec::new());
         }
         let mut data: Vec<ViewData> = targets.iter().map(|t| ViewData::new(t.1.clone())).collect();
+        let (mut skipped, mut without_geometry) = (0usize, 0usize);
         let mut items: Vec<IndexItems> = vec![BTreeMap::new(); targets.len()];
         let mut batch: Vec<Document> = Vec::with_capacity(4096);
         let mut flush = |batch: &mut Vec<Document>| {
@@ -440,10 +443,12 @@ impl Features {
                     let e = match e {
                         Ok(e) => e,
                         Err(refusal) => {
+                            skipped += 1;
                             diagnostics.add(&uri, &targets[i].1.key(), refusal.to_string(), true);
                             continue;
                         }
                     };
+                    without_geometry += usize::from(!e.warnings.is_empty());
                     for w in e.warnings {
                         diagnostics.add(&uri, &targets[i].1.key(), w, false);
                     }
@@ -472,6 +477,13 @@ impl Features {
             Ok(())
         })?;
         flush(&mut batch);
+        if skipped + without_geometry > 0 {
+            tracing::warn!(
+                skipped,
+                without_geometry,
+                "views built without some documents' rows or geometries: GET /v1/diagnostics lists them"
+            );
+        }
         let mut out = Vec::new();
         for ((template, def, paths), (data, mut items)) in
             targets.into_iter().zip(data.into_iter().zip(items))
