@@ -568,7 +568,10 @@ pub fn parse_datetime(s: &str) -> Option<i64> {
     let zone = &rest[i..];
     let offset_min = match zone {
         "" | "Z" | "z" => 0,
-        z if (z.starts_with('+') || z.starts_with('-')) && z.len() == 6 && &z[3..4] == ":" => {
+        z if (z.starts_with('+') || z.starts_with('-'))
+            && z.len() == 6
+            && z.as_bytes()[3] == b':' =>
+        {
             let sign = if z.starts_with('-') { -1 } else { 1 };
             sign * (two(z, 1)? * 60 + two(z, 4)?)
         }
@@ -785,6 +788,13 @@ mod tests {
     #[test]
     fn datetimes() {
         assert_eq!(parse_datetime("1970-01-01"), Some(0));
+        // Zones of six bytes whose fourth is inside a character (the first found by the where
+        // fuzzer): refused, not sliced.
+        for zone in ["-\u{FFFD}:0", "+0é:0", "+é:00", "-€00"] {
+            assert_eq!(zone.len(), 6);
+            let s = format!("4034-05-24 05:59{zone}");
+            assert_eq!(parse_datetime(&s), None, "{s:?}");
+        }
         assert_eq!(
             parse_datetime("2017-05-24T06:00:00Z"),
             Some(1_495_605_600_000)
