@@ -125,6 +125,10 @@ enum Refusal {
         count: usize,
         max: usize,
     },
+    /// Reading the document panicked: a fault of ours, logged where it happened.
+    Internal {
+        view: ViewKey,
+    },
 }
 
 impl std::fmt::Display for Refusal {
@@ -141,6 +145,12 @@ impl std::fmt::Display for Refusal {
                 "view {view}: the geometry at {path} has {count} positions, above \
                  max_document_vertices ({max})"
             ),
+            Refusal::Internal { view } => {
+                write!(
+                    f,
+                    "view {view}: the document could not be read (an internal error)"
+                )
+            }
         }
     }
 }
@@ -250,6 +260,18 @@ fn extract(
         rows,
         index,
         warnings,
+    })
+}
+
+/// `read`, with a panic in it a refusal: a view build skips the one stored document (and
+/// lists it) instead of failing, and with it the start. A write has the store's own guard.
+fn unless_panics<T>(
+    view: &ViewKey,
+    read: impl FnOnce() -> Result<T, Refusal>,
+) -> Result<T, Refusal> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|_| {
+        tracing::error!(view = %view, "reading a stored document into a view panicked");
+        Err(Refusal::Internal { view: view.clone() })
     })
 }
 
@@ -429,7 +451,12 @@ impl Features {
                         .iter()
                         .enumerate()
                         .filter(|(_, t)| t.0.applies_to(&d.collections))
-                        .map(|(i, t)| (i, extract(&json, &t.0, &t.1, &t.2, max_vertices)))
+                        .map(|(i, t)| {
+                            let e = unless_panics(&t.1.key(), || {
+                                extract(&json, &t.0, &t.1, &t.2, max_vertices)
+                            });
+                            (i, e)
+                        })
                         .filter(|(_, e)| e.as_ref().map_or(true, |e| !e.rows.is_empty()))
                         .collect::<Vec<_>>();
                     Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
@@ -820,4 +847,33 @@ impl CommitHook for FeatureHook {
 pub fn release_freed_memory() {
     rayon::broadcast(|_| geoshard_alloc::collect());
     geoshard_alloc::collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_reading_a_document_is_a_refusal() {
+        let view = ViewKey::new("S", "V");
+        let r: Result<(), Refusal> = unless_panics(&view, || panic!("a reader bug"));
+        let refusal = r.unwrap_err();
+        assert_eq!(refusal, Refusal::Internal { view: view.clone() });
+        assert_eq!(
+            refusal.to_string(),
+            "view s.v: the document could not be read (an internal error)"
+        );
+        // Answers and refusals pass through as they are.
+        assert_eq!(unless_panics(&view, || Ok(7)), Ok(7));
+        let vertices = Refusal::Vertices {
+            view: view.clone(),
+            path: "geometry".into(),
+            count: 2,
+            max: 1,
+        };
+        assert_eq!(
+            unless_panics::<()>(&view, || Err(vertices.clone())),
+            Err(vertices)
+        );
+    }
 }

@@ -67,6 +67,9 @@ pub enum StoreError {
     Rejected(String),
     #[error("the store is shutting down")]
     ShuttingDown,
+    /// A fault of ours, not of the request or the disk (a check that panicked).
+    #[error("internal error: {0}")]
+    Internal(String),
     #[error("cannot open the store at {path}: {message}")]
     Open { path: String, message: String },
 }
@@ -79,6 +82,7 @@ impl From<StoreError> for ApiError {
             StoreError::Forbidden { .. } => ErrorCode::SecPermDenied,
             StoreError::Rejected(_) => ErrorCode::InvalidRequest,
             StoreError::ShuttingDown => ErrorCode::Unavailable,
+            StoreError::Internal(_) => ErrorCode::Internal,
             StoreError::Open { .. } => ErrorCode::Internal,
         };
         ApiError::new(code, e.to_string())
@@ -614,6 +618,21 @@ fn commit_batch(
     }
 }
 
+/// A hook's check of one document. A panic in it refuses that request alone: unguarded, it
+/// would end the writer thread and with it every later write.
+fn check_guarded(hook: &dyn CommitHook, doc: &Document) -> Result<Checked, StoreError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.check(doc))) {
+        Ok(checked) => checked.map_err(StoreError::Rejected),
+        Err(_) => {
+            tracing::error!(uri = %doc.uri, "the commit hook's check panicked");
+            Err(StoreError::Internal(format!(
+                "{}: the document could not be checked",
+                doc.uri
+            )))
+        }
+    }
+}
+
 type DocTable<'t> = redb::Table<'t, &'static str, &'static [u8]>;
 
 /// Pass one: check every operation of a request against the state it will apply to.
@@ -674,7 +693,7 @@ fn plan_request(
                     content: put.content,
                 };
                 let checked = match hook {
-                    Some(hook) => hook.check(&doc).map_err(StoreError::Rejected)?,
+                    Some(hook) => check_guarded(hook, &doc)?,
                     None => Checked::default(),
                 };
                 warnings.extend(checked.warnings.into_iter().map(|message| Warning {
@@ -885,6 +904,51 @@ pub(crate) mod tests {
         let doc = store.get(&writer(), "/a").unwrap().unwrap();
         assert_eq!(&doc.content[..], b"2");
         assert!(store.get(&writer(), "/b").unwrap().is_none());
+        store.shutdown_blocking();
+    }
+
+    /// A hook whose check panics on one URI.
+    struct PanickingCheck;
+
+    impl CommitHook for PanickingCheck {
+        fn check(&self, doc: &Document) -> Result<Checked, String> {
+            assert_ne!(doc.uri, "/boom", "a check that panics");
+            Ok(Checked::default())
+        }
+        fn committed(&self, _: &[Change]) {}
+    }
+
+    #[test]
+    fn a_panicking_check_refuses_its_request_and_the_writer_goes_on() {
+        let dir = tempdir();
+        let store = Arc::new(Store::open(&dir, StoreOptions::default()).unwrap());
+        store.set_hook(Arc::new(PanickingCheck));
+        let w = writer();
+        // Concurrent requests share group commits with the one whose check panics.
+        let answers: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = ["/a", "/boom", "/b", "/c"]
+                .into_iter()
+                .map(|uri| {
+                    let (store, w) = (&store, &w);
+                    s.spawn(move || (uri, store.write_blocking(w, vec![put(uri, "1")])))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (uri, answer) in answers {
+            match uri {
+                "/boom" => assert!(
+                    matches!(&answer, Err(StoreError::Internal(m)) if m.contains("/boom")),
+                    "{answer:?}"
+                ),
+                _ => assert_eq!(answer.unwrap().outcomes, vec![Outcome::Created], "{uri}"),
+            }
+        }
+        assert!(store.get(&w, "/boom").unwrap().is_none());
+        // The writer is still there.
+        let later = store.write_blocking(&w, vec![put("/d", "2")]).unwrap();
+        assert_eq!(later.outcomes, vec![Outcome::Created]);
+        assert_eq!(&store.get(&w, "/d").unwrap().unwrap().content[..], b"2");
         store.shutdown_blocking();
     }
 
