@@ -692,3 +692,59 @@ fn mollusks_through_a_js_flow_then_a_point_query() {
         json!({"type": "Point", "coordinates": [178.03333, -18.36667]})
     );
 }
+
+/// What a flow returns is bounded like a stored document: content nested past the limit is a
+/// failed run (the server and the pool go on), and content within it makes exact envelopes in
+/// both data formats.
+#[test]
+fn deep_flow_output_is_refused_or_enveloped_whole() {
+    let srv = flow_server(false);
+    let mut w = srv.client(WRITER);
+    let deep = |w: &mut Client, uri: &str, depth: usize| {
+        flow_put(
+            w,
+            uri,
+            "svc:sjsInputFlow",
+            "Broken",
+            "Fail",
+            &format!("&trans:options={}", enc(&format!(r#"{{"depth":{depth}}}"#))),
+            "application/json",
+            "{}",
+        )
+    };
+    // Past QuickJS's stack, and past serde_json's 128 levels.
+    for (depth, says) in [
+        (100_000, "Maximum call stack size exceeded"),
+        (1_000, "recursion limit exceeded"),
+    ] {
+        let r = deep(&mut w, "/deep/too.json", depth);
+        assert_eq!(r.status, 500, "{}", r.text());
+        assert!(r.error().2.contains(says), "{depth}: {}", r.text());
+        assert_eq!(w.get("/v1/documents?uri=/deep/too.json").status, 404);
+    }
+    let r = deep(&mut w, "/deep/ok.json", 100);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let mut v = w.get("/v1/documents?uri=/deep/ok.json").json();
+    v = v["envelope"]["instance"].take();
+    for _ in 0..100 {
+        v = v["a"].take();
+    }
+    assert_eq!(v, "leaf");
+    // JSON content as XML elements, through the default plugins of an XML flow.
+    let depth = 120;
+    let body = format!("{}1{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
+    let r = flow_put(
+        &mut w,
+        "/deep/x.xml",
+        "svc:inputFlow",
+        "Default",
+        "XqyXml",
+        "",
+        "application/json",
+        &body,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let xml = w.get("/v1/documents?uri=/deep/x.xml").text();
+    let inner = format!("{}1{}", "<a>".repeat(depth), "</a>".repeat(depth));
+    assert!(xml.contains(&inner), "{xml}");
+}
