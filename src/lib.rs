@@ -17,6 +17,7 @@
 //! - [`http`]: the hyper front end, the only module that knows HTTP.
 //! - [`service`]: starting and stopping the whole service (serve, demo).
 //! - [`demo`]: the sample layers `geoshard demo` loads from `examples/`.
+//! - [`fuzzing`]: the properties the fuzz targets check, shared with the corpus replay test.
 
 #![forbid(unsafe_code)]
 
@@ -33,6 +34,8 @@ pub mod demo;
 pub mod error;
 pub mod features;
 pub mod flow;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod security;
 pub mod service;

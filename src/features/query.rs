@@ -537,6 +537,17 @@ fn too_many_vertices(n: usize, max: usize) -> FeatureError {
     ))
 }
 
+/// Whether the fast reader and serde read `body` alike: wherever the reader answers, serde
+/// gives the same members (the property the fuzzing targets check).
+pub(crate) fn readers_agree(body: &[u8]) -> bool {
+    match scan::read_spanned(body) {
+        None => true,
+        Some((fast, _)) => {
+            serde_json::from_slice::<RawRequest<'_>>(body).ok().as_ref() == Some(&fast)
+        }
+    }
+}
+
 /// The default of the `max_query_vertices` setting, for [`FeatureRequest::parse`].
 pub const DEFAULT_MAX_QUERY_VERTICES: usize = 100_000;
 

@@ -10,7 +10,7 @@ mod features;
 mod flows;
 pub mod io_threads;
 mod manage;
-mod multipart;
+pub(crate) mod multipart;
 pub mod params;
 pub mod poll;
 pub mod response;
