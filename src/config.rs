@@ -34,10 +34,18 @@ pub struct Config {
     pub max_connections: usize,
     /// The authentication realm of the Digest and Basic challenges.
     pub realm: String,
-    /// How long a Digest nonce stays fresh; after it, the client gets `stale=true`.
+    /// How long an issued Digest nonce may wait for its first use; after it, the client gets
+    /// `stale=true` and a new one.
     pub nonce_ttl_secs: u64,
-    /// Most Digest nonces tracked for replay checks; the oldest are dropped past it.
+    /// How long a Digest nonce in use stays valid without being used (a client that keeps
+    /// using its nonce keeps it); at least `nonce_ttl_secs`.
+    pub nonce_idle_secs: u64,
+    /// Most Digest nonces tracked for replay checks, over all users. A nonce dropped to stay
+    /// within it is stale from then on, never new again.
     pub nonce_capacity: usize,
+    /// Most Digest nonces tracked for one user, so that one user's clients cannot push
+    /// another's nonces out; past it the user's least recently used goes.
+    pub nonce_per_user: usize,
     /// Most writes one group commit takes; bounds the writer's batch memory.
     pub commit_batch_max: usize,
     /// Writes waiting for the writer; a full queue makes writers wait (back-pressure).
@@ -100,7 +108,9 @@ impl Default for Config {
             max_connections: 4096,
             realm: "public".to_string(),
             nonce_ttl_secs: 300,
+            nonce_idle_secs: 3600,
             nonce_capacity: 100_000,
+            nonce_per_user: 1024,
             commit_batch_max: 2048,
             write_queue: 16_384,
             store_cache_bytes: 128 * 1024 * 1024,
@@ -138,7 +148,9 @@ pub const KEYS: &[&str] = &[
     "max_connections",
     "realm",
     "nonce_ttl_secs",
+    "nonce_idle_secs",
     "nonce_capacity",
+    "nonce_per_user",
     "commit_batch_max",
     "write_queue",
     "store_cache_bytes",
@@ -205,7 +217,9 @@ impl Config {
             "max_connections" => self.max_connections = positive(key, parse(key, text)?)?,
             "realm" => self.realm = text.to_string(),
             "nonce_ttl_secs" => self.nonce_ttl_secs = parse(key, text)?,
+            "nonce_idle_secs" => self.nonce_idle_secs = parse(key, text)?,
             "nonce_capacity" => self.nonce_capacity = positive(key, parse(key, text)?)?,
+            "nonce_per_user" => self.nonce_per_user = positive(key, parse(key, text)?)?,
             "commit_batch_max" => self.commit_batch_max = positive(key, parse(key, text)?)?,
             "write_queue" => self.write_queue = positive(key, parse(key, text)?)?,
             "store_cache_bytes" => self.store_cache_bytes = positive(key, parse(key, text)?)?,

@@ -86,8 +86,12 @@ impl App {
         let security = Security::open(
             &store,
             &config.realm,
-            config.nonce_ttl_secs,
-            config.nonce_capacity,
+            crate::security::NonceLimits {
+                ttl_secs: config.nonce_ttl_secs,
+                idle_secs: config.nonce_idle_secs,
+                capacity: config.nonce_capacity,
+                per_user: config.nonce_per_user,
+            },
         )?;
         let features = Features::open(
             store.clone(),

@@ -27,7 +27,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::store::{Op, Store, StoreError, Table};
 
 pub use digest::{DigestResponse, HeaderCache, expected_response, ha1, parse_digest};
-pub use nonce::{NonceCheck, NonceTable};
+pub use nonce::{NonceCheck, NonceLimits, NonceTable};
 
 #[derive(Debug, Error)]
 pub enum SecurityError {
@@ -39,6 +39,8 @@ pub enum SecurityError {
     NoSuchUser(String),
     #[error("invalid user record: {0}")]
     InvalidUser(String),
+    #[error("user {0} is the last admin: make another admin first")]
+    LastAdmin(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -50,6 +52,7 @@ impl From<SecurityError> for ApiError {
             SecurityError::UserExists(_) => ErrorCode::Conflict,
             SecurityError::NoSuchUser(_) => ErrorCode::NoDocument,
             SecurityError::InvalidUser(_) => ErrorCode::InvalidRequest,
+            SecurityError::LastAdmin(_) => ErrorCode::InvalidRequest,
             SecurityError::Store(inner) => return ApiError::from(inner.clone()),
         };
         ApiError::new(code, e.to_string())
@@ -85,10 +88,18 @@ pub fn parse_roles<S: AsRef<str>>(names: &[S]) -> Result<RoleSet, SecurityError>
     Ok(set)
 }
 
+/// A user name is 1-256 characters, none of them `:` (it ends the name in Basic and in HA1),
+/// `"` (it ends a Digest parameter), `/` (it ends a path segment of the management API) or a
+/// control character.
 fn validate_name(name: &str) -> Result<(), SecurityError> {
-    if name.is_empty() || name.len() > 256 || name.contains(':') || name.contains('"') {
+    if name.is_empty()
+        || name.len() > 256
+        || name.contains([':', '"', '/'])
+        || name.chars().any(char::is_control)
+    {
         return Err(SecurityError::InvalidUser(format!(
-            "user name {name:?} must be 1-256 characters without ':' or '\"'"
+            "user name {name:?} must be 1-256 characters without ':', '\"', '/' or control \
+             characters"
         )));
     }
     Ok(())
@@ -154,6 +165,9 @@ pub struct Security {
     opaque: String,
     users: RwLock<crate::FastMap<String, Arc<UserEntry>>>,
     nonces: NonceTable,
+    /// Held across a user change's check and write, so that two changes cannot each leave
+    /// the other's admin as the last one and then both remove it.
+    user_changes: tokio::sync::Mutex<()>,
 }
 
 impl Security {
@@ -161,8 +175,7 @@ impl Security {
     pub fn open(
         store: &Store,
         realm: &str,
-        nonce_ttl_secs: u64,
-        nonce_capacity: usize,
+        nonces: NonceLimits,
     ) -> Result<Security, SecurityError> {
         let mut opaque = [0u8; 16];
         rand::fill(&mut opaque);
@@ -170,7 +183,8 @@ impl Security {
             realm: realm.to_string(),
             opaque: opaque.iter().map(|b| format!("{b:02x}")).collect(),
             users: RwLock::new(crate::FastMap::default()),
-            nonces: NonceTable::new(nonce_ttl_secs, nonce_capacity),
+            nonces: NonceTable::new(nonces),
+            user_changes: tokio::sync::Mutex::new(()),
         };
         for rec in load_users(store)? {
             if rec.realm != realm {
@@ -265,8 +279,9 @@ impl Security {
         {
             return fail;
         }
-        // The digest covers the URI the client meant; it must be this request's.
-        if r.uri != target && target.split('?').next() != Some(r.uri) {
+        // The digest covers the request target the client sent, query included; a digest of
+        // another target (or of the path alone) does not authenticate this one.
+        if r.uri != target {
             return fail;
         }
         let Some(user) = self.users.read().get(r.username).cloned() else {
@@ -278,10 +293,10 @@ impl Security {
         if !digest::constant_time_eq(&want, r.response.as_bytes()) {
             return fail;
         }
-        match self.nonces.check(r.nonce, r.nc.unwrap_or("")) {
+        match self.nonces.check(r.username, r.nonce, r.nc.unwrap_or("")) {
             NonceCheck::Fresh => AuthOutcome::Authenticated(Caller::new(r.username, user.roles)),
             // Right password, old or foreign nonce: let the client retry transparently.
-            NonceCheck::Stale | NonceCheck::Unknown => AuthOutcome::Challenge { stale: true },
+            NonceCheck::Stale => AuthOutcome::Challenge { stale: true },
             NonceCheck::Replayed => fail,
         }
     }
@@ -317,6 +332,7 @@ impl Security {
         roles: &[String],
     ) -> Result<(), SecurityError> {
         let rec = make_record(name, password, roles, &self.realm)?;
+        let _changing = self.user_changes.lock().await;
         if self.users.read().contains_key(name) || store.get_record(Table::Users, name)?.is_some() {
             return Err(SecurityError::UserExists(name.to_string()));
         }
@@ -333,13 +349,16 @@ impl Security {
         password: Option<&str>,
         roles: Option<&[String]>,
     ) -> Result<(), SecurityError> {
+        let _changing = self.user_changes.lock().await;
         let bytes = store
             .get_record(Table::Users, name)?
             .ok_or_else(|| SecurityError::NoSuchUser(name.to_string()))?;
         let mut rec: UserRecord = serde_json::from_slice(&bytes)
             .map_err(|e| SecurityError::InvalidUser(format!("stored user {name}: {e}")))?;
         if let Some(roles) = roles {
-            parse_roles(roles)?;
+            if !parse_roles(roles)?.contains(Role::Admin) {
+                self.keep_an_admin(store, name)?;
+            }
             rec.roles = roles.to_vec();
         }
         if let Some(password) = password {
@@ -355,9 +374,11 @@ impl Security {
         caller: &Caller,
         name: &str,
     ) -> Result<(), SecurityError> {
+        let _changing = self.user_changes.lock().await;
         if store.get_record(Table::Users, name)?.is_none() {
             return Err(SecurityError::NoSuchUser(name.to_string()));
         }
+        self.keep_an_admin(store, name)?;
         store
             .write(
                 caller,
@@ -368,6 +389,19 @@ impl Security {
             )
             .await?;
         self.users.write().remove(name);
+        Ok(())
+    }
+
+    /// Refuse to take the admin role from `name` (or remove it) when it is the only admin
+    /// left: with none, only the offline command line could manage users again.
+    fn keep_an_admin(&self, store: &Store, name: &str) -> Result<(), SecurityError> {
+        let admin = |rec: &UserRecord| rec.roles.iter().any(|r| r == Role::Admin.name());
+        let users = load_users(store)?;
+        let others = users.iter().filter(|u| u.name != name && admin(u)).count();
+        let is_admin = users.iter().any(|u| u.name == name && admin(u));
+        if is_admin && others == 0 {
+            return Err(SecurityError::LastAdmin(name.to_string()));
+        }
         Ok(())
     }
 
@@ -408,6 +442,15 @@ pub fn remove_user_offline(store: &Store, name: &str) -> Result<(), SecurityErro
 mod tests {
     use super::*;
     use crate::store::StoreOptions;
+
+    fn test_limits() -> NonceLimits {
+        NonceLimits {
+            ttl_secs: 60,
+            idle_secs: 60,
+            capacity: 100,
+            per_user: 10,
+        }
+    }
 
     fn digest_header(
         user: &str,
@@ -461,7 +504,7 @@ mod tests {
         let store = Store::open(&dir, StoreOptions::default()).unwrap();
         put_user_offline(&store, "ann", "secret", &["rest-reader".into()], "public").unwrap();
         put_user_offline(&store, "bob", "hidden", &["rest-writer".into()], "public").unwrap();
-        let sec = Security::open(&store, "public", 60, 100).unwrap();
+        let sec = Security::open(&store, "public", test_limits()).unwrap();
         let kept = HeaderCache::default();
         let ch = sec.challenges(false);
         let auth = |h: &str| sec.authenticate_on("GET", "/v1/ping", Some(h), Some(&kept));
@@ -491,7 +534,7 @@ mod tests {
         let dir = crate::store::tests::tempdir();
         let store = Store::open(&dir, StoreOptions::default()).unwrap();
         put_user_offline(&store, "ann", "secret", &["rest-reader".into()], "public").unwrap();
-        let sec = Security::open(&store, "public", 60, 100).unwrap();
+        let sec = Security::open(&store, "public", test_limits()).unwrap();
         let ch = sec.challenges(false);
         assert!(ch[0].starts_with("Digest realm=\"public\", qop=\"auth\", nonce=\""));
         assert_eq!(ch[1], "Basic realm=\"public\"");

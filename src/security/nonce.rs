@@ -1,12 +1,21 @@
-//! Digest nonces: issued with a timestamp and a MAC so they can be checked without state,
-//! and tracked in a bounded table once used, so a replayed `nc` is refused.
+//! Digest nonces: issued with a timestamp, a serial and a MAC so they can be checked without
+//! state until first used, then tracked per user so that no `nc` is accepted twice.
 //!
-//! A nonce is `base64url(issued_secs[8] || random[8] || hmac_sha256(secret, first 16)[..12])`.
-//! The replay table keeps, per nonce, the highest `nc` seen and a 64-bit window below it, as
-//! IPsec does: clients that share a nonce across parallel connections may send `nc` values
-//! slightly out of order, and those still pass, but no value passes twice.
+//! A nonce is `base64url(issued_secs[8] || serial[8] || random[4] || hmac_sha256(secret,
+//! first 20)[..12])`. Once used, a nonce is tracked under its user with the highest `nc` seen
+//! and a 64-bit window below it, as IPsec does: clients that share a nonce across parallel
+//! connections may send `nc` values slightly out of order, and those still pass, but no value
+//! passes twice.
+//!
+//! Replay safety does not depend on the table's size. Each user has a floor: when one of the
+//! user's nonces leaves the table before it expired, the floor rises to its serial, and a
+//! nonce at or below the floor that is not tracked is stale, never new. Serials only grow, so
+//! an evicted nonce can never come back as a first use. A nonce in use stays valid while it is
+//! used (long-lived clients keep their first nonce); it expires after `idle_secs` without use,
+//! and an issued nonce must be used within `ttl_secs`. A nonce that fails the MAC (another
+//! process's, or this one's before a restart) is stale too, so the client retries at once.
 
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -16,32 +25,49 @@ use parking_lot::Mutex;
 use sha2::Sha256;
 
 const SHARDS: usize = 16;
-/// A character of the nonce's text drawn only from its random bytes: base64 character 12
-/// holds bits 72..78, inside bytes 8..16.
-const RANDOM_CHAR: usize = 12;
+/// Bytes of a nonce: issue time, serial, random, MAC.
+const RAW_LEN: usize = 32;
+const MAC_LEN: usize = 12;
 
 /// What the table says about a nonce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NonceCheck {
-    /// Ours, fresh, and this `nc` is new.
+    /// Ours, live, and this `nc` is new.
     Fresh,
-    /// Ours (or once ours) but expired: the client should retry with a new one.
+    /// Expired, evicted, or not ours (another process, a restart): the client should retry
+    /// with a new nonce, which the 401 carries.
     Stale,
     /// This `nc` was already used with this nonce.
     Replayed,
-    /// Not a nonce this service issued.
-    Unknown,
 }
 
+/// The bounds of the table (`nonce_*` settings).
 #[derive(Debug, Clone, Copy)]
-struct Window {
+pub struct NonceLimits {
+    /// Longest wait from a challenge to the first use of its nonce.
+    pub ttl_secs: u64,
+    /// Longest time a nonce in use may go unused before it expires; at least `ttl_secs`.
+    pub idle_secs: u64,
+    /// Most nonces tracked in all.
+    pub capacity: usize,
+    /// Most nonces tracked for one user; past it the user's least recently used goes.
+    pub per_user: usize,
+}
+
+/// One tracked nonce.
+#[derive(Debug, Clone, Copy)]
+struct Tracked {
+    /// The nonce's MAC, telling it apart from a nonce of the same serial made up by a client.
+    mac: [u8; MAC_LEN],
     issued: u64,
+    last_used: u64,
+    /// Highest `nc` accepted.
     max: u64,
-    /// Bit i set = `max - i` seen.
+    /// Bit i set = `max - i` accepted.
     seen: u64,
 }
 
-impl Window {
+impl Tracked {
     fn accept(&mut self, nc: u64) -> bool {
         if nc > self.max {
             let shift = nc - self.max;
@@ -63,31 +89,105 @@ impl Window {
     }
 }
 
+/// One user's nonces.
+#[derive(Debug, Default)]
+struct UserNonces {
+    /// By serial.
+    live: crate::FastMap<u64, Tracked>,
+    /// Serials at or below this that are not in `live` are stale: they left it unexpired.
+    floor: u64,
+    /// The issue time of the floor's nonce: once `ttl_secs` past it, every nonce at or below
+    /// the floor is too old for a first use anyway, and the floor can go.
+    floor_issued: u64,
+}
+
+impl UserNonces {
+    /// Drop `serial`, raising the floor when the nonce could otherwise come back.
+    fn drop_nonce(&mut self, serial: u64, now: u64, ttl: u64) {
+        let Some(t) = self.live.remove(&serial) else {
+            return;
+        };
+        if now < t.issued.saturating_add(ttl) && serial > self.floor {
+            self.floor = serial;
+            self.floor_issued = t.issued;
+        }
+    }
+
+    /// The least recently used nonce (the lowest serial among equals).
+    fn least_recent(&self) -> Option<u64> {
+        self.live
+            .iter()
+            .min_by_key(|(serial, t)| (t.last_used, **serial))
+            .map(|(serial, _)| *serial)
+    }
+
+    fn is_moot(&self, now: u64, ttl: u64) -> bool {
+        self.live.is_empty() && now >= self.floor_issued.saturating_add(ttl)
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    users: crate::FastMap<String, UserNonces>,
+    /// Nonces tracked in this shard, over all its users.
+    tracked: usize,
+}
+
+impl Shard {
+    fn drop_nonce(&mut self, user: &str, serial: u64, now: u64, ttl: u64) {
+        if let Some(u) = self.users.get_mut(user) {
+            let before = u.live.len();
+            u.drop_nonce(serial, now, ttl);
+            self.tracked -= before - u.live.len();
+        }
+    }
+
+    /// Make room for one more nonce: drop expired ones, then, if the shard is still nearly
+    /// full, the least recently used nonces of its largest users until it is well below its
+    /// bound (so that a sweep comes at most every eighth of the bound).
+    fn make_room(&mut self, capacity: usize, now: u64, limits: &NonceLimits) {
+        if self.tracked < capacity {
+            return;
+        }
+        let (ttl, idle) = (limits.ttl_secs, limits.idle_secs);
+        for u in self.users.values_mut() {
+            let expired: Vec<u64> = u
+                .live
+                .iter()
+                .filter(|(_, t)| now >= t.last_used.saturating_add(idle))
+                .map(|(s, _)| *s)
+                .collect();
+            for s in expired {
+                u.drop_nonce(s, now, ttl);
+            }
+        }
+        self.users.retain(|_, u| !u.is_moot(now, ttl));
+        self.tracked = self.users.values().map(|u| u.live.len()).sum();
+        let target = capacity - capacity / 8;
+        while self.tracked > target.min(capacity.saturating_sub(1)) {
+            let Some((name, serial)) = self
+                .users
+                .iter()
+                .max_by_key(|(_, u)| u.live.len())
+                .and_then(|(name, u)| Some((name.clone(), u.least_recent()?)))
+            else {
+                break;
+            };
+            self.drop_nonce(&name, serial, now, ttl);
+        }
+    }
+}
+
 pub struct NonceTable {
     /// The MAC key; random per process, so a restart makes old nonces stale, not valid.
     secret: [u8; 32],
-    ttl_secs: u64,
-    /// Most tracked nonces per shard (the configured capacity split across shards).
+    limits: NonceLimits,
+    /// Most nonces tracked per shard (the capacity split across shards).
     shard_capacity: usize,
-    shards: Vec<Shard>,
-}
-
-/// Nonces by text. Only nonces this process issued and authenticated are ever inserted, so a
-/// client cannot choose keys to collide.
-type Shard = Mutex<crate::FastMap<String, Window>>;
-
-/// The shard for a URL-safe base64 character: its six-bit value, modulo the shard count (the
-/// ASCII code modulo 16 would be uneven: the alphabet's runs do not start on multiples of 16).
-fn shard_of(c: u8) -> usize {
-    let value = match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'-' => 62,
-        b'_' => 63,
-        _ => 0,
-    };
-    value as usize % SHARDS
+    next_serial: AtomicU64,
+    /// Picks a user's shard.
+    hasher: foldhash::fast::RandomState,
+    shards: Vec<Mutex<Shard>>,
 }
 
 fn now_secs() -> u64 {
@@ -97,27 +197,46 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// A nonce's parts: issue time, serial, MAC.
+fn decode(nonce: &str) -> Option<([u8; RAW_LEN], u64, u64, [u8; MAC_LEN])> {
+    let mut raw = [0u8; RAW_LEN];
+    let n = URL_SAFE_NO_PAD.decode_slice(nonce, &mut raw).ok()?;
+    if n != RAW_LEN {
+        return None;
+    }
+    let issued = u64::from_be_bytes(raw[..8].try_into().ok()?);
+    let serial = u64::from_be_bytes(raw[8..16].try_into().ok()?);
+    let mac = raw[RAW_LEN - MAC_LEN..].try_into().ok()?;
+    Some((raw, issued, serial, mac))
+}
+
 impl NonceTable {
-    pub fn new(ttl_secs: u64, capacity: usize) -> NonceTable {
+    pub fn new(limits: NonceLimits) -> NonceTable {
         let mut secret = [0u8; 32];
         rand::fill(&mut secret);
+        let limits = NonceLimits {
+            idle_secs: limits.idle_secs.max(limits.ttl_secs),
+            capacity: limits.capacity.max(1),
+            per_user: limits.per_user.max(1),
+            ..limits
+        };
         NonceTable {
             secret,
-            ttl_secs,
-            shard_capacity: capacity.div_ceil(SHARDS).max(1),
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::default()))
-                .collect(),
+            shard_capacity: limits.capacity.div_ceil(SHARDS).max(2),
+            limits,
+            next_serial: AtomicU64::new(1),
+            hasher: Default::default(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
         }
     }
 
-    fn mac(&self, data: &[u8]) -> [u8; 12] {
+    fn mac(&self, data: &[u8]) -> [u8; MAC_LEN] {
         let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.secret)
             .expect("HMAC takes a key of any length");
         m.update(data);
         let full = m.finalize().into_bytes();
-        let mut out = [0u8; 12];
-        out.copy_from_slice(&full[..12]);
+        let mut out = [0u8; MAC_LEN];
+        out.copy_from_slice(&full[..MAC_LEN]);
         out
     }
 
@@ -127,94 +246,123 @@ impl NonceTable {
     }
 
     fn issue_at(&self, issued: u64) -> String {
-        let mut raw = [0u8; 28];
+        let mut raw = [0u8; RAW_LEN];
         raw[..8].copy_from_slice(&issued.to_be_bytes());
-        rand::fill(&mut raw[8..16]);
-        let mac = self.mac(&raw[..16]);
-        raw[16..].copy_from_slice(&mac);
+        let serial = self.next_serial.fetch_add(1, Ordering::Relaxed);
+        raw[8..16].copy_from_slice(&serial.to_be_bytes());
+        rand::fill(&mut raw[16..20]);
+        let mac = self.mac(&raw[..RAW_LEN - MAC_LEN]);
+        raw[RAW_LEN - MAC_LEN..].copy_from_slice(&mac);
         URL_SAFE_NO_PAD.encode(raw)
     }
 
-    fn shard(&self, nonce: &str) -> &Shard {
-        // Character RANDOM_CHAR of an issued nonce encodes six of its random bits, and 16
-        // divides 64, so the shards fill evenly without hashing the whole string. Anything
-        // else (too short, not ours) only has to land somewhere.
-        let c = nonce.as_bytes().get(RANDOM_CHAR).copied().unwrap_or(0);
-        &self.shards[shard_of(c)]
+    fn shard(&self, user: &str) -> &Mutex<Shard> {
+        use std::hash::BuildHasher;
+        let h = self.hasher.hash_one(user);
+        &self.shards[(h as usize) % SHARDS]
     }
 
-    /// Decode and authenticate a nonce; its issue time if it is ours.
-    fn issued_at(&self, nonce: &str) -> Option<u64> {
-        let raw = URL_SAFE_NO_PAD.decode(nonce).ok()?;
-        if raw.len() != 28 {
-            return None;
-        }
-        let mac = self.mac(&raw[..16]);
-        if !super::digest::constant_time_eq(&mac, &raw[16..]) {
-            return None;
-        }
-        Some(u64::from_be_bytes(raw[..8].try_into().ok()?))
+    /// Check `user`'s nonce and record its `nc` (hex, as sent). Call only after the response
+    /// hash matched, so that only a holder of the password can touch a user's nonces.
+    pub fn check(&self, user: &str, nonce: &str, nc_hex: &str) -> NonceCheck {
+        self.check_at(user, nonce, nc_hex, now_secs())
     }
 
-    /// Check a nonce and record its `nc` (hex, as sent). Call only after the response hash
-    /// matched, so a forger cannot burn a client's `nc` values.
-    pub fn check(&self, nonce: &str, nc_hex: &str) -> NonceCheck {
-        self.check_at(nonce, nc_hex, now_secs())
-    }
-
-    fn check_at(&self, nonce: &str, nc_hex: &str, now: u64) -> NonceCheck {
+    fn check_at(&self, user: &str, nonce: &str, nc_hex: &str, now: u64) -> NonceCheck {
+        let Some((raw, issued, serial, mac)) = decode(nonce) else {
+            return NonceCheck::Stale;
+        };
         let Ok(nc) = u64::from_str_radix(nc_hex, 16) else {
             return NonceCheck::Replayed;
         };
-        let mut shard = self.shard(nonce).lock();
-        if let Some(w) = shard.get_mut(nonce) {
-            if now >= w.issued.saturating_add(self.ttl_secs) {
-                shard.remove(nonce);
-                return NonceCheck::Stale;
-            }
-            return if w.accept(nc) {
-                NonceCheck::Fresh
-            } else {
-                NonceCheck::Replayed
-            };
+        let NonceLimits {
+            ttl_secs,
+            idle_secs,
+            ..
+        } = self.limits;
+        let shard = self.shard(user);
+        if let Some(check) = self.check_tracked(&mut shard.lock(), user, serial, &mac, nc, now) {
+            return check;
         }
-        // First use: authenticate it (the only HMAC on the path).
-        drop(shard);
-        let Some(issued) = self.issued_at(nonce) else {
-            return NonceCheck::Unknown;
-        };
-        if now >= issued.saturating_add(self.ttl_secs) {
+        // Not tracked: a first use. Authenticate it (the only HMAC on the path).
+        let ours = self.mac(&raw[..RAW_LEN - MAC_LEN]);
+        if !super::digest::constant_time_eq(&ours, &mac) || now >= issued.saturating_add(ttl_secs) {
             return NonceCheck::Stale;
         }
-        let mut shard = self.shard(nonce).lock();
-        if shard.len() >= self.shard_capacity {
-            let ttl = self.ttl_secs;
-            shard.retain(|_, w| now < w.issued.saturating_add(ttl));
-            if shard.len() >= self.shard_capacity {
-                // Still full of live nonces: drop the oldest; its client gets stale=true.
-                if let Some(oldest) = shard
-                    .iter()
-                    .min_by_key(|(_, w)| w.issued)
-                    .map(|(k, _)| k.clone())
-                {
-                    shard.remove(&oldest);
-                }
-            }
+        let mut shard = shard.lock();
+        // Another request of the same client may have got here first.
+        if let Some(check) = self.check_tracked(&mut shard, user, serial, &mac, nc, now) {
+            return check;
         }
-        let w = shard.entry(nonce.to_string()).or_insert(Window {
+        shard.make_room(self.shard_capacity, now, &self.limits);
+        let shard = &mut *shard;
+        let u = shard.users.entry(user.to_string()).or_default();
+        if now >= u.floor_issued.saturating_add(ttl_secs) {
+            u.floor = 0;
+        }
+        if serial <= u.floor {
+            return NonceCheck::Stale;
+        }
+        if u.live.len() >= self.limits.per_user
+            && let Some(lru) = u.least_recent()
+        {
+            u.drop_nonce(lru, now, ttl_secs);
+            shard.tracked -= 1;
+        }
+        let mut t = Tracked {
+            mac,
             issued,
+            last_used: now,
             max: 0,
             seen: 0,
-        });
-        if w.accept(nc) {
+        };
+        let fresh = t.accept(nc);
+        u.live.insert(serial, t);
+        shard.tracked += 1;
+        debug_assert!(idle_secs >= ttl_secs);
+        if fresh {
             NonceCheck::Fresh
         } else {
             NonceCheck::Replayed
         }
     }
 
+    /// The answer for a nonce the user already uses; `None` when it is not tracked.
+    fn check_tracked(
+        &self,
+        shard: &mut Shard,
+        user: &str,
+        serial: u64,
+        mac: &[u8; MAC_LEN],
+        nc: u64,
+        now: u64,
+    ) -> Option<NonceCheck> {
+        let accepted = {
+            let t = shard.users.get_mut(user)?.live.get_mut(&serial)?;
+            if &t.mac != mac {
+                // Same serial, another MAC: not the nonce we issued.
+                return Some(NonceCheck::Stale);
+            }
+            if now >= t.last_used.saturating_add(self.limits.idle_secs) {
+                None
+            } else {
+                t.last_used = t.last_used.max(now);
+                Some(t.accept(nc))
+            }
+        };
+        Some(match accepted {
+            Some(true) => NonceCheck::Fresh,
+            Some(false) => NonceCheck::Replayed,
+            None => {
+                shard.drop_nonce(user, serial, now, self.limits.ttl_secs);
+                NonceCheck::Stale
+            }
+        })
+    }
+
+    /// Nonces tracked now, over all users.
     pub fn tracked(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().tracked).sum()
     }
 }
 
@@ -222,77 +370,146 @@ impl NonceTable {
 mod tests {
     use super::*;
 
+    fn limits(capacity: usize, per_user: usize) -> NonceLimits {
+        NonceLimits {
+            ttl_secs: 300,
+            idle_secs: 3600,
+            capacity,
+            per_user,
+        }
+    }
+
     #[test]
     fn fresh_then_replay_then_window() {
-        let t = NonceTable::new(60, 100);
+        let t = NonceTable::new(limits(100, 10));
         let n = t.issue();
-        assert_eq!(t.check(&n, "00000001"), NonceCheck::Fresh);
-        assert_eq!(t.check(&n, "00000001"), NonceCheck::Replayed);
-        assert_eq!(t.check(&n, "00000003"), NonceCheck::Fresh);
+        assert_eq!(t.check("ann", &n, "00000001"), NonceCheck::Fresh);
+        assert_eq!(t.check("ann", &n, "00000001"), NonceCheck::Replayed);
+        assert_eq!(t.check("ann", &n, "00000003"), NonceCheck::Fresh);
         // Out of order but unseen: accepted once.
-        assert_eq!(t.check(&n, "00000002"), NonceCheck::Fresh);
-        assert_eq!(t.check(&n, "00000002"), NonceCheck::Replayed);
-        assert_eq!(t.check(&n, "00000100"), NonceCheck::Fresh);
+        assert_eq!(t.check("ann", &n, "00000002"), NonceCheck::Fresh);
+        assert_eq!(t.check("ann", &n, "00000002"), NonceCheck::Replayed);
+        assert_eq!(t.check("ann", &n, "00000100"), NonceCheck::Fresh);
         // Too far behind the window.
-        assert_eq!(t.check(&n, "00000004"), NonceCheck::Replayed);
-        assert_eq!(t.check(&n, "zz"), NonceCheck::Replayed);
+        assert_eq!(t.check("ann", &n, "00000004"), NonceCheck::Replayed);
+        assert_eq!(t.check("ann", &n, "zz"), NonceCheck::Replayed);
+        // Another user's use of the same nonce is tracked apart (its hashes differ).
+        assert_eq!(t.check("bob", &n, "00000001"), NonceCheck::Fresh);
     }
 
+    /// The finding of issue 33: a nonce evicted from a full table came back as a first use,
+    /// so a captured request could be replayed. Now it is stale, whatever evicted it.
     #[test]
-    fn expired_is_stale_and_forged_is_unknown() {
-        let t = NonceTable::new(10, 100);
-        let old = t.issue_at(now_secs() - 11);
-        assert_eq!(t.check(&old, "1"), NonceCheck::Stale);
-        let n = t.issue_at(1000);
-        assert_eq!(t.check_at(&n, "1", 1005), NonceCheck::Fresh);
-        assert_eq!(t.check_at(&n, "2", 1010), NonceCheck::Stale);
-        let other = NonceTable::new(10, 100);
-        assert_eq!(t.check(&other.issue(), "1"), NonceCheck::Unknown);
-        assert_eq!(t.check("not-base64!", "1"), NonceCheck::Unknown);
-    }
-
-    /// The shard is picked from one character of the nonce, so that character must be random
-    /// and map evenly: 16,000 issued nonces give each shard 1,000 ± 20%.
-    #[test]
-    fn nonces_spread_evenly_over_the_shards() {
-        let t = NonceTable::new(600, 100);
-        let mut counts = [0usize; SHARDS];
-        for _ in 0..16_000 {
+    fn an_evicted_nonce_is_stale_not_new() {
+        let t = NonceTable::new(limits(10_000, 4));
+        let captured = t.issue();
+        assert_eq!(t.check("admin", &captured, "00000001"), NonceCheck::Fresh);
+        // The same user's other clients push it out of the user's four places.
+        for _ in 0..10 {
             let n = t.issue();
-            let shard = t.shard(&n) as *const _;
-            let i = t
-                .shards
-                .iter()
-                .position(|s| std::ptr::eq(s, shard))
-                .unwrap();
-            counts[i] += 1;
+            assert_eq!(t.check("admin", &n, "00000001"), NonceCheck::Fresh);
         }
-        for (i, &n) in counts.iter().enumerate() {
-            assert!(
-                (800..=1200).contains(&n),
-                "shard {i}: {n} of 16000 ({counts:?})"
+        assert!(t.tracked() <= 4);
+        assert_eq!(t.check("admin", &captured, "00000001"), NonceCheck::Stale);
+        assert_eq!(t.check("admin", &captured, "00000002"), NonceCheck::Stale);
+        // Nonces issued before the eviction and never used are stale too (they retry);
+        // nonces issued after it are fresh.
+        let later = t.issue();
+        assert_eq!(t.check("admin", &later, "00000001"), NonceCheck::Fresh);
+    }
+
+    /// Many users, each within their own bound, fill the table: the total stays bounded,
+    /// and still nothing evicted comes back.
+    #[test]
+    fn the_total_is_bounded_and_eviction_stays_safe() {
+        let t = NonceTable::new(limits(64, 1_000));
+        let mut used = Vec::new();
+        for i in 0..2_000 {
+            let user = format!("user{}", i % 50);
+            let n = t.issue();
+            assert_eq!(t.check(&user, &n, "1"), NonceCheck::Fresh);
+            used.push((user, n));
+        }
+        assert!(t.tracked() <= 64 + SHARDS, "tracked {}", t.tracked());
+        let mut replayed_fresh = 0;
+        for (user, n) in &used {
+            // A new nc on an old nonce: only a tracked (never evicted) one may pass.
+            if t.check(user, n, "2") == NonceCheck::Fresh {
+                replayed_fresh += 1;
+            }
+            assert_ne!(t.check(user, n, "1"), NonceCheck::Fresh, "{user}");
+        }
+        assert!(replayed_fresh <= 64 + SHARDS, "{replayed_fresh}");
+    }
+
+    /// One user's flood of nonces evicts only that user's own.
+    #[test]
+    fn one_users_flood_does_not_evict_anothers_nonce() {
+        let t = NonceTable::new(limits(100_000, 8));
+        let mine = t.issue();
+        assert_eq!(t.check("koop", &mine, "1"), NonceCheck::Fresh);
+        for _ in 0..10_000 {
+            let n = t.issue();
+            t.check("mallory", &n, "1");
+        }
+        assert_eq!(t.check("koop", &mine, "2"), NonceCheck::Fresh);
+        assert!(t.tracked() <= 9, "tracked {}", t.tracked());
+    }
+
+    /// A nonce in use stays valid while its nc grows, past the first-use limit; one left
+    /// unused for the idle limit expires.
+    #[test]
+    fn a_nonce_in_use_lives_until_it_idles() {
+        let t = NonceTable::new(NonceLimits {
+            ttl_secs: 10,
+            idle_secs: 60,
+            capacity: 100,
+            per_user: 10,
+        });
+        let n = t.issue_at(1_000);
+        assert_eq!(t.check_at("ann", &n, "1", 1_005), NonceCheck::Fresh);
+        // Every 50 s, for far longer than the first-use limit.
+        let mut at = 1_005;
+        for nc in 2..100u64 {
+            at += 50;
+            assert_eq!(
+                t.check_at("ann", &n, &format!("{nc:x}"), at),
+                NonceCheck::Fresh,
+                "nc {nc} at {at}"
             );
         }
-        // Every character of the alphabet has a shard; anything else still lands in one.
-        for c in 0..=255u8 {
-            assert!(shard_of(c) < SHARDS);
-        }
-        // Exactly: the 64 characters give each shard four.
-        let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let mut per_shard = [0usize; SHARDS];
-        for &c in alphabet {
-            per_shard[shard_of(c)] += 1;
-        }
-        assert_eq!(per_shard, [4; SHARDS]);
+        assert_eq!(t.check_at("ann", &n, "100", at + 60), NonceCheck::Stale);
+        assert_eq!(t.check_at("ann", &n, "101", at + 61), NonceCheck::Stale);
+        // First use past the first-use limit.
+        let late = t.issue_at(2_000);
+        assert_eq!(t.check_at("ann", &late, "1", 2_010), NonceCheck::Stale);
     }
 
     #[test]
-    fn table_is_bounded() {
-        let t = NonceTable::new(600, 32);
-        for _ in 0..1000 {
-            let n = t.issue();
-            assert_eq!(t.check(&n, "1"), NonceCheck::Fresh);
-        }
-        assert!(t.tracked() <= 32, "tracked {}", t.tracked());
+    fn foreign_and_forged_nonces_are_stale() {
+        let t = NonceTable::new(limits(100, 10));
+        let other = NonceTable::new(limits(100, 10));
+        // Another process's (or this one's before a restart): stale, so the client retries.
+        assert_eq!(t.check("ann", &other.issue(), "1"), NonceCheck::Stale);
+        assert_eq!(t.check("ann", "not-base64!", "1"), NonceCheck::Stale);
+        assert_eq!(t.check("ann", "", "1"), NonceCheck::Stale);
+        // A tracked nonce's serial with another MAC is not that nonce.
+        let n = t.issue();
+        assert_eq!(t.check("ann", &n, "1"), NonceCheck::Fresh);
+        let (mut raw, ..) = decode(&n).unwrap();
+        raw[RAW_LEN - 1] ^= 1;
+        assert_eq!(
+            t.check("ann", &URL_SAFE_NO_PAD.encode(raw), "2"),
+            NonceCheck::Stale
+        );
+        assert_eq!(t.check("ann", &n, "2"), NonceCheck::Fresh);
+    }
+
+    /// Serials grow, so nonces issued concurrently are distinct and ordered.
+    #[test]
+    fn serials_grow() {
+        let t = NonceTable::new(limits(100, 10));
+        let serials: Vec<u64> = (0..100).map(|_| decode(&t.issue()).unwrap().2).collect();
+        assert!(serials.windows(2).all(|w| w[0] < w[1]), "{serials:?}");
     }
 }

@@ -718,6 +718,14 @@ fn plan_request(
                 };
                 match existing {
                     None => outcomes.push(Outcome::Absent),
+                    // A document the caller can neither read nor update is, to them, not
+                    // there: the same answer as an absent one, so a delete is no oracle.
+                    Some((perms, _))
+                        if !caller.may(&perms, Capability::Read)
+                            && !caller.may(&perms, Capability::Update) =>
+                    {
+                        outcomes.push(Outcome::Absent)
+                    }
                     Some((perms, _)) => {
                         if !caller.may(&perms, Capability::Update) {
                             return Err(StoreError::Forbidden {
