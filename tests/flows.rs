@@ -593,7 +593,7 @@ fn offline_deploy() {
     let store = geoshard::store::Store::open(&dir, Default::default()).unwrap();
     let files = geoshard::flow::project::read_dir(&project_dir()).unwrap();
     let project = geoshard::flow::deploy_blocking(&store, &files).unwrap();
-    assert_eq!(project.flows.len(), 7);
+    assert_eq!(project.flows.len(), 9);
     assert_eq!(project.warnings.len(), 2, "{:?}", project.warnings);
     store.shutdown_blocking();
     drop(store);
@@ -747,4 +747,103 @@ fn deep_flow_output_is_refused_or_enveloped_whole() {
     let xml = w.get("/v1/documents?uri=/deep/x.xml").text();
     let inner = format!("{}1{}", "<a>".repeat(depth), "</a>".repeat(depth));
     assert!(xml.contains(&inner), "{xml}");
+}
+
+/// Issue 33's flow isolation findings: a spy flow wrapped the host's hooks and read other
+/// flows' input, and a polluter that replaced `JSON.stringify` made every other flow fail
+/// until a restart. With one JavaScript worker, so every flow shares its runtime.
+#[test]
+fn a_spy_and_a_polluter_cannot_reach_other_flows() {
+    let srv = TestServer::start_with(|c| {
+        c.project = Some(project_dir());
+        c.js_pool_size = 1;
+        c.js_time_limit_ms = 1000;
+    });
+    let mut w = srv.client(WRITER);
+    let run = |w: &mut Client, uri: &str, entity: &str, flow: &str, body: &str| {
+        let r = flow_put(
+            w,
+            uri,
+            "svc:sjsInputFlow",
+            entity,
+            flow,
+            "",
+            "application/json",
+            body,
+        );
+        assert_eq!(r.status, 201, "{entity}/{flow}: {}", r.text());
+        w.get(&format!("/v1/documents?uri={}", enc(uri))).text()
+    };
+    let envelope = |instance: &str| {
+        format!(
+            r#"{{"envelope":{{"headers":{{}},"triples":[],"instance":{instance},"attachments":null}}}}"#
+        )
+    };
+    // The polluter's own run still makes its envelope (the host kept its own JSON).
+    assert_eq!(
+        run(&mut w, "/iso/p.json", "Hostile", "Polluter", r#"{"p":1}"#),
+        envelope(r#"{"polluter":{"p":1}}"#)
+    );
+    // The spy installs its wrappers, if it finds anything to wrap.
+    let spy = run(&mut w, "/iso/s1.json", "Hostile", "Spy", "{}");
+    assert_eq!(
+        spy,
+        envelope(r#"{"hooks":[],"seen":[],"shared":"undefined"}"#)
+    );
+    // A victim flow with a secret, after both: exact.
+    for i in 0..3 {
+        let uri = format!("/iso/v{i}.json");
+        assert_eq!(
+            run(&mut w, &uri, "Default", "Json", r#"{"secret":"s3cr3t"}"#),
+            envelope(r#"{"secret":"s3cr3t"}"#)
+        );
+    }
+    // The spy saw nothing of it.
+    let spy = run(&mut w, "/iso/s2.json", "Hostile", "Spy", "{}");
+    assert!(!spy.contains("s3cr3t"), "{spy}");
+    assert_eq!(
+        spy,
+        envelope(r#"{"hooks":[],"seen":[],"shared":"undefined"}"#)
+    );
+}
+
+/// A plugin's thrown status is used only when it is an HTTP error status; anything else (the
+/// −1 of issue 33, which leaked "expected u16") is a 500 with the plugin's message.
+#[test]
+fn a_thrown_status_outside_the_error_range_is_a_500() {
+    let srv = flow_server(false);
+    let mut w = srv.client(WRITER);
+    for (status, want) in [
+        ("-1", 500),
+        ("0", 500),
+        ("200", 500),
+        ("302", 500),
+        ("1e9", 500),
+        ("70000", 500),
+        ("404.5", 500),
+        ("\"418\"", 418),
+        ("null", 500),
+        ("418", 418),
+        ("503", 503),
+    ] {
+        let r = flow_put(
+            &mut w,
+            "/st/1.json",
+            "svc:sjsInputFlow",
+            "Broken",
+            "Fail",
+            &format!(
+                "&trans:options={}",
+                enc(&format!(r#"{{"status":{status}}}"#))
+            ),
+            "application/json",
+            "{}",
+        );
+        assert_eq!(r.status, want, "{status}: {}", r.text());
+        let message = r.error().2;
+        assert!(
+            message.starts_with("thrown with status"),
+            "{status}: {message}"
+        );
+    }
 }

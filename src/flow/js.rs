@@ -1,10 +1,11 @@
 //! The JavaScript plugin host: a pool of worker threads, each owning a warm QuickJS runtime
-//! (rquickjs) with the flow runtime of `prelude.js` loaded, so a flow run costs a function
-//! call, not a new engine.
+//! (rquickjs), so a flow run costs a function call, not a new engine.
 //!
-//! - A flow's modules are installed into a worker's context on first use (and again after a
-//!   redeploy); `require` between them is CommonJS, and compiled modules stay cached, as in
-//!   Node, until the next deploy.
+//! - Each deployed flow runs in a context of its own, made on its first run in a worker (and
+//!   again after a redeploy) with the flow runtime of `prelude.js` and the flow's modules;
+//!   `require` between them is CommonJS, and compiled modules stay cached, as in Node, until
+//!   the next deploy. Nothing one flow does to its globals or built-ins is visible to another,
+//!   and the host's functions are held by the host, not reachable from module code.
 //! - Each run has a CPU-time limit (an interrupt handler checks a deadline) and each context
 //!   a heap limit. A run that hits either is failed, and its worker gets a fresh runtime.
 //! - Jobs reach the workers through a channel; a semaphore bounds how many wait.
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rquickjs::{Context, Function, Runtime};
+use rquickjs::{Context, Function, Object, Persistent, Runtime};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{Semaphore, oneshot};
@@ -24,6 +25,9 @@ use super::project::FlowDef;
 const PRELUDE: &str = include_str!("prelude.js");
 /// Jobs that may wait per worker before callers wait for a place.
 const QUEUE_PER_WORKER: usize = 64;
+/// Flow contexts one worker keeps; past it the least recently run is dropped (and made again
+/// when that flow next runs).
+const CONTEXTS_PER_WORKER: usize = 64;
 
 #[derive(Debug, Clone, Copy)]
 pub struct JsSettings {
@@ -56,8 +60,19 @@ pub struct Step {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct PluginError {
     pub message: String,
+    /// The HTTP status the plugin chose: only an error status (400-599) counts.
+    #[serde(default, deserialize_with = "error_status")]
     pub status: Option<u16>,
     pub name: Option<String>,
+}
+
+/// A plugin's `status`: whatever it threw, only an integer from 400 to 599 is kept.
+fn error_status<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    let v = Option::<Value>::deserialize(d)?;
+    Ok(v.as_ref()
+        .and_then(Value::as_u64)
+        .filter(|s| (400..=599).contains(s))
+        .and_then(|s| u16::try_from(s).ok()))
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -95,12 +110,24 @@ pub struct JsPool {
     permits: Arc<Semaphore>,
 }
 
-/// One worker's engine.
-struct Engine {
-    _runtime: Runtime,
+/// One flow's context in a worker.
+struct FlowContext {
+    /// The prelude's `{install, run, compile}`. Dropped before the context and the runtime
+    /// (fields drop in order).
+    host: Persistent<Object<'static>>,
     context: Context,
-    /// Flow key -> installed generation.
-    installed: HashMap<String, u64>,
+    /// The deploy generation the flow's modules are from.
+    generation: u64,
+    /// When it last ran, in the worker's run count: the least recent goes first.
+    last_run: u64,
+}
+
+/// One worker's engine. Fields drop in order: the contexts before the runtime.
+struct Engine {
+    /// By flow key.
+    flows: HashMap<String, FlowContext>,
+    runs: u64,
+    runtime: Runtime,
     /// Nanoseconds since `epoch` after which the running script is interrupted; 0 = none.
     deadline: Arc<AtomicU64>,
     epoch: Instant,
@@ -126,67 +153,117 @@ impl Engine {
             let limit = d.load(Ordering::Relaxed);
             limit != 0 && epoch.elapsed().as_nanos() as u64 > limit
         })));
-        let context = Context::full(&runtime).map_err(|e| format!("cannot start QuickJS: {e}"))?;
-        context.with(|ctx| {
-            ctx.eval::<(), _>(PRELUDE)
-                .map_err(|e| format!("the flow runtime does not load: {e}"))
-        })?;
         Ok(Engine {
-            _runtime: runtime,
-            context,
-            installed: HashMap::new(),
+            flows: HashMap::new(),
+            runs: 0,
+            runtime,
             deadline,
             epoch,
         })
     }
 
+    /// A new context with the flow runtime loaded, and its host object.
+    fn new_context(&self) -> Result<(Context, Persistent<Object<'static>>), String> {
+        let context =
+            Context::full(&self.runtime).map_err(|e| format!("cannot start QuickJS: {e}"))?;
+        let host = context.with(|ctx| {
+            ctx.eval::<Object, _>(PRELUDE)
+                .map(|host| Persistent::save(&ctx, host))
+                .map_err(|e| format!("the flow runtime does not load: {e}"))
+        })?;
+        Ok((context, host))
+    }
+
+    /// The context of `job`'s flow, made (with the flow's modules) when the flow has none
+    /// of its generation yet.
+    fn context_for(&mut self, job: &Job) -> Result<&FlowContext, String> {
+        let key = job.flow.key();
+        self.runs += 1;
+        let current = self
+            .flows
+            .get(&key)
+            .is_some_and(|f| f.generation == job.generation);
+        if !current {
+            // A redeploy replaces the flow's context whole.
+            self.flows.remove(&key);
+            if self.flows.len() >= CONTEXTS_PER_WORKER
+                && let Some(oldest) = self
+                    .flows
+                    .iter()
+                    .min_by_key(|(_, f)| f.last_run)
+                    .map(|(k, _)| k.clone())
+            {
+                self.flows.remove(&oldest);
+            }
+            let (context, host) = self.new_context()?;
+            let sources = serde_json::to_string(&job.flow.modules).unwrap_or_default();
+            context.with(|ctx| -> Result<(), String> {
+                let host = host.clone().restore(&ctx).map_err(|e| e.to_string())?;
+                let install: Function = host.get("install").map_err(|e| e.to_string())?;
+                install
+                    .call::<_, ()>((key.as_str(), job.generation as f64, sources))
+                    .map_err(|e| e.to_string())
+            })?;
+            self.flows.insert(
+                key.clone(),
+                FlowContext {
+                    host,
+                    context,
+                    generation: job.generation,
+                    last_run: 0,
+                },
+            );
+        }
+        let runs = self.runs;
+        let flow = self
+            .flows
+            .get_mut(&key)
+            .ok_or_else(|| "the flow's context is gone".to_string())?;
+        flow.last_run = runs;
+        Ok(flow)
+    }
+
     /// Run one job. `Err` means the engine must be replaced (time or memory limit).
     fn run(&mut self, job: &Job, limit: Duration, memory: usize) -> Result<RunResult, RunResult> {
         let key = job.flow.key();
-        let installed = self.installed.get(&key).copied();
         let (raw, is_json) = match &job.raw {
             Raw::Json(t) => (t.as_str(), true),
             Raw::Text(t) => (t.as_str(), false),
         };
-        self.deadline.store(
-            (self.epoch.elapsed() + limit).as_nanos() as u64,
+        let (deadline, epoch) = (self.deadline.clone(), self.epoch);
+        deadline.store(
+            (epoch.elapsed() + limit).as_nanos() as u64,
             Ordering::Relaxed,
         );
         let deadline_passed =
-            || self.epoch.elapsed().as_nanos() as u64 > self.deadline.load(Ordering::Relaxed);
-        let outcome = self.context.with(|ctx| -> Result<String, String> {
-            let globals = ctx.globals();
-            if installed != Some(job.generation) {
-                let install: Function = globals.get("__installFlow").map_err(|e| e.to_string())?;
-                let sources = serde_json::to_string(&job.flow.modules).unwrap_or_default();
-                install
-                    .call::<_, ()>((key.as_str(), job.generation as f64, sources))
-                    .map_err(|e| e.to_string())?;
-            }
-            let run: Function = globals.get("__runFlow").map_err(|e| e.to_string())?;
-            run.call::<_, String>((
-                key.as_str(),
-                job.flow.main_module.as_str(),
-                job.id.as_str(),
-                raw,
-                is_json,
-                job.options.as_str(),
-                job.trace,
-            ))
-            .map_err(|e| {
-                let caught = ctx.catch();
-                caught
-                    .as_exception()
-                    .and_then(|x| x.message())
-                    .or_else(|| caught.as_string().and_then(|s| s.to_string().ok()))
-                    .unwrap_or_else(|| e.to_string())
+            || epoch.elapsed().as_nanos() as u64 > deadline.load(Ordering::Relaxed);
+        let outcome = self.context_for(job).and_then(|flow| {
+            flow.context.with(|ctx| -> Result<String, String> {
+                let host = flow.host.clone().restore(&ctx).map_err(|e| e.to_string())?;
+                let run: Function = host.get("run").map_err(|e| e.to_string())?;
+                run.call::<_, String>((
+                    key.as_str(),
+                    job.flow.main_module.as_str(),
+                    job.id.as_str(),
+                    raw,
+                    is_json,
+                    job.options.as_str(),
+                    job.trace,
+                ))
+                .map_err(|e| {
+                    let caught = ctx.catch();
+                    caught
+                        .as_exception()
+                        .and_then(|x| x.message())
+                        .or_else(|| caught.as_string().and_then(|s| s.to_string().ok()))
+                        .unwrap_or_else(|| e.to_string())
+                })
             })
         });
         let timed_out = deadline_passed();
         self.deadline.store(0, Ordering::Relaxed);
         match outcome {
             Ok(text) => {
-                self.installed.insert(key, job.generation);
                 match serde_json::from_str::<Reply>(&text) {
                     Ok(Reply {
                         ok: true,
@@ -338,13 +415,16 @@ pub fn check_syntax(flow: &FlowDef, dir: &str) -> Vec<String> {
         time_limit: Duration::from_secs(5),
         memory_limit: 256 * 1024 * 1024,
     };
-    let engine = match Engine::new(&settings) {
-        Ok(e) => e,
+    let (context, host) = match Engine::new(&settings).and_then(|e| e.new_context()) {
+        Ok(made) => made,
         Err(e) => return vec![e],
     };
     let mut errors = Vec::new();
-    engine.context.with(|ctx| {
-        let Ok(compile) = ctx.globals().get::<_, Function>("__compile") else {
+    context.with(|ctx| {
+        let Ok(compile) = host
+            .restore(&ctx)
+            .and_then(|host| host.get::<_, Function>("compile"))
+        else {
             errors.push("the flow runtime does not load".to_string());
             return;
         };

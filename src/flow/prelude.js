@@ -1,8 +1,21 @@
-// The flow runtime inside each pooled QuickJS context: CommonJS `require` over a flow's own
+// The flow runtime inside a flow's own QuickJS context: CommonJS `require` over the flow's
 // modules, a `dhf` shim for scaffolded main modules, and the runner the host calls.
 // Data crosses the boundary as JSON text.
+//
+// The script's value is the host's object {install, run, compile}; nothing of it is put on
+// the global object, so module code cannot reach or replace it. The built-ins the boundary
+// relies on are taken before any module runs, so a module that replaces JSON.stringify
+// breaks nothing but its own use of it.
 (function () {
   "use strict";
+  const parseJson = JSON.parse;
+  const stringifyJson = JSON.stringify;
+  const NewFunction = Function;
+  const hasOwn = Object.prototype.hasOwnProperty;
+  const keysOf = Object.keys;
+  const call = Function.prototype.call.bind(Function.prototype.call);
+  const isInteger = Number.isInteger;
+  const dateNow = Date.now;
   const flows = {}; // key -> { gen, sources: {path: text}, cache: {path: module} }
   let steps = null; // the current run's step records
   let captured = null; // an envelope handed to dhf.runWriter
@@ -20,16 +33,23 @@
     const i = p.lastIndexOf("/");
     return i < 0 ? "" : p.slice(0, i);
   }
+  // A thrown value as the host reads it: a status only when it is an HTTP error status.
   function describe(e) {
     if (e && typeof e === "object") {
-      const status = Number(e.status || e.statusCode || e.httpStatusCode) || null;
-      const message = e.message !== undefined ? String(e.message) : JSON.stringify(e);
-      return { message: message, status: status, name: e.name || null };
+      const n = Number(e.status || e.statusCode || e.httpStatusCode);
+      const status = isInteger(n) && n >= 400 && n <= 599 ? n : null;
+      let message;
+      try {
+        message = e.message !== undefined ? String(e.message) : stringifyJson(e);
+      } catch (_) {
+        message = "the flow threw an object that cannot be shown";
+      }
+      return { message: String(message), status: status, name: e.name ? String(e.name) : null };
     }
     return { message: String(e), status: null, name: null };
   }
   function now() {
-    return Date.now();
+    return call(dateNow, Date);
   }
   function step(label, input, fn) {
     const t0 = now();
@@ -70,10 +90,10 @@
     if (spec === "/data-hub/4/dhf.sjs" || spec === "dhf" || /\/dhf\.sjs$/.test(spec)) return "dhf";
     const base = spec.startsWith("/") ? norm(spec) : norm(dirname(from) + "/" + spec);
     const tries = [base, base + ".sjs", base + ".js"];
-    for (const t of tries) if (Object.prototype.hasOwnProperty.call(flow.sources, t)) return t;
+    for (const t of tries) if (call(hasOwn, flow.sources, t)) return t;
     // An absolute path into the project (`/entities/E/input/F/content.sjs`): match its end.
     for (const t of tries) {
-      for (const k of Object.keys(flow.sources)) {
+      for (const k of keysOf(flow.sources)) {
         if (t.endsWith("/" + k)) return k;
       }
     }
@@ -88,31 +108,31 @@
       if (flow.cache[path]) return flow.cache[path].exports;
       const module = { exports: {}, id: path };
       flow.cache[path] = module;
-      const fn = new Function("module", "exports", "require", flow.sources[path] + "\n//# sourceURL=" + path);
+      const fn = new NewFunction("module", "exports", "require", flow.sources[path] + "\n//# sourceURL=" + path);
       fn(module, module.exports, makeRequire(flow, path));
       return module.exports;
     };
   }
 
-  globalThis.__installFlow = function (key, gen, sourcesJson) {
-    flows[key] = { gen: gen, sources: JSON.parse(sourcesJson), cache: {} };
-  };
+  function install(key, gen, sourcesJson) {
+    flows[key] = { gen: gen, sources: parseJson(sourcesJson), cache: {} };
+  }
 
   function firstModule(flow, names) {
-    for (const n of names) if (Object.prototype.hasOwnProperty.call(flow.sources, n)) return n;
+    for (const n of names) if (call(hasOwn, flow.sources, n)) return n;
     return null;
   }
 
   // Run a flow. Returns JSON text: {ok, parts, steps} or {ok: false, error, steps}. Steps
   // (with each plugin's input and output) are serialized only for a trace: when `trace` is
   // set, or when the run fails.
-  globalThis.__runFlow = function (key, mainPath, id, raw, isJson, optionsJson, trace) {
+  function run(key, mainPath, id, raw, isJson, optionsJson, trace) {
     const flow = flows[key];
     steps = [];
     captured = null;
     try {
-      const options = JSON.parse(optionsJson);
-      const rawContent = isJson ? JSON.parse(raw) : raw;
+      const options = parseJson(optionsJson);
+      const rawContent = isJson ? parseJson(raw) : raw;
       const require = makeRequire(flow, mainPath);
       const main = require("./" + mainPath.split("/").pop());
       let result;
@@ -144,22 +164,24 @@
       if (parts.headers === undefined || parts.headers === null) parts.headers = {};
       if (parts.triples === undefined || parts.triples === null) parts.triples = [];
       if (parts.content === undefined) parts.content = null;
-      return JSON.stringify({ ok: true, parts: parts, steps: trace ? steps : [] });
+      return stringifyJson({ ok: true, parts: parts, steps: trace ? steps : [] });
     } catch (e) {
-      return JSON.stringify({ ok: false, error: describe(e), steps: steps });
+      return stringifyJson({ ok: false, error: describe(e), steps: steps });
     } finally {
       steps = null;
       captured = null;
     }
-  };
+  }
 
   // Deploy-time check: compile a module without running it.
-  globalThis.__compile = function (path, source) {
+  function compile(path, source) {
     try {
-      new Function("module", "exports", "require", source);
+      new NewFunction("module", "exports", "require", source);
       return "";
     } catch (e) {
       return path + ": " + (e && e.name ? e.name + ": " : "") + (e && e.message ? e.message : String(e));
     }
-  };
+  }
+
+  return { install: install, run: run, compile: compile };
 })();
