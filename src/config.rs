@@ -30,8 +30,30 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Largest request body accepted; larger is a 413. Bounds memory per request.
     pub max_body_bytes: u64,
-    /// Open connections served at once; further accepts wait. Bounds memory and tasks.
+    /// Open connections served at once. Past it a connection is answered 503 (with
+    /// `Retry-After`) and closed at once, unless the reserve takes it. Bounds memory and tasks.
     pub max_connections: usize,
+    /// Connections past `max_connections` kept for `/health` and admins, so that an operator
+    /// can still look in while ordinary clients are turned away; other requests on them get
+    /// a 503.
+    pub reserve_connections: usize,
+    /// Longest time a request head may take to arrive, from the connection's opening or the
+    /// first byte after the last request; past it the client gets a 408 and the connection is
+    /// closed. Also the grace before `body_min_bytes_per_sec` applies.
+    pub header_timeout_secs: u64,
+    /// Slowest a request body may arrive, on average, after the first `header_timeout_secs`;
+    /// slower is a 408 and the connection is closed. 0 = no minimum.
+    pub body_min_bytes_per_sec: u64,
+    /// Longest a geoQueryService request may run; past it the answer is a 503 naming the limit
+    /// and the work stops at its next check. 0 = no limit.
+    pub query_time_limit_ms: u64,
+    /// Failed authentications one client address (an IPv6 /64) may make in a minute; past it
+    /// its requests get a 429 with `Retry-After` until the minute is over. 0 = no limit.
+    pub auth_failures_per_address: u32,
+    /// Failed authentications naming one user in a minute, from anywhere; past it requests
+    /// naming that user get a 429 until the minute is over. Above the address limit, so that
+    /// one address cannot lock a user out. 0 = no limit.
+    pub auth_failures_per_user: u32,
     /// The authentication realm of the Digest and Basic challenges.
     pub realm: String,
     /// How long an issued Digest nonce may wait for its first use; after it, the client gets
@@ -106,6 +128,12 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8011)),
             max_body_bytes: 64 * 1024 * 1024,
             max_connections: 4096,
+            reserve_connections: 16,
+            header_timeout_secs: 10,
+            body_min_bytes_per_sec: 1024,
+            query_time_limit_ms: 60_000,
+            auth_failures_per_address: 60,
+            auth_failures_per_user: 600,
             realm: "public".to_string(),
             nonce_ttl_secs: 300,
             nonce_idle_secs: 3600,
@@ -146,6 +174,12 @@ pub const KEYS: &[&str] = &[
     "listen",
     "max_body_bytes",
     "max_connections",
+    "reserve_connections",
+    "header_timeout_secs",
+    "body_min_bytes_per_sec",
+    "query_time_limit_ms",
+    "auth_failures_per_address",
+    "auth_failures_per_user",
     "realm",
     "nonce_ttl_secs",
     "nonce_idle_secs",
@@ -215,6 +249,14 @@ impl Config {
             "listen" => self.listen = parse(key, text)?,
             "max_body_bytes" => self.max_body_bytes = parse(key, text)?,
             "max_connections" => self.max_connections = positive(key, parse(key, text)?)?,
+            "reserve_connections" => self.reserve_connections = parse(key, text)?,
+            "header_timeout_secs" => {
+                self.header_timeout_secs = positive(key, parse(key, text)?)? as u64
+            }
+            "body_min_bytes_per_sec" => self.body_min_bytes_per_sec = parse(key, text)?,
+            "query_time_limit_ms" => self.query_time_limit_ms = parse(key, text)?,
+            "auth_failures_per_address" => self.auth_failures_per_address = parse(key, text)?,
+            "auth_failures_per_user" => self.auth_failures_per_user = parse(key, text)?,
             "realm" => self.realm = text.to_string(),
             "nonce_ttl_secs" => self.nonce_ttl_secs = parse(key, text)?,
             "nonce_idle_secs" => self.nonce_idle_secs = parse(key, text)?,
@@ -372,9 +414,17 @@ mod tests {
             ("listen", "127.0.0.1:0"),
             ("max_body_bytes", "10"),
             ("max_connections", "3"),
+            ("reserve_connections", "0"),
+            ("header_timeout_secs", "3"),
+            ("body_min_bytes_per_sec", "10"),
+            ("query_time_limit_ms", "100"),
+            ("auth_failures_per_address", "2"),
+            ("auth_failures_per_user", "4"),
             ("realm", "r"),
             ("nonce_ttl_secs", "5"),
+            ("nonce_idle_secs", "50"),
             ("nonce_capacity", "5"),
+            ("nonce_per_user", "2"),
             ("commit_batch_max", "5"),
             ("write_queue", "5"),
             ("store_cache_bytes", "1000000"),

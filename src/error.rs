@@ -48,8 +48,17 @@ pub enum ErrorCode {
     Extension(u16),
     /// A resource of the management API that already exists.
     Conflict,
-    /// The service is shutting down or a bounded queue is full.
+    /// The service is shutting down, a bounded queue is full, or its connections are all in
+    /// use.
     Unavailable,
+    /// A request head or body arrived slower than the configured minimum.
+    RequestTimeout,
+    /// Too many failed authentications from this client or for this user, for now.
+    TooManyRequests,
+    /// A query ran past `query_time_limit_ms`.
+    TimeLimit,
+    /// The store's disk is full (or its quota reached): writes wait for space.
+    InsufficientStorage,
     /// Anything unexpected: a bug or an I/O failure.
     Internal,
 }
@@ -78,6 +87,10 @@ impl ErrorCode {
             ErrorCode::Extension(status) => status,
             ErrorCode::Conflict => 409,
             ErrorCode::Unavailable => 503,
+            ErrorCode::RequestTimeout => 408,
+            ErrorCode::TooManyRequests => 429,
+            ErrorCode::TimeLimit => 503,
+            ErrorCode::InsufficientStorage => 507,
             ErrorCode::Internal => 500,
         }
     }
@@ -105,6 +118,10 @@ impl ErrorCode {
             ErrorCode::Extension(_) => "RESTAPI-SRVEXERR",
             ErrorCode::Conflict => "MANAGE-EXISTS",
             ErrorCode::Unavailable => "RESTAPI-UNAVAILABLE",
+            ErrorCode::RequestTimeout => "RESTAPI-REQUESTTIMEOUT",
+            ErrorCode::TooManyRequests => "SEC-TOOMANYFAILURES",
+            ErrorCode::TimeLimit => "XDMP-EXTIME",
+            ErrorCode::InsufficientStorage => "XDMP-NOSPACE",
             ErrorCode::Internal => "INTERNAL ERROR",
         }
     }
@@ -165,13 +182,16 @@ pub fn reason_phrase(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        408 => "Request Timeout",
         409 => "Conflict",
         413 => "Payload Too Large",
         414 => "URI Too Long",
         415 => "Unsupported Media Type",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
+        507 => "Insufficient Storage",
         _ => "Error",
     }
 }

@@ -524,7 +524,9 @@ fn statistics_need_numeric_fields() {
 fn raw(addr: std::net::SocketAddr, bytes: &[u8], half_close: bool) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(bytes).unwrap();
+    // The server may answer and close before it has read everything (a head past its
+    // bound): the write then fails, and the answer is still there to read.
+    let _ = s.write_all(bytes);
     if half_close {
         s.shutdown(std::net::Shutdown::Write).unwrap();
     }
@@ -548,10 +550,12 @@ fn malformed_http_gets_error_bodies_and_half_close_its_answer() {
             400,
         ),
         (b"G@T /health HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), 400),
+        // hyper checks its ~400 KB head bound before each read, so one large read can carry
+        // a head up to about twice that: this one is well past both.
         (
             [
                 &b"GET /health HTTP/1.1\r\nX-Big: "[..],
-                &vec![b'a'; 500_000],
+                &vec![b'a'; 2_000_000],
                 b"\r\n\r\n",
             ]
             .concat(),

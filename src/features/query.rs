@@ -41,6 +41,8 @@ pub enum FeatureError {
     BadRequest(String),
     #[error("{0}")]
     Where(#[from] WhereError),
+    #[error("the query ran longer than query_time_limit_ms ({0} ms)")]
+    TimeLimit(u64),
 }
 
 impl From<FeatureError> for ApiError {
@@ -50,6 +52,9 @@ impl From<FeatureError> for ApiError {
             FeatureError::LayerNotFound(_) => 404,
             FeatureError::BadRequest(_) => 400,
             FeatureError::Where(_) => 400,
+            FeatureError::TimeLimit(_) => {
+                return ApiError::new(ErrorCode::TimeLimit, e.to_string());
+            }
         };
         ApiError::new(ErrorCode::Extension(status), e.to_string())
     }
@@ -867,6 +872,18 @@ impl Features {
 
     /// Answer a geoQueryService request: the JSON response body.
     pub fn execute(&self, caller: &Caller, req: &FeatureRequest) -> Result<Vec<u8>, FeatureError> {
+        self.execute_within(caller, req, None)
+    }
+
+    /// [`Features::execute`], given up with [`FeatureError::TimeLimit`] once `limit` (a
+    /// deadline and the limit it came from, in ms) has passed: the spatial tests and the row
+    /// filter look at the clock as they go.
+    pub fn execute_within(
+        &self,
+        caller: &Caller,
+        req: &FeatureRequest,
+        limit: Option<(std::time::Instant, u64)>,
+    ) -> Result<Vec<u8>, FeatureError> {
         let descriptor = self
             .descriptor(&req.service, caller.roles())
             .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
@@ -878,7 +895,7 @@ impl Features {
         match (plan, is_query) {
             (None, _) => Ok(self.service_description(&descriptor)),
             (Some(plan), false) => Ok(self.layer_description(&plan)),
-            (Some(plan), true) => self.run_query(caller, req, &descriptor, &plan),
+            (Some(plan), true) => self.run_query(caller, req, &descriptor, &plan, limit),
         }
     }
 
@@ -931,7 +948,10 @@ impl Features {
         req: &FeatureRequest,
         descriptor: &Descriptor,
         plan: &Plan<'_>,
+        limit: Option<(std::time::Instant, u64)>,
     ) -> Result<Vec<u8>, FeatureError> {
+        let deadline = limit.map(|l| l.0);
+        let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
         let q = &req.query;
         let Some(view) = plan.view.as_ref() else {
             // The layer's view has no template yet: a valid layer with no features.
@@ -1025,7 +1045,9 @@ impl Features {
                     .get(plan.layer.geometry_path.text())
                     .cloned();
                 Some(match index {
-                    Some(engine) => engine.query(query, *rel),
+                    Some(engine) => engine
+                        .query_within(query, *rel, deadline)
+                        .map_err(|_| past_limit())?,
                     None => Vec::new(),
                 })
             }
@@ -1058,18 +1080,34 @@ impl Features {
             }
             filter.matches(&data.row(slot))
         };
+        // Every 4,096 rows, a look at the clock.
+        let mut seen = 0usize;
+        let mut stopped = false;
+        let mut within = |_: &u32| {
+            seen += 1;
+            if seen.is_multiple_of(4096) && deadline.is_some_and(|d| std::time::Instant::now() >= d)
+            {
+                stopped = true;
+            }
+            !stopped
+        };
         let mut rows: Vec<(i64, u32)> = match candidates {
             Some(c) => c
                 .into_iter()
+                .take_while(&mut within)
                 .filter(|s| passes(*s))
                 .filter_map(|s| data.id_of(s).map(|id| (id, s)))
                 .collect(),
             None => data
                 .live_slots()
+                .take_while(&mut within)
                 .filter(|s| passes(*s))
                 .filter_map(|s| data.id_of(s).map(|id| (id, s)))
                 .collect(),
         };
+        if stopped {
+            return Err(past_limit());
+        }
 
         if let Some((cols, groups)) = stats {
             return Ok(self.write_statistics(descriptor, plan, &data, &rows, &cols, &groups, q));

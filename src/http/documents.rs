@@ -17,7 +17,7 @@ const MAX_URI_BYTES: usize = 4096;
 
 pub(super) async fn put<B>(app: &App, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
     require_any(&ctx.caller, &[Role::RestWriter, Role::Admin])?;
@@ -434,7 +434,7 @@ fn parse_bulk_meta(bytes: &[u8]) -> Result<BulkMeta, ApiError> {
 /// first defaults.
 pub(super) async fn post_bulk<B>(app: &App, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
     require_any(&ctx.caller, &[Role::RestWriter, Role::Admin])?;

@@ -16,7 +16,7 @@ use super::router::Ctx;
 use super::{App, BoxError, read_body, require_any};
 use crate::acl::Role;
 use crate::error::{ApiError, ErrorCode};
-use crate::features::FeatureRequest;
+use crate::features::{FeatureError, FeatureRequest};
 
 /// Bodies above this are parsed on rayon with their query, not on the io thread: a query
 /// geometry of thousands of positions takes milliseconds to parse and prepare.
@@ -86,7 +86,7 @@ fn multipart_json(content_type: &str, body: &Bytes) -> Option<Bytes> {
 
 pub(super) async fn geo_query<B>(app: &Arc<App>, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
     require_writer(ctx)?;
@@ -116,29 +116,58 @@ where
     let features = app.features.clone();
     let caller = ctx.caller.clone();
     let failed = || ApiError::new(ErrorCode::Internal, "the query failed");
+    let limit_ms = app.config.query_time_limit_ms;
+    let limit = (limit_ms > 0).then(|| {
+        (
+            std::time::Instant::now() + std::time::Duration::from_millis(limit_ms),
+            limit_ms,
+        )
+    });
     if body.len() > INLINE_PARSE_BYTES {
         // A large body (a big query geometry) is parsed and prepared with the query, off the
         // io thread; what it freed goes back to the OS.
-        let out = crate::cpu::run_cpu_intensive(move || {
-            let out = FeatureRequest::parse_for(caller.name(), &body, max_vertices)
-                .and_then(|request| features.execute(&caller, &request));
-            drop(body);
-            crate::features::release_freed_memory();
-            out
-        })
-        .await
+        let out = within(
+            limit,
+            crate::cpu::run_cpu_intensive(move || {
+                let out = FeatureRequest::parse_for(caller.name(), &body, max_vertices)
+                    .and_then(|request| features.execute_within(&caller, &request, limit));
+                drop(body);
+                crate::features::release_freed_memory();
+                out
+            }),
+        )
+        .await?
         .ok_or_else(failed)??;
         return Ok(response::json_bytes(200, out));
     }
     let request = FeatureRequest::parse_for(ctx.caller.name(), &body, max_vertices)?;
     let out = if request.is_light() {
-        features.execute(&caller, &request)?
+        features.execute_within(&caller, &request, limit)?
     } else {
-        crate::cpu::run_cpu_intensive(move || features.execute(&caller, &request))
-            .await
-            .ok_or_else(failed)??
+        within(
+            limit,
+            crate::cpu::run_cpu_intensive(move || {
+                features.execute_within(&caller, &request, limit)
+            }),
+        )
+        .await?
+        .ok_or_else(failed)??
     };
     Ok(response::json_bytes(200, out))
+}
+
+/// `work`, or a 503 naming `query_time_limit_ms` at the deadline. The work itself stops at
+/// its next look at the clock; the answer does not wait for that.
+async fn within<T>(
+    limit: Option<(std::time::Instant, u64)>,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, ApiError> {
+    match limit {
+        None => Ok(work.await),
+        Some((deadline, ms)) => tokio::time::timeout_at(deadline.into(), work)
+            .await
+            .map_err(|_| ApiError::from(FeatureError::TimeLimit(ms))),
+    }
 }
 
 #[cfg(test)]

@@ -90,7 +90,7 @@ pub(super) async fn put_through_flow(
 /// `POST /v1/deploy`: a tar or zip of a project, validated whole, then applied atomically.
 pub(super) async fn deploy<B>(app: &App, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
     require_any(&ctx.caller, &[Role::Admin])?;

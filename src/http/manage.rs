@@ -43,7 +43,7 @@ fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
 
 pub(super) async fn create_user<B>(app: &App, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
     admin_only(ctx)?;
@@ -116,7 +116,7 @@ pub(super) async fn update_user<B>(
     body: B,
 ) -> Result<Resp, ApiError>
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
     admin_only(ctx)?;

@@ -5,6 +5,7 @@
 //! `flow`) and their results into responses. Every error leaves as an `errorResponse` body;
 //! a panic in a handler becomes a 500, never a dropped connection.
 
+pub mod conn;
 mod documents;
 mod features;
 mod flows;
@@ -21,12 +22,10 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use http_body_util::BodyExt;
 use hyper::header::CONTENT_LENGTH;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -42,7 +41,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::features::{FeatureHook, FeatureSettings, Features};
 use crate::flow::js::JsSettings;
 use crate::flow::{FlowSettings, Flows};
-use crate::security::{HeaderCache, Security};
+use crate::security::Security;
 use crate::spatial::EngineConfig;
 use crate::store::{Store, StoreOptions};
 
@@ -91,6 +90,10 @@ impl App {
                 idle_secs: config.nonce_idle_secs,
                 capacity: config.nonce_capacity,
                 per_user: config.nonce_per_user,
+            },
+            crate::security::ThrottleLimits {
+                per_address: config.auth_failures_per_address,
+                per_user: config.auth_failures_per_user,
             },
         )?;
         let features = Features::open(
@@ -165,6 +168,8 @@ impl Server {
         let Server { listener, app } = self;
         let graceful = GracefulShutdown::new();
         let permits = Arc::new(Semaphore::new(app.config.max_connections));
+        let reserve = Arc::new(Semaphore::new(app.config.reserve_connections));
+        let shedding = Arc::new(Semaphore::new(MAX_SHEDDING));
         // One io thread: connections are served right here, on the accept loop's runtime.
         // More: each goes to its own thread (see `io_threads`).
         let io = IoThreads::start(
@@ -183,13 +188,6 @@ impl Server {
         }
         tokio::pin!(shutdown);
         loop {
-            let permit = tokio::select! {
-                _ = &mut shutdown => break,
-                p = permits.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-            };
             let (stream, peer) = tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
@@ -198,6 +196,22 @@ impl Server {
                         // Usually EMFILE: back off instead of spinning.
                         tracing::warn!(error = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            // Past the limit, the reserve; past that, a 503 at once instead of a wait.
+            let (permit, in_reserve) = match permits.clone().try_acquire_owned() {
+                Ok(p) => (p, false),
+                Err(_) => match reserve.clone().try_acquire_owned() {
+                    Ok(p) => (p, true),
+                    Err(_) => {
+                        if let Ok(slot) = shedding.clone().try_acquire_owned() {
+                            tokio::spawn(async move {
+                                shed(stream).await;
+                                drop(slot);
+                            });
+                        }
                         continue;
                     }
                 },
@@ -211,15 +225,16 @@ impl Server {
                 }
             };
             let idle = Duration::from_secs(app.config.idle_timeout_secs);
+            let head = Duration::from_secs(app.config.header_timeout_secs);
             let app = app.clone();
-            let activity = Arc::new(Activity::default());
+            let activity = Arc::new(conn::Activity::new(Some(peer.ip()), in_reserve));
             let seen = activity.clone();
             let service = service_fn(move |req| {
                 poll::note_request();
                 let app = app.clone();
                 let busy = seen.begin();
                 async move {
-                    let resp = handle_on(app, Some(&busy.0.digest), req).await;
+                    let resp = handle_on(app, Some(busy.activity()), req).await;
                     drop(busy);
                     Ok::<_, Infallible>(resp)
                 }
@@ -229,7 +244,10 @@ impl Server {
             let conn = http1::Builder::new()
                 .keep_alive(true)
                 .half_close(true)
-                .serve_connection(TokioIo::new(wire::Wire::new(stream)), service);
+                .serve_connection(
+                    TokioIo::new(wire::Wire::watched(stream, activity.clone())),
+                    service,
+                );
             let conn = graceful.watch(conn);
             let runtime = placement.runtime().clone();
             let task = runtime.spawn(async move {
@@ -239,7 +257,7 @@ impl Server {
                 drop(permit);
                 drop(placement);
             });
-            runtime.spawn(close_when_idle(activity, task, idle));
+            runtime.spawn(conn::watch(activity, task, idle, head));
         }
         drop(listener);
         tracing::info!("shutting down: finishing in-flight requests");
@@ -259,57 +277,41 @@ impl Server {
     }
 }
 
-/// What a connection keeps between its requests. Its idle watchdog reads requests started
-/// and requests in flight, counted on the request path instead of a per-request timer
-/// (hyper's header-read timeout arms and cancels a timer-wheel entry for every request).
-#[derive(Default)]
-struct Activity {
-    started: AtomicU64,
-    in_flight: AtomicU32,
-    /// The connection's last Digest header, so that the next one, which differs only in
-    /// `nc` and `response`, is bound instead of parsed.
-    digest: HeaderCache,
-}
+/// Connections being turned away at once; past it, one is closed without an answer.
+const MAX_SHEDDING: usize = 256;
 
-/// Marks a request in flight until dropped (also when the handler future is dropped).
-struct Busy(Arc<Activity>);
-
-impl Activity {
-    fn begin(self: &Arc<Self>) -> Busy {
-        self.started.fetch_add(1, Ordering::Relaxed);
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        Busy(self.clone())
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Close a connection that starts no request for a whole `idle` period with none in flight
-/// (so after between one and two periods of silence): an idle keep-alive, or a client that
-/// never completes a request head (slowloris). Ends with the connection's task.
-async fn close_when_idle(
-    activity: Arc<Activity>,
-    mut task: tokio::task::JoinHandle<()>,
-    idle: Duration,
-) {
-    let mut last = activity.started.load(Ordering::Relaxed);
-    loop {
-        tokio::select! {
-            _ = &mut task => return,
-            _ = tokio::time::sleep(idle) => {}
+/// Answer a connection past every limit: a 503 with `Retry-After`, then close. What the
+/// client sends meanwhile is read and dropped for a moment (a lingering close), so that its
+/// system does not reset the connection before it reads the answer.
+async fn shed(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let error = ApiError::new(
+        ErrorCode::Unavailable,
+        "the server is at its connection limit (max_connections); retry shortly",
+    );
+    let body = error.to_body();
+    let mut answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\nconnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    let linger = async {
+        stream.write_all(&answer).await?;
+        stream.shutdown().await?;
+        let mut scratch = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            let n = stream.read(&mut scratch).await?;
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
         }
-        let now = activity.started.load(Ordering::Relaxed);
-        if now == last && activity.in_flight.load(Ordering::Relaxed) == 0 {
-            tracing::debug!("closing an idle connection");
-            task.abort();
-            return;
-        }
-        last = now;
-    }
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(500), linger).await;
 }
 
 /// A request body error, whatever the body type.
@@ -319,23 +321,34 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// the whole request path in process with any body type.
 pub async fn handle<B>(app: Arc<App>, req: hyper::Request<B>) -> response::Resp
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
     handle_on(app, None, req).await
 }
 
-/// [`handle`], for a request of a connection that keeps its last Digest header in `kept`.
+/// Most of a request body drained after an answer that did not read it, so that the
+/// connection can take its next request; past it the connection is closed instead.
+const DRAIN_BYTES: u64 = 1024 * 1024;
+
+/// [`handle`], for a request of the connection whose state is `conn`.
 pub async fn handle_on<B>(
     app: Arc<App>,
-    kept: Option<&HeaderCache>,
+    conn: Option<&conn::Activity>,
     req: hyper::Request<B>,
 ) -> response::Resp
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
-    match std::panic::AssertUnwindSafe(router::dispatch(&app, kept, req))
+    let (parts, body) = req.into_parts();
+    let expects_continue = parts
+        .headers
+        .get(hyper::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let (body, back) = conn::Tracked::new(body);
+    let req = hyper::Request::from_parts(parts, body);
+    let mut resp = match std::panic::AssertUnwindSafe(router::dispatch(&app, conn, req))
         .catch_unwind()
         .await
     {
@@ -347,6 +360,34 @@ where
                 "internal error while handling the request",
             ))
         }
+    };
+    // An answer given before the body was read (a challenge, a bad parameter): read the rest
+    // so the connection can go on, or say it closes. A body behind `Expect: 100-continue`
+    // that nobody polled was never sent; a body too slow is not waited for again.
+    let left = back.lock().take();
+    if let Some(left) = left
+        && !left.body.is_end_stream()
+    {
+        let sent = left.polled || !expects_continue;
+        let keep = sent
+            && resp.status() != hyper::StatusCode::REQUEST_TIMEOUT
+            && conn::drain(left.body, DRAIN_BYTES, pace(&app)).await;
+        if !keep {
+            resp.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+        }
+    }
+    resp
+}
+
+/// How fast request bodies must arrive (`body_min_bytes_per_sec` after
+/// `header_timeout_secs`).
+fn pace(app: &App) -> conn::Pace {
+    conn::Pace {
+        grace: Duration::from_secs(app.config.header_timeout_secs),
+        min_rate: app.config.body_min_bytes_per_sec,
     }
 }
 
@@ -357,7 +398,7 @@ pub(crate) async fn read_body<B>(
     body: B,
 ) -> Result<Bytes, ApiError>
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
     let limit = app.config.max_body_bytes;
@@ -377,11 +418,29 @@ where
     }
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     // Frame by frame, without a list of buffers: a small body comes as one frame, which is
-    // returned as it is, with no copy.
-    let mut body = std::pin::pin!(body);
+    // returned as it is, with no copy. Each frame must come by the pace's deadline.
+    let mut body = body;
+    let pace = pace(app);
+    let start = tokio::time::Instant::now();
     let mut whole: Option<Bytes> = None;
     let mut joined: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
+    loop {
+        let read = whole.as_ref().map_or(joined.len(), Bytes::len) as u64;
+        let frame = match pace.frame(&mut body, start, read).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(()) => {
+                return Err(ApiError::new(
+                    ErrorCode::RequestTimeout,
+                    format!(
+                        "the request body arrived slower than body_min_bytes_per_sec ({} \
+                         bytes a second after {} seconds)",
+                        pace.min_rate,
+                        pace.grace.as_secs()
+                    ),
+                ));
+            }
+        };
         let frame = frame.map_err(|e| {
             ApiError::new(
                 ErrorCode::InvalidRequest,

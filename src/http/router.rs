@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use hyper::header::{ALLOW, AUTHORIZATION, HeaderValue};
+use hyper::header::{ALLOW, AUTHORIZATION, CONNECTION, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request};
 
 use super::params::Params;
@@ -11,7 +11,7 @@ use super::response::{self, Resp};
 use super::{App, BoxError, documents, features, flows, manage};
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
-use crate::security::{AuthOutcome, HeaderCache};
+use crate::security::AuthOutcome;
 use bytes::Bytes;
 
 /// The endpoint families, by path.
@@ -90,10 +90,14 @@ pub(crate) struct Ctx {
     pub path: String,
 }
 
-/// `kept`: the connection's last Digest header, when the request came over a connection.
-pub(super) async fn dispatch<B>(app: &Arc<App>, kept: Option<&HeaderCache>, req: Request<B>) -> Resp
+/// `conn`: the state of the connection the request came over, when it did.
+pub(super) async fn dispatch<B>(
+    app: &Arc<App>,
+    conn: Option<&super::conn::Activity>,
+    req: Request<B>,
+) -> Resp
 where
-    B: hyper::body::Body<Data = Bytes> + Send,
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
     let (parts, body) = req.into_parts();
@@ -115,15 +119,39 @@ where
         .headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let caller = match app
-        .security
-        .authenticate_on(parts.method.as_str(), target, header, kept)
-    {
+    let caller = match app.security.authenticate_on(
+        parts.method.as_str(),
+        target,
+        header,
+        conn.map(|c| &c.digest),
+        conn.and_then(|c| c.peer),
+    ) {
         AuthOutcome::Authenticated(c) => c,
         AuthOutcome::Challenge { stale } => {
             return response::unauthorized(&app.security.challenges(stale));
         }
+        AuthOutcome::Throttled { retry_after_secs } => {
+            let mut r = response::error(&ApiError::new(
+                ErrorCode::TooManyRequests,
+                "too many failed authentications from this client or for this user; \
+                 retry after the time Retry-After gives",
+            ));
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            return r;
+        }
     };
+    // A connection taken from the reserve (past max_connections) serves admins only.
+    if conn.is_some_and(|c| c.reserve) && !caller.has(crate::acl::Role::Admin) {
+        let mut r = response::error(&ApiError::new(
+            ErrorCode::Unavailable,
+            "the server is at its connection limit (max_connections); retry shortly",
+        ));
+        r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1u32));
+        r.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+        return r;
+    }
 
     if route == Route::NotFound {
         return response::error(&ApiError::new(

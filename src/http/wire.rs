@@ -1,4 +1,5 @@
-//! The connection's byte stream, with hyper's own error answers given the contract's body.
+//! The connection's byte stream, with hyper's own error answers given the contract's body, and
+//! the read side of the head timeout.
 //!
 //! hyper answers a request head it cannot parse (400), one whose headers are too large (431)
 //! or whose URI is too long (414) by itself, before any handler runs, with an empty body:
@@ -6,13 +7,20 @@
 //! hook to change that answer. [`Wire`] recognises that exact head as hyper writes it and
 //! writes the same answer with an `errorResponse` body instead. The service's own answers are
 //! never taken for it: every error the service writes has a body and a `content-type`.
+//!
+//! A watched stream tells its connection's [`Activity`] when bytes arrive (a head may be
+//! starting), and when the watchdog finds that head too slow, its next read writes the 408
+//! answer and ends the stream, which ends hyper's connection.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::sync::Arc;
+
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::conn::{Activity, head_timeout_answer};
 use crate::error::{ApiError, ErrorCode};
 
 /// A stream whose writes of hyper's empty error answers are replaced (see the module).
@@ -21,6 +29,10 @@ pub struct Wire<S> {
     /// The replacement answer and how much of it is written; hyper was told its own
     /// answer was, so the rest goes out before anything else is written or flushed.
     pending: Option<(Vec<u8>, usize)>,
+    /// The connection's state, when its head timing is watched.
+    watched: Option<Arc<Activity>>,
+    /// The 408 went out (or could not): every read now ends the stream.
+    ended: bool,
 }
 
 impl<S> Wire<S> {
@@ -28,6 +40,16 @@ impl<S> Wire<S> {
         Wire {
             inner,
             pending: None,
+            watched: None,
+            ended: false,
+        }
+    }
+
+    /// A stream whose reads are timed by `activity`'s watchdog.
+    pub fn watched(inner: S, activity: Arc<Activity>) -> Wire<S> {
+        Wire {
+            watched: Some(activity),
+            ..Wire::new(inner)
         }
     }
 }
@@ -84,13 +106,33 @@ impl<S: AsyncWrite + Unpin> Wire<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Wire<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Wire<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        if self.ended {
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let Some(activity) = self.watched.clone() else {
+            return read;
+        };
+        match &read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => activity.bytes_read(),
+            Poll::Pending if activity.head_expired(cx.waker()) => {
+                // Best effort, once: the answer is small and the socket's buffer is empty
+                // while a head is still arriving. Then the stream ends.
+                let answer = head_timeout_answer();
+                let _ = Pin::new(&mut self.inner).poll_write(cx, &answer);
+                self.ended = true;
+                return Poll::Ready(Ok(()));
+            }
+            _ => {}
+        }
+        read
     }
 }
 

@@ -13,6 +13,7 @@
 
 mod digest;
 mod nonce;
+mod throttle;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use crate::store::{Op, Store, StoreError, Table};
 
 pub use digest::{DigestResponse, HeaderCache, expected_response, ha1, parse_digest};
 pub use nonce::{NonceCheck, NonceLimits, NonceTable};
+pub use throttle::{Throttle, ThrottleLimits};
 
 #[derive(Debug, Error)]
 pub enum SecurityError {
@@ -156,6 +158,30 @@ pub enum AuthOutcome {
     Challenge {
         stale: bool,
     },
+    /// Answer 429: too many failed authentications from this address or for this user.
+    Throttled {
+        retry_after_secs: u64,
+    },
+}
+
+/// What checking one set of credentials found.
+enum Verdict<'a> {
+    Authenticated(Caller),
+    /// The right password with an old or foreign nonce.
+    Stale,
+    /// Refused; names the user when it exists (counted by name too).
+    Failed {
+        user: Option<&'a str>,
+    },
+    /// The user is past its limit of failures.
+    Throttled(u64),
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Users in memory plus the Digest state. One per service.
@@ -165,6 +191,7 @@ pub struct Security {
     opaque: String,
     users: RwLock<crate::FastMap<String, Arc<UserEntry>>>,
     nonces: NonceTable,
+    throttle: Throttle,
     /// Held across a user change's check and write, so that two changes cannot each leave
     /// the other's admin as the last one and then both remove it.
     user_changes: tokio::sync::Mutex<()>,
@@ -176,6 +203,7 @@ impl Security {
         store: &Store,
         realm: &str,
         nonces: NonceLimits,
+        throttle: ThrottleLimits,
     ) -> Result<Security, SecurityError> {
         let mut opaque = [0u8; 16];
         rand::fill(&mut opaque);
@@ -184,6 +212,7 @@ impl Security {
             opaque: opaque.iter().map(|b| format!("{b:02x}")).collect(),
             users: RwLock::new(crate::FastMap::default()),
             nonces: NonceTable::new(nonces),
+            throttle: Throttle::new(throttle),
             user_changes: tokio::sync::Mutex::new(()),
         };
         for rec in load_users(store)? {
@@ -232,46 +261,80 @@ impl Security {
     /// Check the `Authorization` header of a request.
     /// `target` is the request target as sent (path and query).
     pub fn authenticate(&self, method: &str, target: &str, header: Option<&str>) -> AuthOutcome {
-        self.authenticate_on(method, target, header, None)
+        self.authenticate_on(method, target, header, None, None)
     }
 
-    /// [`Security::authenticate`], for a request of a connection that keeps its last Digest
-    /// header in `kept`.
+    /// [`Security::authenticate`], for a request from `peer` over a connection that keeps its
+    /// last Digest header in `kept`. Failures are counted against the peer's address and the
+    /// user named, and either past its limit is refused before anything is checked.
     pub fn authenticate_on(
         &self,
         method: &str,
         target: &str,
         header: Option<&str>,
         kept: Option<&HeaderCache>,
+        peer: Option<std::net::IpAddr>,
     ) -> AuthOutcome {
         let Some(header) = header else {
             return AuthOutcome::Challenge { stale: false };
         };
+        let now = now_secs();
+        if let Some(retry_after_secs) = self.throttle.address_refused(peer, now) {
+            return AuthOutcome::Throttled { retry_after_secs };
+        }
         let header = header.trim_start();
         let (scheme, rest) = header.split_once(' ').unwrap_or((header, ""));
-        if scheme.eq_ignore_ascii_case("digest") {
-            self.digest(method, target, rest, kept)
+        let verdict = if scheme.eq_ignore_ascii_case("digest") {
+            self.digest(method, target, rest, kept, now)
         } else if scheme.eq_ignore_ascii_case("basic") {
-            self.basic(rest.trim())
+            self.basic(rest.trim(), now)
         } else {
-            AuthOutcome::Challenge { stale: false }
+            Verdict::Failed { user: None }
+        };
+        match verdict {
+            Verdict::Authenticated(caller) => AuthOutcome::Authenticated(caller),
+            Verdict::Stale => AuthOutcome::Challenge { stale: true },
+            Verdict::Throttled(retry_after_secs) => AuthOutcome::Throttled { retry_after_secs },
+            Verdict::Failed { user } => {
+                self.throttle.failed(peer, user, now);
+                AuthOutcome::Challenge { stale: false }
+            }
         }
     }
 
-    fn digest(
+    /// The user `name`, unless it is past its limit of failures.
+    fn user(&self, name: &str, now: u64) -> Result<Option<Arc<UserEntry>>, u64> {
+        let Some(user) = self.users.read().get(name).cloned() else {
+            return Ok(None);
+        };
+        match self.throttle.user_refused(name, now) {
+            Some(retry_after) => Err(retry_after),
+            None => Ok(Some(user)),
+        }
+    }
+
+    fn digest<'h>(
         &self,
         method: &str,
         target: &str,
-        params: &str,
+        params: &'h str,
         kept: Option<&HeaderCache>,
-    ) -> AuthOutcome {
-        let fail = AuthOutcome::Challenge { stale: false };
+        now: u64,
+    ) -> Verdict<'h> {
         let parsed = match kept {
             Some(k) => k.parse(params),
             None => parse_digest(params),
         };
         let Some(r) = parsed else {
-            return fail;
+            return Verdict::Failed { user: None };
+        };
+        let user = match self.user(r.username, now) {
+            Ok(Some(user)) => user,
+            Ok(None) => return Verdict::Failed { user: None },
+            Err(retry_after) => return Verdict::Throttled(retry_after),
+        };
+        let fail = Verdict::Failed {
+            user: Some(r.username),
         };
         if r.realm != self.realm
             || r.opaque.is_some_and(|o| o != self.opaque)
@@ -284,9 +347,6 @@ impl Security {
         if r.uri != target {
             return fail;
         }
-        let Some(user) = self.users.read().get(r.username).cloned() else {
-            return fail;
-        };
         let Some(want) = digest::expected_response_on(&user.ha1, method, &r, kept) else {
             return fail;
         };
@@ -294,15 +354,15 @@ impl Security {
             return fail;
         }
         match self.nonces.check(r.username, r.nonce, r.nc.unwrap_or("")) {
-            NonceCheck::Fresh => AuthOutcome::Authenticated(Caller::new(r.username, user.roles)),
+            NonceCheck::Fresh => Verdict::Authenticated(Caller::new(r.username, user.roles)),
             // Right password, old or foreign nonce: let the client retry transparently.
-            NonceCheck::Stale => AuthOutcome::Challenge { stale: true },
+            NonceCheck::Stale => Verdict::Stale,
             NonceCheck::Replayed => fail,
         }
     }
 
-    fn basic(&self, token: &str) -> AuthOutcome {
-        let fail = AuthOutcome::Challenge { stale: false };
+    fn basic<'h>(&self, token: &str, now: u64) -> Verdict<'h> {
+        let fail = Verdict::Failed { user: None };
         let Ok(decoded) = STANDARD.decode(token) else {
             return fail;
         };
@@ -312,12 +372,16 @@ impl Security {
         let Some((name, password)) = digest::split_basic(text) else {
             return fail;
         };
-        let Some(user) = self.users.read().get(name).cloned() else {
-            return fail;
+        let user = match self.user(name, now) {
+            Ok(Some(user)) => user,
+            Ok(None) => return fail,
+            Err(retry_after) => return Verdict::Throttled(retry_after),
         };
         if digest::constant_time_eq(&ha1(name, &self.realm, password), &user.ha1) {
-            AuthOutcome::Authenticated(Caller::new(name, user.roles))
+            Verdict::Authenticated(Caller::new(name, user.roles))
         } else {
+            // The name lives in the decoded token; the user's own key is counted instead.
+            self.throttle.failed(None, Some(name), now);
             fail
         }
     }
@@ -443,6 +507,13 @@ mod tests {
     use super::*;
     use crate::store::StoreOptions;
 
+    fn no_throttle() -> ThrottleLimits {
+        ThrottleLimits {
+            per_address: 0,
+            per_user: 0,
+        }
+    }
+
     fn test_limits() -> NonceLimits {
         NonceLimits {
             ttl_secs: 60,
@@ -504,10 +575,10 @@ mod tests {
         let store = Store::open(&dir, StoreOptions::default()).unwrap();
         put_user_offline(&store, "ann", "secret", &["rest-reader".into()], "public").unwrap();
         put_user_offline(&store, "bob", "hidden", &["rest-writer".into()], "public").unwrap();
-        let sec = Security::open(&store, "public", test_limits()).unwrap();
+        let sec = Security::open(&store, "public", test_limits(), no_throttle()).unwrap();
         let kept = HeaderCache::default();
         let ch = sec.challenges(false);
-        let auth = |h: &str| sec.authenticate_on("GET", "/v1/ping", Some(h), Some(&kept));
+        let auth = |h: &str| sec.authenticate_on("GET", "/v1/ping", Some(h), Some(&kept), None);
         let name = |out: AuthOutcome| match out {
             AuthOutcome::Authenticated(c) => c.name().to_string(),
             other => format!("{other:?}"),
@@ -534,7 +605,7 @@ mod tests {
         let dir = crate::store::tests::tempdir();
         let store = Store::open(&dir, StoreOptions::default()).unwrap();
         put_user_offline(&store, "ann", "secret", &["rest-reader".into()], "public").unwrap();
-        let sec = Security::open(&store, "public", test_limits()).unwrap();
+        let sec = Security::open(&store, "public", test_limits(), no_throttle()).unwrap();
         let ch = sec.challenges(false);
         assert!(ch[0].starts_with("Digest realm=\"public\", qop=\"auth\", nonce=\""));
         assert_eq!(ch[1], "Basic realm=\"public\"");

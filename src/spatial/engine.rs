@@ -5,13 +5,15 @@
 //!   the candidates exactly. No thread hop, no allocation beyond the answer.
 //! - A region query covers its box with cells, groups them by shard, collects candidates from
 //!   those shards in parallel on rayon, de-duplicates shapes referenced from several shards,
-//!   and runs the exact tests in parallel. [`Engine::query_async`] submits it once per
-//!   request and awaits it, so a tokio handler never blocks on it.
+//!   and runs the exact tests in parallel, stopping at a deadline when it is given one
+//!   ([`Engine::query_within`]).
 //! - Writers take one engine-wide lock (one writer at a time) and each shard's write lock only
 //!   for the moment of the change; bulk loads build new trees outside the lock and swap them
 //!   in. Readers hold a shard's read lock for one query.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use geo::Geometry;
 use parking_lot::{Mutex, RwLock};
@@ -32,6 +34,10 @@ enum Slot {
     MultiPoint(Arc<[[f64; 2]]>),
     Shape(Arc<Shape>),
 }
+
+/// A region query given up at its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PastDeadline;
 
 /// Settings of one engine.
 #[derive(Debug, Clone, Copy)]
@@ -260,10 +266,22 @@ impl Engine {
 
     /// The ids of the features that stand in relation `rel` to `q`, ascending and unique.
     pub fn query(&self, q: &Query, rel: Relation) -> Vec<FeatureId> {
+        self.query_within(q, rel, None).unwrap_or_default()
+    }
+
+    /// [`Engine::query`], given up (`Err`) once `deadline` has passed: the exact tests of a
+    /// region query look at the clock every few shapes. A point query, a single shard's
+    /// lookup, always finishes.
+    pub fn query_within(
+        &self,
+        q: &Query,
+        rel: Relation,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<FeatureId>, PastDeadline> {
         if let Some((x, y)) = q.as_point() {
-            return self.query_point(q, x, y, rel);
+            return Ok(self.query_point(q, x, y, rel));
         }
-        self.query_region(q, rel)
+        self.query_region(q, rel, deadline)
     }
 
     fn query_point(&self, q: &Query, x: f64, y: f64, rel: Relation) -> Vec<FeatureId> {
@@ -305,11 +323,28 @@ impl Engine {
         out
     }
 
-    fn query_region(&self, q: &Query, rel: Relation) -> Vec<FeatureId> {
+    fn query_region(
+        &self,
+        q: &Query,
+        rel: Relation,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<FeatureId>, PastDeadline> {
         let bbox = *q.bbox();
         if bbox[0] > bbox[2] {
-            return Vec::new();
+            return Ok(Vec::new());
         }
+        let stopped = AtomicBool::new(false);
+        // Every eighth shape, look at the clock; once past the deadline, every test stops.
+        let go_on = |i: usize| {
+            if stopped.load(Ordering::Relaxed) {
+                return false;
+            }
+            if i.is_multiple_of(8) && deadline.is_some_and(|d| Instant::now() >= d) {
+                stopped.store(true, Ordering::Relaxed);
+                return false;
+            }
+            true
+        };
         let cover = self.partitioner.shards_for_bbox(&bbox);
         let shards: Vec<usize> = cover.iter().collect();
         let envelopes = rel == Relation::EnvelopeIntersects;
@@ -345,8 +380,10 @@ impl Engine {
             ids.extend(
                 shapes
                     .iter()
-                    .filter(|c| prepared.matches_shape(&c.1, rel))
-                    .map(|c| c.0),
+                    .enumerate()
+                    .take_while(|(i, _)| go_on(*i))
+                    .filter(|(_, c)| prepared.matches_shape(&c.1, rel))
+                    .map(|(_, c)| c.0),
             );
         } else {
             // One chunk a thread, each preparing the query once.
@@ -356,16 +393,21 @@ impl Engine {
                 .flat_map_iter(|part| {
                     let prepared = q.prepared();
                     part.iter()
-                        .filter(|c| prepared.matches_shape(&c.1, rel))
-                        .map(|c| c.0)
+                        .enumerate()
+                        .take_while(|(i, _)| go_on(*i))
+                        .filter(|(_, c)| prepared.matches_shape(&c.1, rel))
+                        .map(|(_, c)| c.0)
                         .collect::<Vec<_>>()
                 })
                 .collect();
             ids.extend(hits);
         }
+        if stopped.load(Ordering::Relaxed) {
+            return Err(PastDeadline);
+        }
         ids.sort_unstable();
         ids.dedup();
-        ids
+        Ok(ids)
     }
 
     /// [`Engine::query`] for async callers: a point query runs here (one shard, no hop); a
@@ -385,6 +427,45 @@ impl Engine {
 mod tests {
     use super::*;
     use geo::{point, polygon};
+
+    /// A region query past its deadline gives up; before it, or without one, it answers as
+    /// `query` does; a point query always answers.
+    #[test]
+    fn a_region_query_stops_at_its_deadline() {
+        let e = Engine::new(EngineConfig {
+            shards: 2,
+            resolution: 3,
+        })
+        .unwrap();
+        let squares: Vec<(FeatureId, Geometry<f64>)> = (0..200u32)
+            .map(|i| {
+                let (x, y) = (f64::from(i % 20), f64::from(i / 20));
+                let p = polygon![(x: x, y: y), (x: x + 0.9, y: y), (x: x + 0.9, y: y + 0.9), (x: x, y: y + 0.9), (x: x, y: y)];
+                (i, Geometry::Polygon(p))
+            })
+            .collect();
+        e.bulk_load(squares);
+        let region = Query::new(Geometry::Polygon(
+            polygon![(x: -1., y: -1.), (x: 30., y: -1.), (x: 30., y: 30.), (x: -1., y: 30.), (x: -1., y: -1.)],
+        ));
+        let all = e.query(&region, Relation::Intersects);
+        assert_eq!(all.len(), 200);
+        let past = Instant::now() - std::time::Duration::from_millis(1);
+        assert_eq!(
+            e.query_within(&region, Relation::Intersects, Some(past)),
+            Err(PastDeadline)
+        );
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        assert_eq!(
+            e.query_within(&region, Relation::Intersects, Some(later)),
+            Ok(all)
+        );
+        let point = Query::point(0.5, 0.5);
+        assert_eq!(
+            e.query_within(&point, Relation::Contains, Some(past)),
+            Ok(vec![0])
+        );
+    }
 
     #[test]
     fn insert_replace_remove() {
