@@ -194,17 +194,20 @@ impl Pace {
     }
 
     /// The next frame of `body`, or `Err(())` when it does not come by the pace's deadline.
+    /// A frame already there is taken without arming a timer (most bodies are one frame).
     pub async fn frame<B: Body + Unpin>(
         &self,
         body: &mut B,
         start: tokio::time::Instant,
         bytes: u64,
     ) -> Result<Option<Result<Frame<B::Data>, B::Error>>, ()> {
+        let mut next = body.frame();
+        if let Poll::Ready(frame) = futures_util::poll!(&mut next) {
+            return Ok(frame);
+        }
         match self.deadline(start, bytes) {
-            None => Ok(body.frame().await),
-            Some(at) => tokio::time::timeout_at(at, body.frame())
-                .await
-                .map_err(|_| ()),
+            None => Ok(next.await),
+            Some(at) => tokio::time::timeout_at(at, next).await.map_err(|_| ()),
         }
     }
 }
@@ -216,33 +219,29 @@ pub struct Leftover<B> {
     pub polled: bool,
 }
 
-/// Where a [`Tracked`] body hands back what is left of it.
-pub type Back<B> = Arc<Mutex<Option<Leftover<B>>>>;
+/// Where a [`Tracked`] body hands back what is left of it: a slot of the request's own.
+pub type Back<B> = Mutex<Option<Leftover<B>>>;
 
 /// A request body that knows whether it was read to its end; dropped before that, it hands
 /// itself back through `back`, so the connection can drain it and stay open.
-pub struct Tracked<B> {
+pub struct Tracked<'a, B> {
     inner: Option<B>,
     polled: bool,
-    back: Back<B>,
+    back: &'a Back<B>,
 }
 
-impl<B: Body + Unpin> Tracked<B> {
-    /// The tracked body, and where what is left of it will be.
-    pub fn new(body: B) -> (Tracked<B>, Back<B>) {
-        let back = Arc::new(Mutex::new(None));
-        (
-            Tracked {
-                inner: Some(body),
-                polled: false,
-                back: back.clone(),
-            },
+impl<'a, B: Body + Unpin> Tracked<'a, B> {
+    /// The tracked body, which leaves what is left of it in `back`.
+    pub fn new(body: B, back: &'a Back<B>) -> Tracked<'a, B> {
+        Tracked {
+            inner: Some(body),
+            polled: false,
             back,
-        )
+        }
     }
 }
 
-impl<B: Body + Unpin> Body for Tracked<B> {
+impl<B: Body + Unpin> Body for Tracked<'_, B> {
     type Data = B::Data;
     type Error = B::Error;
 
@@ -268,7 +267,7 @@ impl<B: Body + Unpin> Body for Tracked<B> {
     }
 }
 
-impl<B> Drop for Tracked<B> {
+impl<B> Drop for Tracked<'_, B> {
     fn drop(&mut self) {
         if let Some(body) = self.inner.take() {
             *self.back.lock() = Some(Leftover {
@@ -332,11 +331,13 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let (tracked, back) = Tracked::new(Full::new(Bytes::from_static(b"abc")));
+        let back = Mutex::new(None);
+        let tracked = Tracked::new(Full::new(Bytes::from_static(b"abc")), &back);
         drop(tracked);
         let left = back.lock().take().unwrap();
         assert!(!left.polled);
-        let (mut tracked, back) = Tracked::new(Full::new(Bytes::from_static(b"abc")));
+        let back = Mutex::new(None);
+        let mut tracked = Tracked::new(Full::new(Bytes::from_static(b"abc")), &back);
         let got = rt.block_on(async { tracked.frame().await });
         assert!(got.is_some());
         assert!(tracked.is_end_stream());

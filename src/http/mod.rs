@@ -346,8 +346,8 @@ where
         .headers
         .get(hyper::header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    let (body, back) = conn::Tracked::new(body);
-    let req = hyper::Request::from_parts(parts, body);
+    let back = conn::Back::default();
+    let req = hyper::Request::from_parts(parts, conn::Tracked::new(body, &back));
     let mut resp = match std::panic::AssertUnwindSafe(router::dispatch(&app, conn, req))
         .catch_unwind()
         .await

@@ -353,7 +353,10 @@ impl Security {
         if !digest::constant_time_eq(&want, r.response.as_bytes()) {
             return fail;
         }
-        match self.nonces.check(r.username, r.nonce, r.nc.unwrap_or("")) {
+        match self
+            .nonces
+            .check_at(r.username, r.nonce, r.nc.unwrap_or(""), now)
+        {
             NonceCheck::Fresh => Verdict::Authenticated(Caller::new(r.username, user.roles)),
             // Right password, old or foreign nonce: let the client retry transparently.
             NonceCheck::Stale => Verdict::Stale,

@@ -268,7 +268,9 @@ impl NonceTable {
         self.check_at(user, nonce, nc_hex, now_secs())
     }
 
-    fn check_at(&self, user: &str, nonce: &str, nc_hex: &str, now: u64) -> NonceCheck {
+    /// [`NonceTable::check`] at `now` (seconds since the epoch), for a caller that has read
+    /// the clock already.
+    pub(crate) fn check_at(&self, user: &str, nonce: &str, nc_hex: &str, now: u64) -> NonceCheck {
         let Some((raw, issued, serial, mac)) = decode(nonce) else {
             return NonceCheck::Stale;
         };

@@ -10,6 +10,7 @@
 //! ends (a flood of addresses fails open rather than growing memory).
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -50,6 +51,42 @@ struct Windows<K> {
     counts: crate::FastMap<K, (u64, u32)>,
 }
 
+/// A table and the end of the latest window in which one of its keys reached the limit:
+/// before that time nothing in it can be refused, and a check needs no lock.
+struct Table<K> {
+    windows: Mutex<Windows<K>>,
+    hot_until: AtomicU64,
+}
+
+impl<K: std::hash::Hash + Eq> Table<K> {
+    fn new() -> Self {
+        Table {
+            windows: Mutex::new(Windows::new()),
+            hot_until: AtomicU64::new(0),
+        }
+    }
+
+    fn refused<Q>(&self, key: &Q, limit: u32, now: u64) -> Option<u64>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        if limit == 0 || now >= self.hot_until.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.windows.lock().refused(key, limit, now)
+    }
+
+    fn fail(&self, key: K, limit: u32, now: u64) {
+        if limit == 0 {
+            return;
+        }
+        if let Some(end) = self.windows.lock().fail(key, limit, now) {
+            self.hot_until.fetch_max(end, Ordering::Relaxed);
+        }
+    }
+}
+
 impl<K: std::hash::Hash + Eq> Windows<K> {
     fn new() -> Self {
         Windows {
@@ -68,12 +105,13 @@ impl<K: std::hash::Hash + Eq> Windows<K> {
         (limit > 0 && now < end && count >= limit).then(|| (end - now).max(1))
     }
 
-    fn fail(&mut self, key: K, now: u64) {
+    /// Count a failure; the end of its window when the key has now reached `limit`.
+    fn fail(&mut self, key: K, limit: u32, now: u64) -> Option<u64> {
         if self.counts.len() >= MAX_KEYS && !self.counts.contains_key(&key) {
             self.counts
                 .retain(|_, (start, _)| now < *start + WINDOW_SECS);
             if self.counts.len() >= MAX_KEYS {
-                return;
+                return None;
             }
         }
         let entry = self.counts.entry(key).or_insert((now, 0));
@@ -81,54 +119,44 @@ impl<K: std::hash::Hash + Eq> Windows<K> {
             *entry = (now, 0);
         }
         entry.1 = entry.1.saturating_add(1);
+        (entry.1 >= limit).then_some(entry.0 + WINDOW_SECS)
     }
 }
 
 pub struct Throttle {
     limits: ThrottleLimits,
-    addresses: Mutex<Windows<AddressKey>>,
-    users: Mutex<Windows<String>>,
+    addresses: Table<AddressKey>,
+    users: Table<String>,
 }
 
 impl Throttle {
     pub fn new(limits: ThrottleLimits) -> Throttle {
         Throttle {
             limits,
-            addresses: Mutex::new(Windows::new()),
-            users: Mutex::new(Windows::new()),
+            addresses: Table::new(),
+            users: Table::new(),
         }
     }
 
     /// Seconds to wait, when `addr` is past its limit.
     pub fn address_refused(&self, addr: Option<IpAddr>, now: u64) -> Option<u64> {
-        let addr = addr?;
-        if self.limits.per_address == 0 {
-            return None;
-        }
         self.addresses
-            .lock()
-            .refused(&AddressKey::of(addr), self.limits.per_address, now)
+            .refused(&AddressKey::of(addr?), self.limits.per_address, now)
     }
 
     /// Seconds to wait, when `user` is past its limit.
     pub fn user_refused(&self, user: &str, now: u64) -> Option<u64> {
-        if self.limits.per_user == 0 {
-            return None;
-        }
-        self.users.lock().refused(user, self.limits.per_user, now)
+        self.users.refused(user, self.limits.per_user, now)
     }
 
     /// Count a failure from `addr`, naming `user` when it exists.
     pub fn failed(&self, addr: Option<IpAddr>, user: Option<&str>, now: u64) {
-        if let Some(addr) = addr
-            && self.limits.per_address > 0
-        {
-            self.addresses.lock().fail(AddressKey::of(addr), now);
+        if let Some(addr) = addr {
+            self.addresses
+                .fail(AddressKey::of(addr), self.limits.per_address, now);
         }
-        if let Some(user) = user
-            && self.limits.per_user > 0
-        {
-            self.users.lock().fail(user.to_string(), now);
+        if let Some(user) = user {
+            self.users.fail(user.to_string(), self.limits.per_user, now);
         }
     }
 }
@@ -196,9 +224,9 @@ mod tests {
         for i in 0..(MAX_KEYS as u32 + 10) {
             t.failed(Some(IpAddr::V4(i.into())), None, 0);
         }
-        assert_eq!(t.addresses.lock().counts.len(), MAX_KEYS);
+        assert_eq!(t.addresses.windows.lock().counts.len(), MAX_KEYS);
         // Once the window is over, room is made for new ones.
         t.failed(ip("192.168.0.1"), None, 61);
-        assert_eq!(t.addresses.lock().counts.len(), 1);
+        assert_eq!(t.addresses.windows.lock().counts.len(), 1);
     }
 }
