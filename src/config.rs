@@ -74,6 +74,10 @@ pub struct Config {
     pub write_queue: usize,
     /// The store's page cache, in bytes.
     pub store_cache_bytes: usize,
+    /// Below this much free space on the data directory's disk, writes are refused with a
+    /// 507 before they start (reads go on); they resume once space is freed. The store stops
+    /// at its first failed write, so it must never meet a full disk. 0 = no check.
+    pub min_free_disk_bytes: u64,
     /// Spatial shards per index; defaults to the core count.
     pub shards: usize,
     /// H3 resolution of the cells that map features to shards.
@@ -142,6 +146,7 @@ impl Default for Config {
             commit_batch_max: 2048,
             write_queue: 16_384,
             store_cache_bytes: 128 * 1024 * 1024,
+            min_free_disk_bytes: 64 * 1024 * 1024,
             shards: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2),
@@ -188,6 +193,7 @@ pub const KEYS: &[&str] = &[
     "commit_batch_max",
     "write_queue",
     "store_cache_bytes",
+    "min_free_disk_bytes",
     "shards",
     "h3_resolution",
     "max_record_count",
@@ -265,6 +271,7 @@ impl Config {
             "commit_batch_max" => self.commit_batch_max = positive(key, parse(key, text)?)?,
             "write_queue" => self.write_queue = positive(key, parse(key, text)?)?,
             "store_cache_bytes" => self.store_cache_bytes = positive(key, parse(key, text)?)?,
+            "min_free_disk_bytes" => self.min_free_disk_bytes = parse(key, text)?,
             "shards" => self.shards = positive(key, parse(key, text)?)?,
             "h3_resolution" => {
                 let r: u8 = parse(key, text)?;
@@ -428,6 +435,7 @@ mod tests {
             ("commit_batch_max", "5"),
             ("write_queue", "5"),
             ("store_cache_bytes", "1000000"),
+            ("min_free_disk_bytes", "0"),
             ("shards", "3"),
             ("h3_resolution", "5"),
             ("max_record_count", "10"),

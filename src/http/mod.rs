@@ -80,6 +80,7 @@ impl App {
                 commit_batch_max: config.commit_batch_max,
                 write_queue: config.write_queue,
                 cache_bytes: config.store_cache_bytes,
+                min_free_bytes: config.min_free_disk_bytes,
             },
         )?);
         let security = Security::open(

@@ -10,7 +10,6 @@
 mod codec;
 pub mod content;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,6 +69,16 @@ pub enum StoreError {
     /// A fault of ours, not of the request or the disk (a check that panicked).
     #[error("internal error: {0}")]
     Internal(String),
+    /// The disk holding the store is (nearly) full: the write is refused before it starts.
+    #[error(
+        "the disk holding the data directory has {free} bytes free, below \
+         min_free_disk_bytes ({min}); writes resume once space is freed"
+    )]
+    Full { free: u64, min: u64 },
+    /// The disk filled up under a write (past the check), or an earlier write failed so: redb
+    /// stops at its first I/O error, and only a restart opens it again.
+    #[error("{0}; free space on the data directory's disk and restart the server")]
+    Stopped(String),
     #[error("cannot open the store at {path}: {message}")]
     Open { path: String, message: String },
 }
@@ -83,14 +92,32 @@ impl From<StoreError> for ApiError {
             StoreError::Rejected(_) => ErrorCode::InvalidRequest,
             StoreError::ShuttingDown => ErrorCode::Unavailable,
             StoreError::Internal(_) => ErrorCode::Internal,
+            StoreError::Full { .. } => ErrorCode::InsufficientStorage,
+            StoreError::Stopped(_) => ErrorCode::Unavailable,
             StoreError::Open { .. } => ErrorCode::Internal,
         };
         ApiError::new(code, e.to_string())
     }
 }
 
-fn storage<E: fmt::Display>(e: E) -> StoreError {
-    StoreError::Storage(e.to_string())
+/// A storage error as the store reports it. redb stops at its first I/O error, every later
+/// operation answering `PreviousIo` until the database is opened again: that says so.
+fn storage<E: Into<redb::Error>>(e: E) -> StoreError {
+    match e.into() {
+        redb::Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => {
+            StoreError::Stopped(format!("the disk is full ({io}); the store has stopped"))
+        }
+        redb::Error::PreviousIo => {
+            StoreError::Stopped("the store stopped at an earlier I/O error".to_string())
+        }
+        other => StoreError::Storage(other.to_string()),
+    }
+}
+
+/// Bytes free for the store's use on the disk that holds `dir`, when that can be read.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let s = rustix::fs::statvfs(dir).ok()?;
+    Some(s.f_bavail.saturating_mul(s.f_frsize))
 }
 
 /// How a document's content is interpreted.
@@ -298,6 +325,10 @@ pub struct StoreOptions {
     /// redb's page cache. Queries read the in-memory views, not the store, so this mostly
     /// serves document reads and start-up scans.
     pub cache_bytes: usize,
+    /// Below this much free space on the store's disk, writes are refused (507) before they
+    /// start: redb stops at its first I/O error, reads included, so it must never meet a full
+    /// disk. 0 = no check.
+    pub min_free_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -306,6 +337,7 @@ impl Default for StoreOptions {
             commit_batch_max: 2048,
             write_queue: 16_384,
             cache_bytes: 128 * 1024 * 1024,
+            min_free_bytes: 0,
         }
     }
 }
@@ -344,9 +376,13 @@ impl Store {
             let hook = hook.clone();
             let stats = stats.clone();
             let batch_max = options.commit_batch_max.max(1);
+            let space = SpaceCheck {
+                dir: dir.to_path_buf(),
+                min: options.min_free_bytes,
+            };
             std::thread::Builder::new()
                 .name("store-writer".into())
-                .spawn(move || writer_loop(db, rx, hook, stats, batch_max))
+                .spawn(move || writer_loop(db, rx, hook, stats, batch_max, space))
                 .map_err(storage)?
         };
         Ok(Store {
@@ -499,12 +535,33 @@ impl Drop for Store {
     }
 }
 
+/// Where the store lives and how much room its writes need there.
+struct SpaceCheck {
+    dir: std::path::PathBuf,
+    min: u64,
+}
+
+impl SpaceCheck {
+    /// The refusal for a batch, when the disk is short of space.
+    fn short(&self) -> Option<StoreError> {
+        if self.min == 0 {
+            return None;
+        }
+        let free = free_bytes(&self.dir)?;
+        (free < self.min).then_some(StoreError::Full {
+            free,
+            min: self.min,
+        })
+    }
+}
+
 fn writer_loop(
     db: Arc<Database>,
     mut rx: mpsc::Receiver<Message>,
     hook: HookSlot,
     stats: Arc<StoreStats>,
     batch_max: usize,
+    space: SpaceCheck,
 ) {
     let mut batch: Vec<WriteRequest> = Vec::with_capacity(batch_max);
     loop {
@@ -522,8 +579,15 @@ fn writer_loop(
             }
         }
         if !batch.is_empty() {
-            let hook = hook.read().clone();
-            commit_batch(&db, &mut batch, hook.as_deref(), &stats);
+            if let Some(full) = space.short() {
+                tracing::warn!(error = %full, requests = batch.len(), "writes refused");
+                for req in batch.drain(..) {
+                    let _ = req.reply.send(Err(full.clone()));
+                }
+            } else {
+                let hook = hook.read().clone();
+                commit_batch(&db, &mut batch, hook.as_deref(), &stats);
+            }
         }
         if let Some(done) = shutdown {
             rx.close();
@@ -957,6 +1021,49 @@ pub(crate) mod tests {
         let later = store.write_blocking(&w, vec![put("/d", "2")]).unwrap();
         assert_eq!(later.outcomes, vec![Outcome::Created]);
         assert_eq!(&store.get(&w, "/d").unwrap().unwrap().content[..], b"2");
+        store.shutdown_blocking();
+    }
+
+    /// Short of free space, writes are refused before redb sees them, and reads go on; with
+    /// space (a bound it meets), writes go on.
+    #[test]
+    fn writes_wait_for_free_space_and_reads_go_on() {
+        let dir = tempdir();
+        let w = writer();
+        {
+            let store = Store::open(&dir, StoreOptions::default()).unwrap();
+            store.write_blocking(&w, vec![put("/a", "1")]).unwrap();
+            store.shutdown_blocking();
+        }
+        let full = StoreOptions {
+            min_free_bytes: u64::MAX,
+            ..StoreOptions::default()
+        };
+        {
+            let store = Store::open(&dir, full).unwrap();
+            let refused = store.write_blocking(&w, vec![put("/b", "2")]);
+            assert!(
+                matches!(&refused, Err(StoreError::Full { min, .. }) if *min == u64::MAX),
+                "{refused:?}"
+            );
+            assert!(
+                refused
+                    .unwrap_err()
+                    .to_string()
+                    .contains("min_free_disk_bytes")
+            );
+            assert_eq!(&store.get(&w, "/a").unwrap().unwrap().content[..], b"1");
+            assert!(store.get(&w, "/b").unwrap().is_none());
+            store.shutdown_blocking();
+        }
+        let roomy = StoreOptions {
+            min_free_bytes: 1,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&dir, roomy).unwrap();
+        store.write_blocking(&w, vec![put("/b", "2")]).unwrap();
+        assert_eq!(&store.get(&w, "/b").unwrap().unwrap().content[..], b"2");
+        assert!(free_bytes(&dir).unwrap() > 0);
         store.shutdown_blocking();
     }
 

@@ -489,11 +489,25 @@ impl ChildServer {
             .arg(dir)
             .env("GEOSHARD_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().unwrap();
+        // Its log, kept to say why if it does not start, and drained so it never blocks.
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        {
+            let log = log.clone();
+            let stderr = child.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let mut log = log.lock().unwrap();
+                    if log.len() < 200 {
+                        log.push(line);
+                    }
+                }
+            });
+        }
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         while std::time::Instant::now() < deadline {
@@ -509,7 +523,11 @@ impl ChildServer {
         }
         let _ = child.kill();
         let _ = child.wait();
-        panic!("server did not announce its address");
+        std::thread::sleep(Duration::from_millis(100));
+        panic!(
+            "server did not announce its address:\n{}",
+            log.lock().unwrap().join("\n")
+        );
     }
 
     pub fn client(&self, user: (&str, &str)) -> Client {
