@@ -33,6 +33,10 @@ pub struct Config {
     /// Open connections served at once. Past it a connection is answered 503 (with
     /// `Retry-After`) and closed at once, unless the reserve takes it. Bounds memory and tasks.
     pub max_connections: usize,
+    /// Connections the kernel queues for the accept loop; a burst larger than this has
+    /// connections refused for a second (their SYNs dropped). The kernel caps it at
+    /// `net.core.somaxconn`.
+    pub listen_backlog: u32,
     /// Connections past `max_connections` kept for `/health` and admins, so that an operator
     /// can still look in while ordinary clients are turned away; other requests on them get
     /// a 503.
@@ -133,6 +137,7 @@ impl Default for Config {
             max_body_bytes: 64 * 1024 * 1024,
             max_connections: 4096,
             reserve_connections: 16,
+            listen_backlog: 4096,
             header_timeout_secs: 10,
             body_min_bytes_per_sec: 1024,
             query_time_limit_ms: 60_000,
@@ -180,6 +185,7 @@ pub const KEYS: &[&str] = &[
     "max_body_bytes",
     "max_connections",
     "reserve_connections",
+    "listen_backlog",
     "header_timeout_secs",
     "body_min_bytes_per_sec",
     "query_time_limit_ms",
@@ -256,6 +262,7 @@ impl Config {
             "max_body_bytes" => self.max_body_bytes = parse(key, text)?,
             "max_connections" => self.max_connections = positive(key, parse(key, text)?)?,
             "reserve_connections" => self.reserve_connections = parse(key, text)?,
+            "listen_backlog" => self.listen_backlog = positive(key, parse(key, text)?)? as u32,
             "header_timeout_secs" => {
                 self.header_timeout_secs = positive(key, parse(key, text)?)? as u64
             }
@@ -422,6 +429,7 @@ mod tests {
             ("max_body_bytes", "10"),
             ("max_connections", "3"),
             ("reserve_connections", "0"),
+            ("listen_backlog", "64"),
             ("header_timeout_secs", "3"),
             ("body_min_bytes_per_sec", "10"),
             ("query_time_limit_ms", "100"),

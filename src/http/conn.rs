@@ -82,10 +82,56 @@ impl Activity {
         }
     }
 
+    /// Requests whose handler is running now.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     /// Whether the head timed out; the reader registers to hear of it first.
     pub fn head_expired(&self, reader: &std::task::Waker) -> bool {
         self.reader.register(reader);
         self.head_expired.load(Ordering::Relaxed)
+    }
+}
+
+/// The connections past `max_connections`, kept for `/health` and admins: at most `size`.
+/// When it is full, a new connection takes the place of the oldest one with no request in
+/// flight (which is closed), so idle connections cannot keep an operator out: a probe sends
+/// its request as soon as it connects.
+pub struct Reserve {
+    size: usize,
+    held: std::collections::VecDeque<(Arc<Activity>, tokio::task::AbortHandle)>,
+}
+
+impl Reserve {
+    pub fn new(size: usize) -> Reserve {
+        Reserve {
+            size,
+            held: std::collections::VecDeque::with_capacity(size),
+        }
+    }
+
+    /// Whether a new connection may join, closing an idle one to make room if need be.
+    pub fn admit(&mut self) -> bool {
+        self.held.retain(|(_, task)| !task.is_finished());
+        if self.held.len() < self.size {
+            return true;
+        }
+        match self.held.iter().position(|(a, _)| a.in_flight() == 0) {
+            Some(i) => {
+                if let Some((_, task)) = self.held.remove(i) {
+                    tracing::debug!("closing an idle reserve connection for a new one");
+                    task.abort();
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A connection that [`Reserve::admit`] let in, served by `task`.
+    pub fn hold(&mut self, activity: Arc<Activity>, task: tokio::task::AbortHandle) {
+        self.held.push_back((activity, task));
     }
 }
 
