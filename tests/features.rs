@@ -465,8 +465,29 @@ fn gkg_every_relation_agrees_with_geos() {
             .iter()
             .any(|f| f["name"] == "urltone" && f["type"] == "Double")
     );
+    // The service descriptor in the shape Koop reads (REFERENCE §5): layers' metadata.
     let service = query(&mut geo, json!({"params": {"id": "GDeltGKG"}})).json();
-    assert_eq!(service["layers"][0]["id"], 3);
+    assert_eq!(service["maxRecordCount"], 5000);
+    assert_eq!(service["name"], "GDeltGKG");
+    let three = &service["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["metadata"]["id"] == 3)
+        .unwrap()["metadata"];
+    assert_eq!(three["name"], "GKG level 4");
+    assert_eq!(three["maxRecordCount"], 5000);
+    assert_eq!(three["fields"], layer["metadata"]["fields"]);
+    let ids: Vec<i64> = service["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["metadata"]["id"].as_i64().unwrap())
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ascending ids: {ids:?}"
+    );
     // A time window on a layer without timeInfo filters nothing; where on dates works.
     let v = query(&mut geo, json!({
         "params": {"id": "GDeltGKG", "layer": 3, "method": "query"},

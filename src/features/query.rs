@@ -16,7 +16,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
-use serde_json::Value;
+use serde_json::{Value, json};
 use thiserror::Error;
 
 use super::descriptor::{Descriptor, Layer};
@@ -29,6 +29,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::spatial::geometry::{coord_count, parse_parts};
 use crate::spatial::{Query, Relation};
 
+mod esri;
 mod scan;
 
 #[derive(Debug, Error)]
@@ -137,6 +138,8 @@ pub struct QuerySpec {
     pub group_by: Option<Vec<String>>,
     pub time: Option<TimeWindow>,
     pub geometry: Option<(Arc<Query>, Relation)>,
+    /// `distance` in metres: features within it of the query geometry match.
+    pub distance: Option<f64>,
 }
 
 /// A geoQueryService request.
@@ -296,6 +299,14 @@ struct RawQuery<'a> {
     spatial_rel: Flex<'a>,
     #[serde(borrow)]
     extension: Option<RawExtension<'a>>,
+    /// An Esri JSON geometry (or its text form), read when there is no `extension`.
+    geometry: Option<Value>,
+    #[serde(rename = "inSR")]
+    in_sr: Option<Value>,
+    #[serde(borrow)]
+    distance: Flex<'a>,
+    #[serde(borrow)]
+    units: Flex<'a>,
 }
 
 #[derive(Debug, PartialEq, Deserialize)]
@@ -519,6 +530,42 @@ impl Prepared {
     }
 }
 
+/// `distance` in `units`, in metres; `None` for none or 0. Only `intersects` (the default)
+/// measures a distance.
+fn distance(
+    d: &Flex<'_>,
+    units: &Flex<'_>,
+    relation: Relation,
+) -> Result<Option<f64>, FeatureError> {
+    let value = match d {
+        Flex::Absent | Flex::Null => return Ok(None),
+        Flex::Int(i) => *i as f64,
+        Flex::Float(f) => *f,
+        Flex::Str(s) if s.trim().is_empty() => return Ok(None),
+        Flex::Str(s) => s
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| bad(format!("distance must be a number, not {s:?}")))?,
+        _ => return Err(bad("distance must be a number")),
+    };
+    if !value.is_finite() || value < 0.0 {
+        return Err(bad(format!(
+            "distance must be a non-negative number, not {value}"
+        )));
+    }
+    if value == 0.0 {
+        return Ok(None);
+    }
+    let per = esri::meters_per(units.text().as_deref()).map_err(bad)?;
+    if relation != Relation::Intersects {
+        return Err(bad(format!(
+            "distance is supported with spatialRel intersects only, not {}",
+            relation.name()
+        )));
+    }
+    Ok(Some(value * per))
+}
+
 /// The query geometry and relation of a request's `extension.geometry`, refused with more
 /// than `max_vertices` positions before it is prepared.
 fn query_geometry(
@@ -717,6 +764,7 @@ impl FeatureRequest {
                 .and_then(Relation::parse)
                 .ok_or_else(|| bad(format!("unsupported spatialRel {r}")))?,
         };
+        spec.distance = distance(&q.distance, &q.units, relation)?;
         if let Some(g) = q.extension.and_then(|e| e.geometry) {
             let kind = g.kind.ok_or_else(|| {
                 bad("extension.geometry: type: geometry has no string member \"type\"")
@@ -727,6 +775,16 @@ impl FeatureRequest {
                 ))
             })?;
             spec.geometry = Some(query_geometry(&kind, &coords, relation, max_vertices)?);
+        } else if let Some(g) = q
+            .geometry
+            .filter(|g| !g.is_null() && g.as_str() != Some(""))
+        {
+            // An ArcGIS client's own geometry: never dropped, used or refused.
+            let (kind, coords) = esri::to_geojson(&g, q.in_sr.as_ref()).map_err(bad)?;
+            spec.geometry = Some(query_geometry(&kind, &coords, relation, max_vertices)?);
+        }
+        if spec.distance.is_some() && spec.geometry.is_none() {
+            return Err(bad("distance needs a query geometry"));
         }
         Ok(FeatureRequest {
             service,
@@ -750,6 +808,7 @@ impl FeatureRequest {
                 .geometry
                 .as_ref()
                 .is_some_and(|(q, _)| q.as_point().is_some())
+                && self.query.distance.is_none()
     }
 }
 
@@ -899,47 +958,90 @@ impl Features {
         }
     }
 
+    /// The service descriptor as Koop reads it for `/FeatureServer` (REFERENCE §5): the
+    /// info's members, `maxRecordCount`, and each layer's metadata in ascending id order.
     fn service_description(&self, d: &Descriptor) -> Vec<u8> {
+        let mut top = serde_json::Map::new();
+        top.insert("description".into(), d.description.clone().into());
+        top.insert(
+            "maxRecordCount".into(),
+            self.settings.max_record_count.into(),
+        );
+        if let Some(Value::Object(info)) = d.raw.get("info") {
+            for (k, v) in info {
+                top.insert(k.clone(), v.clone());
+            }
+        }
+        let mut layers: Vec<&Layer> = d.layers.iter().collect();
+        layers.sort_by_key(|l| l.id);
+        let layers: Vec<Value> = layers
+            .into_iter()
+            .map(|layer| {
+                let view = self.view(&layer.view);
+                json!({ "metadata": self.layer_metadata(layer, view.as_deref()) })
+            })
+            .collect();
+        top.insert("layers".into(), Value::Array(layers));
         let mut out = Vec::new();
         envelope_start(&mut out);
-        let listing = d.listing();
-        if let Value::Object(map) = listing {
-            for (k, v) in map {
-                out.push(b',');
-                write_str(&mut out, &k);
-                out.push(b':');
-                let _ = serde_json::to_writer(&mut out, &v);
-            }
+        for (k, v) in top {
+            out.push(b',');
+            write_str(&mut out, &k);
+            out.push(b':');
+            let _ = serde_json::to_writer(&mut out, &v);
         }
         out.push(b'}');
         out
     }
 
+    /// The layer descriptor: `{"metadata": {…}}`.
     fn layer_description(&self, plan: &Plan<'_>) -> Vec<u8> {
+        let meta = self.layer_metadata(plan.layer, plan.view.as_deref());
+        let mut out = Vec::new();
+        envelope_start(&mut out);
+        out.extend_from_slice(b",\"metadata\":");
+        let _ = serde_json::to_writer(&mut out, &meta);
+        out.push(b'}');
+        out
+    }
+
+    /// A layer's metadata: its members as stored, `maxRecordCount`,
+    /// `useStandardizedQueries`, `idField`, its fields, and its extent (the stored one, else
+    /// the data's; none for a layer with no features, which clients take as the world).
+    fn layer_metadata(&self, layer: &Layer, view: Option<&ViewState>) -> Value {
         let mut meta = serde_json::Map::new();
         meta.insert(
             "maxRecordCount".into(),
             self.settings.max_record_count.into(),
         );
-        for (k, v) in &plan.layer.raw {
-            if !matches!(k.as_str(), "schema" | "view" | "geometry") {
-                meta.insert(k.clone(), v.clone());
-            }
+        meta.insert("useStandardizedQueries".into(), true.into());
+        for (k, v) in &layer.raw {
+            meta.insert(k.clone(), v.clone());
         }
         meta.entry("idField")
-            .or_insert_with(|| plan.layer.id_field.clone().into());
-        let fields: Value = plan
-            .view
-            .as_ref()
+            .or_insert_with(|| layer.id_field.clone().into());
+        if !meta.contains_key("extent") {
+            let extent = view.and_then(|v| {
+                v.indexes
+                    .read()
+                    .get(layer.geometry_path.text())
+                    .and_then(|e| e.extent())
+            });
+            if let Some([xmin, ymin, xmax, ymax]) = extent {
+                meta.insert(
+                    "extent".into(),
+                    json!({
+                        "xmin": xmin, "ymin": ymin, "xmax": xmax, "ymax": ymax,
+                        "spatialReference": {"wkid": 4326, "latestWkid": 4326},
+                    }),
+                );
+            }
+        }
+        let fields: Value = view
             .and_then(|v| serde_json::from_slice(&v.def.fields_json).ok())
             .unwrap_or(Value::Array(Vec::new()));
         meta.insert("fields".into(), fields);
-        let mut out = Vec::new();
-        envelope_start(&mut out);
-        out.extend_from_slice(b",\"metadata\":");
-        let _ = serde_json::to_writer(&mut out, &Value::Object(meta));
-        out.push(b'}');
-        out
+        Value::Object(meta)
     }
 
     fn run_query(
@@ -1044,11 +1146,14 @@ impl Features {
                     .read()
                     .get(plan.layer.geometry_path.text())
                     .cloned();
-                Some(match index {
-                    Some(engine) => engine
+                Some(match (index, q.distance) {
+                    (Some(engine), Some(meters)) => engine
+                        .query_distance(query, meters, deadline)
+                        .map_err(|_| past_limit())?,
+                    (Some(engine), None) => engine
                         .query_within(query, *rel, deadline)
                         .map_err(|_| past_limit())?,
-                    None => Vec::new(),
+                    (None, _) => Vec::new(),
                 })
             }
         };
@@ -1218,7 +1323,12 @@ impl Features {
             write_str(out, d);
         }
         out.extend_from_slice(
-            b"},\"filtersApplied\":{\"geometry\":true,\"where\":true,\"offset\":true,\"limit\":true}",
+            concat!(
+                "},\"filtersApplied\":{\"geometry\":true,\"where\":true,\"offset\":true,",
+                "\"limit\":true,\"resultRecordCount\":true,\"objectIds\":true,",
+                "\"orderByFields\":true}"
+            )
+            .as_bytes(),
         );
     }
 

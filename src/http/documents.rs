@@ -228,52 +228,99 @@ pub(super) fn parse_permissions(ctx: &Ctx) -> Result<Option<Permissions>, ApiErr
     Ok(any.then_some(perms))
 }
 
+/// The categories a read may ask for: `content` and the metadata ones.
+const CATEGORIES: [&str; 7] = [
+    "content",
+    "metadata",
+    "collections",
+    "permissions",
+    "properties",
+    "quality",
+    "metadata-values",
+];
+
+/// `GET` (and `HEAD`) `/v1/documents`: one document's content or metadata as itself, or, for
+/// several `uri`s, several `category`s or `Accept: multipart/mixed`, a `multipart/mixed` body
+/// with a metadata part and a content part a document, as asked. Of several documents, those
+/// that are absent or unreadable are left out; a single one is a 404.
 pub(super) async fn get(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
     require_any(&ctx.caller, &[Role::RestReader, Role::Admin])?;
     ctx.params
         .only(&ctx.path, |k| matches!(k, "uri" | "category" | "format"))?;
-    let uri = document_uri(ctx)?;
-    let category = ctx.params.get("category").unwrap_or("content");
-    if !matches!(
-        category,
-        "content" | "metadata" | "collections" | "permissions"
-    ) {
+    document_uri(ctx)?;
+    let uris: Vec<String> = ctx.params.all("uri").map(str::to_string).collect();
+    if let Some(long) = uris.iter().find(|u| u.len() > MAX_URI_BYTES) {
         return Err(ApiError::new(
             ErrorCode::InvalidParam,
             format!(
-                "category {category:?} is not one of content, metadata, collections, permissions"
+                "uri {}… is longer than {MAX_URI_BYTES} bytes",
+                long.chars().take(32).collect::<String>()
             ),
         ));
     }
-    let store = app.store.clone();
-    let caller = ctx.caller.clone();
-    let lookup = uri.clone();
-    let doc = tokio::task::spawn_blocking(move || store.get(&caller, &lookup))
-        .await
-        .map_err(|_| ApiError::new(ErrorCode::Internal, "document read failed"))??;
-    let Some(doc) = doc else {
-        return Err(ApiError::new(
-            ErrorCode::NoDocument,
-            format!("Resource or document does not exist: category: {category} message: {uri}"),
-        ));
-    };
-    if category != "content" {
-        return Ok(response::json_value(200, &metadata_json(&doc, category)));
+    let mut categories: Vec<&str> = Vec::new();
+    for c in ctx.params.all("category").flat_map(|c| c.split(',')) {
+        let c = c.trim();
+        if !CATEGORIES.contains(&c) {
+            return Err(ApiError::new(
+                ErrorCode::InvalidParam,
+                format!("category {c:?} is not one of {}", CATEGORIES.join(", ")),
+            ));
+        }
+        if !categories.contains(&c) {
+            categories.push(c);
+        }
+    }
+    if categories.is_empty() {
+        categories.push("content");
     }
     let wants_multipart = ctx
         .headers
         .get(ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("multipart/mixed"));
-    if wants_multipart {
-        return Ok(multipart(&doc));
+    let store = app.store.clone();
+    let caller = ctx.caller.clone();
+    let lookup = uris.clone();
+    let docs = tokio::task::spawn_blocking(move || {
+        lookup
+            .iter()
+            .map(|uri| store.get(&caller, uri))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|_| ApiError::new(ErrorCode::Internal, "document read failed"))??;
+    let with_content = categories.contains(&"content");
+    let metadata: Vec<&str> = categories
+        .iter()
+        .copied()
+        .filter(|c| *c != "content")
+        .collect();
+    if uris.len() == 1 {
+        let Some(doc) = &docs[0] else {
+            return Err(ApiError::new(
+                ErrorCode::NoDocument,
+                format!(
+                    "Resource or document does not exist: category: {} message: {}",
+                    categories.join(","),
+                    uris[0]
+                ),
+            ));
+        };
+        if !with_content && !wants_multipart {
+            return Ok(response::json_value(200, &metadata_json(doc, &metadata)));
+        }
+        if categories == ["content"] && !wants_multipart {
+            let mut r = response::with_body(200, doc.format.mime_type(), doc.content.clone());
+            r.headers_mut().insert(
+                "vnd.marklogic.document-format",
+                HeaderValue::from_static(doc.format.name()),
+            );
+            return Ok(r);
+        }
     }
-    let mut r = response::with_body(200, doc.format.mime_type(), doc.content.clone());
-    r.headers_mut().insert(
-        "vnd.marklogic.document-format",
-        HeaderValue::from_static(doc.format.name()),
-    );
-    Ok(r)
+    let docs: Vec<&Document> = docs.iter().flatten().collect();
+    Ok(multipart(&docs, &metadata, with_content))
 }
 
 fn permissions_json(perms: &Permissions) -> serde_json::Value {
@@ -292,37 +339,64 @@ fn permissions_json(perms: &Permissions) -> serde_json::Value {
     )
 }
 
-fn metadata_json(doc: &Document, category: &str) -> serde_json::Value {
-    match category {
-        "collections" => serde_json::json!({ "collections": doc.collections }),
-        "permissions" => serde_json::json!({ "permissions": permissions_json(&doc.permissions) }),
-        _ => serde_json::json!({
-            "collections": doc.collections,
-            "permissions": permissions_json(&doc.permissions),
-            "properties": {},
-            "quality": 0,
-            "metadataValues": {},
-        }),
+/// The metadata JSON of `categories` (`metadata` is all of them).
+fn metadata_json(doc: &Document, categories: &[&str]) -> serde_json::Value {
+    let all = categories.contains(&"metadata");
+    let wants = |c: &str| all || categories.contains(&c);
+    let mut m = serde_json::Map::new();
+    if wants("collections") {
+        m.insert("collections".into(), serde_json::json!(doc.collections));
     }
+    if wants("permissions") {
+        m.insert("permissions".into(), permissions_json(&doc.permissions));
+    }
+    if wants("properties") {
+        m.insert("properties".into(), serde_json::json!({}));
+    }
+    if wants("quality") {
+        m.insert("quality".into(), 0.into());
+    }
+    if wants("metadata-values") {
+        m.insert("metadataValues".into(), serde_json::json!({}));
+    }
+    serde_json::Value::Object(m)
 }
 
-/// The `Accept: multipart/mixed` form: one content part.
-fn multipart(doc: &Document) -> Resp {
+/// The `multipart/mixed` form: per document, a metadata part (when `metadata` asks for any)
+/// then a content part (when `content`), each naming its document and category.
+fn multipart(docs: &[&Document], metadata: &[&str], content: bool) -> Resp {
     let boundary = format!("geoshard-{}", uuid::Uuid::new_v4().simple());
-    let mut body = Vec::with_capacity(doc.content.len() + 256);
-    body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
-    body.extend_from_slice(format!("Content-Type: {}\r\n", doc.format.mime_type()).as_bytes());
-    body.extend_from_slice(
-        format!(
-            "Content-Disposition: attachment; filename=\"{}\"; category=content; format={}\r\n",
-            doc.uri.replace('"', "%22"),
-            doc.format.name()
-        )
-        .as_bytes(),
-    );
-    body.extend_from_slice(format!("Content-Length: {}\r\n\r\n", doc.content.len()).as_bytes());
-    body.extend_from_slice(&doc.content);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let mut body = Vec::new();
+    let mut part = |uri: &str, mime: &str, category: &str, format: &str, bytes: &[u8]| {
+        body.extend_from_slice(format!("--{boundary}\r\nContent-Type: {mime}\r\n").as_bytes());
+        body.extend_from_slice(
+            format!(
+                "Content-Disposition: attachment; filename=\"{}\"; category={category}; \
+                 format={format}\r\nContent-Length: {}\r\n\r\n",
+                uri.replace('"', "%22"),
+                bytes.len()
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    };
+    for doc in docs {
+        if !metadata.is_empty() {
+            let json = serde_json::to_vec(&metadata_json(doc, metadata)).unwrap_or_default();
+            part(&doc.uri, "application/json", "metadata", "json", &json);
+        }
+        if content {
+            part(
+                &doc.uri,
+                doc.format.mime_type(),
+                "content",
+                doc.format.name(),
+                &doc.content,
+            );
+        }
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
     response::with_body(200, &format!("multipart/mixed; boundary={boundary}"), body)
 }
 
@@ -397,35 +471,71 @@ fn parse_bulk_meta(bytes: &[u8]) -> Result<BulkMeta, ApiError> {
         Some(_) => return Err(bad("metadata collections must be an array".into())),
     };
     let permissions = match v.get("permissions") {
-        None => None,
-        Some(serde_json::Value::Array(a)) => {
-            let mut p = Permissions::new();
-            for entry in a {
-                let role = entry["role-name"].as_str().unwrap_or_default();
-                let r = Role::parse(role).ok_or_else(|| {
-                    ApiError::new(
-                        ErrorCode::InvalidParam,
-                        format!("Role {role} does not exist"),
-                    )
-                })?;
-                for cap in entry["capabilities"].as_array().into_iter().flatten() {
-                    let name = cap.as_str().unwrap_or_default();
-                    let c = Capability::parse(name).ok_or_else(|| {
-                        bad(format!(
-                            "capability {name:?} is not one of read, update, insert, execute"
-                        ))
-                    })?;
-                    p.grant(r, c);
-                }
-            }
-            Some(p)
-        }
-        Some(_) => return Err(bad("metadata permissions must be an array".into())),
+        None | Some(serde_json::Value::Null) => None,
+        Some(p) => Some(metadata_permissions(p)?),
     };
     Ok(BulkMeta {
         collections,
         permissions,
     })
+}
+
+/// The `permissions` of a metadata part: `[{"role-name", "capabilities"}]` with the
+/// capabilities a list or one string, or an object from role to capability (a string or a
+/// list), as the Python client writes it. Anything else is refused, never stored as none.
+fn metadata_permissions(v: &serde_json::Value) -> Result<Permissions, ApiError> {
+    use serde_json::Value;
+    let bad = |m: String| ApiError::new(ErrorCode::InvalidRequest, m);
+    let mut p = Permissions::new();
+    let mut grant = |role: &str, caps: &Value| -> Result<(), ApiError> {
+        let r = Role::parse(role).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidParam,
+                format!("Role {role} does not exist"),
+            )
+        })?;
+        let names: Vec<&Value> = match caps {
+            Value::String(_) => vec![caps],
+            Value::Array(a) => a.iter().collect(),
+            _ => {
+                return Err(bad(format!(
+                    "the capabilities of role {role} must be a string or a list of strings"
+                )));
+            }
+        };
+        for cap in names {
+            let name = cap.as_str().unwrap_or_default();
+            let c = Capability::parse(name).ok_or_else(|| {
+                bad(format!(
+                    "capability {cap} of role {role} is not one of read, update, insert, execute"
+                ))
+            })?;
+            p.grant(r, c);
+        }
+        Ok(())
+    };
+    match v {
+        Value::Array(a) => {
+            for entry in a {
+                let role = entry
+                    .get("role-name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad(format!("a permission {entry} has no \"role-name\"")))?;
+                grant(role, entry.get("capabilities").unwrap_or(&Value::Null))?;
+            }
+        }
+        Value::Object(o) => {
+            for (role, caps) in o {
+                grant(role, caps)?;
+            }
+        }
+        _ => {
+            return Err(bad(
+                "metadata permissions must be an array or an object".into()
+            ));
+        }
+    }
+    Ok(p)
 }
 
 /// `POST /v1/documents` with `multipart/mixed`: many documents in one transaction. A metadata

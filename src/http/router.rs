@@ -68,7 +68,13 @@ impl Route {
         match self {
             Route::Health => &[Method::GET, Method::HEAD],
             Route::Ping => &[Method::GET, Method::HEAD],
-            Route::Documents => &[Method::GET, Method::PUT, Method::POST, Method::DELETE],
+            Route::Documents => &[
+                Method::GET,
+                Method::HEAD,
+                Method::PUT,
+                Method::POST,
+                Method::DELETE,
+            ],
             Route::Users => &[Method::GET, Method::POST],
             Route::User(_) => &[Method::GET, Method::DELETE],
             Route::UserProperties(_) => &[Method::GET, Method::PUT],

@@ -238,6 +238,12 @@ impl PointIndex {
         self.tree.size()
     }
 
+    /// A box holding every point (the union of the buckets': after removals it may be larger
+    /// than the points left), or `None` when there are none.
+    pub fn bounds(&self) -> Option<BBox> {
+        (self.len > 0).then(|| bbox_of(&self.tree))
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &PointEntry> {
         self.arena.iter().filter(|e| e.id != DEAD)
     }
@@ -349,6 +355,14 @@ impl rstar::SelectionFunction<Bucket> for EmptyAt {
     fn should_unpack_leaf(&self, leaf: &Bucket) -> bool {
         leaf.slots.is_empty() && leaf.bbox == self.0
     }
+}
+
+/// The root envelope of a non-empty tree, as a box.
+pub fn bbox_of<T: RTreeObject<Envelope = AABB<[f64; 2]>>, P: rstar::RTreeParams>(
+    tree: &RTree<T, P>,
+) -> BBox {
+    let e = tree.root().envelope();
+    [e.lower()[0], e.lower()[1], e.upper()[0], e.upper()[1]]
 }
 
 #[cfg(test)]

@@ -114,6 +114,15 @@ impl Engine {
         self.len() == 0
     }
 
+    /// A box `[xmin, ymin, xmax, ymax]` holding every feature, or `None` when there are
+    /// none. Removals may leave it larger than the features left until the next bulk load.
+    pub fn extent(&self) -> Option<super::pip::BBox> {
+        self.shards
+            .iter()
+            .filter_map(|s| s.read().bounds())
+            .reduce(super::shard::union)
+    }
+
     /// Entries per shard: (points, parts, envelopes).
     pub fn shard_sizes(&self) -> Vec<(usize, usize, usize)> {
         self.shards.iter().map(|s| s.read().len()).collect()
@@ -402,6 +411,61 @@ impl Engine {
                 .collect();
             ids.extend(hits);
         }
+        if stopped.load(Ordering::Relaxed) {
+            return Err(PastDeadline);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// The features within `meters` of `q`'s geometry on the WGS84 ellipsoid (see
+    /// [`super::distance`]), ascending and unique; `Err` once `deadline` has passed.
+    pub fn query_distance(
+        &self,
+        q: &Query,
+        meters: f64,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<FeatureId>, PastDeadline> {
+        let qb = *q.bbox();
+        if qb[0] > qb[2] {
+            return Ok(Vec::new());
+        }
+        let bbox = super::distance::around(&qb, meters);
+        let mut points: Vec<(FeatureId, [f64; 2])> = Vec::new();
+        let mut shapes: Vec<(FeatureId, Arc<Shape>)> = Vec::new();
+        for s in self.partitioner.shards_for_bbox(&bbox).iter() {
+            let idx = self.shards[s].read();
+            idx.points_in(&bbox, |e| points.push((e.id, e.xy)));
+            idx.parts_in(&bbox, true, |e| shapes.push((e.id, e.shape.clone())));
+        }
+        shapes.sort_unstable_by_key(|c| c.0);
+        shapes.dedup_by_key(|c| c.0);
+        let stopped = AtomicBool::new(false);
+        let near = |g: &Geometry<f64>| -> bool {
+            if stopped.load(Ordering::Relaxed) {
+                return false;
+            }
+            match super::distance::within(g, q.geometry(), meters, deadline) {
+                Some(hit) => hit,
+                None => {
+                    stopped.store(true, Ordering::Relaxed);
+                    false
+                }
+            }
+        };
+        let mut ids: Vec<FeatureId> = points
+            .par_iter()
+            .filter(|(_, xy)| near(&Geometry::Point(geo::Point::new(xy[0], xy[1]))))
+            .map(|c| c.0)
+            .collect();
+        ids.extend(
+            shapes
+                .par_iter()
+                .filter(|c| near(&c.1.geometry))
+                .map(|c| c.0)
+                .collect::<Vec<_>>(),
+        );
         if stopped.load(Ordering::Relaxed) {
             return Err(PastDeadline);
         }

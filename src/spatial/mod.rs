@@ -10,6 +10,7 @@
 //! - [`engine`]: insert/remove/bulk load, point and region queries, the async bridge.
 
 pub mod buckets;
+pub mod distance;
 pub mod engine;
 pub mod geometry;
 pub mod grid;

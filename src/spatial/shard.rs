@@ -65,6 +65,16 @@ impl RTreeObject for PartEntry {
     }
 }
 
+/// The box holding both.
+pub fn union(a: BBox, b: BBox) -> BBox {
+    [
+        a[0].min(b[0]),
+        a[1].min(b[1]),
+        a[2].max(b[2]),
+        a[3].max(b[3]),
+    ]
+}
+
 pub fn aabb(b: &BBox) -> AABB<[f64; 2]> {
     AABB::from_corners([b[0], b[1]], [b[2], b[3]])
 }
@@ -173,6 +183,17 @@ impl ShardIndex {
             f(e);
             ControlFlow::<()>::Continue(())
         });
+    }
+
+    /// A box holding every entry of the shard, or `None` when it is empty.
+    pub fn bounds(&self) -> Option<BBox> {
+        let parts = (self.parts.size() > 0).then(|| super::buckets::bbox_of(&self.parts));
+        let envelopes =
+            (self.envelopes.size() > 0).then(|| super::buckets::bbox_of(&self.envelopes));
+        [self.points.bounds(), parts, envelopes]
+            .into_iter()
+            .flatten()
+            .reduce(union)
     }
 
     pub fn len(&self) -> (usize, usize, usize) {

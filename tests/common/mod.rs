@@ -3,6 +3,8 @@
 //! crate, not by the server's own code.
 #![allow(dead_code)]
 
+pub mod layers;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

@@ -362,6 +362,10 @@ fn query<'a>(r: &mut Reader<'a>) -> R<RawQuery<'a>> {
             "geometryType" => once(s, 1 << 12, &mut q.geometry_type, r.flex()?),
             "spatialRel" => once(s, 1 << 13, &mut q.spatial_rel, r.flex()?),
             "extension" => once(s, 1 << 14, &mut q.extension, r.nullable(extension)?),
+            "geometry" => once(s, 1 << 15, &mut q.geometry, r.value()?),
+            "inSR" => once(s, 1 << 16, &mut q.in_sr, r.value()?),
+            "distance" => once(s, 1 << 17, &mut q.distance, r.flex()?),
+            "units" => once(s, 1 << 18, &mut q.units, r.flex()?),
             _ => r.skip(0).map(drop),
         }
     })?;

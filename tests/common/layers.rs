@@ -1,0 +1,123 @@
+//! Feature layers for tests over HTTP: a polygon layer's template and descriptor, bulk
+//! writes, queries, and the US counties as documents.
+
+use geo::{Geometry, Polygon};
+use serde_json::{Value, json};
+
+use super::{Client, Response, data_dir, enc};
+
+pub const TDE: &str = "http://marklogic.com/xdmp/tde";
+pub const SERVICES: &str = "http://marklogic.com/feature-services";
+
+pub fn put(c: &mut Client, uri: &str, params: &str, body: &Value) -> Response {
+    c.put_json(
+        &format!("/v1/documents?uri={}{params}", enc(uri)),
+        &body.to_string(),
+    )
+}
+
+/// A polygon layer `service`/0 over the documents of `collection`: `id` as OBJECTID, `name`,
+/// `pop` (long, ignored when invalid) and the geometry at `//geometry`.
+pub fn polygon_layer(c: &mut Client, service: &str, collection: &str) {
+    let template = json!({"template": {"context": "/", "collections": [collection], "rows": [{
+        "schemaName": "hostile", "viewName": collection, "columns": [
+            {"name": "OBJECTID", "scalarType": "int", "val": "id"},
+            {"name": "name", "scalarType": "string", "val": "name"},
+            {"name": "pop", "scalarType": "long", "val": "pop", "nullable": true,
+             "invalidValues": "ignore"}]}]}});
+    let r = put(
+        c,
+        &format!("/t/{collection}.json"),
+        &format!("&collection={}", enc(TDE)),
+        &template,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let descriptor = json!({"info": {"name": service, "description": "d"}, "layers": [{
+        "id": 0, "name": "shapes", "description": "d", "geometryType": "Polygon",
+        "schema": "hostile", "view": collection,
+        "geometry": {"format": "geojson", "coordinateSystem": "wgs84", "xpath": "//geometry"}}]});
+    let r = put(
+        c,
+        &format!("/s/{collection}.json"),
+        &format!("&collection={}", enc(SERVICES)),
+        &descriptor,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+pub fn geojson(p: &Polygon<f64>) -> Value {
+    let ring: Vec<[f64; 2]> = p.exterior().0.iter().map(|c| [c.x, c.y]).collect();
+    json!({"type": "Polygon", "coordinates": [ring]})
+}
+
+pub fn query(c: &mut Client, service: &str, q: Value) -> Response {
+    c.post_json(
+        "/v1/resources/geoQueryService",
+        &json!({"params": {"id": service, "layer": 0, "method": "query"}, "query": q}).to_string(),
+    )
+}
+
+pub fn ids(v: &Value) -> Vec<i64> {
+    let mut ids: Vec<i64> = v["objectIds"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no objectIds: {v}"))
+        .iter()
+        .map(|i| i.as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// One multipart/mixed bulk write of `docs` into `collection`.
+pub fn bulk(c: &mut Client, collection: &str, docs: &[(String, Value)]) -> Response {
+    let boundary = "hostile-boundary";
+    let mut body = Vec::new();
+    for (uri, doc) in docs {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Type: application/json\r\n\
+                 Content-Disposition: attachment; filename=\"{uri}\"\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(doc.to_string().as_bytes());
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    let ct = format!("multipart/mixed; boundary={boundary}");
+    c.request(
+        "POST",
+        &format!("/v1/documents?collection={}", enc(collection)),
+        &[("Content-Type", ct.as_str())],
+        &body,
+    )
+}
+
+/// The US counties as (id, geometry, document).
+pub fn counties() -> Vec<(i64, Geometry<f64>, Value)> {
+    let text = std::fs::read_to_string(data_dir().join("real/us-counties.geojson")).unwrap();
+    let fc: Value = serde_json::from_str(&text).unwrap();
+    fc["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let id: i64 = f["id"].as_str().unwrap().parse().unwrap();
+            let g = geoshard::spatial::parse_geojson(&f["geometry"]).unwrap();
+            let doc = json!({"id": id, "name": f["properties"]["name"], "geometry": f["geometry"]});
+            (id, g, doc)
+        })
+        .collect()
+}
+
+pub fn load_counties(c: &mut Client) -> Vec<(i64, Geometry<f64>, Value)> {
+    polygon_layer(c, "Counties", "counties");
+    let all = counties();
+    let docs: Vec<(String, Value)> = all
+        .iter()
+        .map(|(id, _, doc)| (format!("/counties/{id}.json"), doc.clone()))
+        .collect();
+    let r = bulk(c, "counties", &docs);
+    assert_eq!(r.status, 200, "{}", r.text());
+    all
+}
