@@ -847,3 +847,125 @@ fn a_thrown_status_outside_the_error_range_is_a_500() {
         );
     }
 }
+
+/// `POST /v1/documents` multipart with `transform` (both official clients' bulk writes): the
+/// flow runs on every document and their envelopes are written together; if one run fails,
+/// none is written and the batch's traces are kept under one job.
+#[test]
+fn bulk_writes_run_the_flow_on_every_document() {
+    let srv = flow_server(false);
+    let mut w = srv.client(WRITER);
+    let mut admin = srv.client(ADMIN);
+    let batch = |rows: &[(&str, Value)]| -> (String, Vec<u8>) {
+        let boundary = "flow-batch";
+        let mut body = String::new();
+        for (uri, row) in rows {
+            body.push_str(&format!(
+                "--{boundary}\r\nContent-Type: application/json\r\nContent-Disposition: attachment; filename=\"{uri}\"\r\n\r\n{row}\r\n"
+            ));
+        }
+        body.push_str(&format!("--{boundary}--\r\n"));
+        (
+            format!("multipart/mixed; boundary={boundary}"),
+            body.into_bytes(),
+        )
+    };
+    let target = |job: &str| {
+        format!(
+            "/v1/documents?transform=svc:sjsInputFlow&trans:entity-name=Mollusk&trans:flow-name=LoadJson&trans:job-id={job}&collection=m"
+        )
+    };
+    let rows = [
+        (
+            "/bulk/1.json",
+            json!({"id": "1", "X": "-70.5", "Y": "41.25"}),
+        ),
+        ("/bulk/2.json", json!({"id": "2", "X": "-71", "Y": "42"})),
+        (
+            "/bulk/3.json",
+            json!({"id": "3", "X": "-72.125", "Y": "43"}),
+        ),
+    ];
+    let (ct, body) = batch(&rows);
+    let r = w.request(
+        "POST",
+        &target("bulk-ok"),
+        &[("Content-Type", ct.as_str())],
+        &body,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let uris: Vec<Value> = r.json()["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["uri"].clone())
+        .collect();
+    assert_eq!(
+        uris,
+        [
+            json!("/bulk/1.json"),
+            json!("/bulk/2.json"),
+            json!("/bulk/3.json")
+        ]
+    );
+    for (uri, row) in &rows {
+        let doc = w.get(&format!("/v1/documents?uri={uri}")).json();
+        let instance = &doc["envelope"]["instance"];
+        let x: f64 = row["X"].as_str().unwrap().parse().unwrap();
+        let y: f64 = row["Y"].as_str().unwrap().parse().unwrap();
+        assert_eq!(instance["geometry"]["type"], "Point", "{uri}");
+        let c = &instance["geometry"]["coordinates"];
+        assert_eq!((c[0].as_f64(), c[1].as_f64()), (Some(x), Some(y)), "{uri}");
+        let cols = w
+            .get(&format!("/v1/documents?uri={uri}&category=collections"))
+            .json();
+        assert_eq!(cols["collections"], json!(["m"]));
+    }
+    // The third row has no usable X: the plugin's 400, and none of the batch is written.
+    let rows = [
+        ("/bulk/4.json", json!({"id": "4", "X": "-70", "Y": "41"})),
+        ("/bulk/5.json", json!({"id": "5", "X": "-71", "Y": "42"})),
+        ("/bulk/6.json", json!({"id": "6", "X": "none", "Y": "43"})),
+    ];
+    let (ct, body) = batch(&rows);
+    let r = w.request(
+        "POST",
+        &target("bulk-bad"),
+        &[("Content-Type", ct.as_str())],
+        &body,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.error().2, "row /bulk/6.json has no usable X/Y");
+    for (uri, _) in &rows {
+        assert_eq!(
+            w.get(&format!("/v1/documents?uri={uri}")).status,
+            404,
+            "{uri}"
+        );
+    }
+    let t = admin.get("/v1/traces?job-id=bulk-bad").json();
+    assert!(
+        t["traces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["trace"]["hasError"] == true),
+        "{t}"
+    );
+    // A transform that is not a flow, or a flow without its entity, is refused up front.
+    let r = w.request(
+        "POST",
+        "/v1/documents?transform=nope",
+        &[("Content-Type", ct.as_str())],
+        &body,
+    );
+    assert_eq!(r.status, 400);
+    let r = w.request(
+        "POST",
+        "/v1/documents?transform=svc:sjsInputFlow&trans:flow-name=LoadJson",
+        &[("Content-Type", ct.as_str())],
+        &body,
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("trans:entity-name"), "{}", r.text());
+}

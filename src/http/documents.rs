@@ -548,8 +548,21 @@ where
     B::Error: Into<BoxError>,
 {
     require_any(&ctx.caller, &[Role::RestWriter, Role::Admin])?;
-    ctx.params
-        .only(&ctx.path, |k| k == "collection" || k.starts_with("perm:"))?;
+    ctx.params.only(&ctx.path, |k| {
+        matches!(k, "collection" | "transform") || k.starts_with("perm:") || k.starts_with("trans:")
+    })?;
+    let flow = match ctx.params.get("transform") {
+        None => None,
+        Some(t) if crate::flow::is_flow_transform(t) => {
+            Some(super::flows::FlowParams::of(ctx)?.one_job())
+        }
+        Some(t) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidParam,
+                format!("unknown transform: {t}"),
+            ));
+        }
+    };
     let content_type = ctx
         .headers
         .get(CONTENT_TYPE)
@@ -648,14 +661,47 @@ where
     )
     .await
     .map_err(|_| ApiError::new(ErrorCode::Internal, "bulk parsing failed"))??;
-    let documents: Vec<serde_json::Value> = planned
-        .iter()
-        .map(|(p, mime)| serde_json::json!({"uri": p.uri, "mime-type": mime, "category": ["metadata", "content"]}))
-        .collect();
-    let ops = planned
-        .into_iter()
-        .map(|(p, _)| Op::PutDocument(p))
-        .collect();
+    let (documents, ops) = match flow {
+        None => {
+            let documents: Vec<serde_json::Value> = planned
+                .iter()
+                .map(|(p, mime)| serde_json::json!({"uri": p.uri, "mime-type": mime, "category": ["metadata", "content"]}))
+                .collect();
+            let ops = planned
+                .into_iter()
+                .map(|(p, _)| Op::PutDocument(p))
+                .collect::<Vec<_>>();
+            (documents, ops)
+        }
+        // The flow runs on every document; their envelopes are written in one transaction,
+        // or, if one run fails, nothing but the runs' traces.
+        Some(params) => {
+            let mut documents = Vec::with_capacity(planned.len());
+            let mut ops = Vec::with_capacity(planned.len() * 2);
+            for (put, _) in planned {
+                match super::flows::through_flow(app, &params, put).await {
+                    Ok(run) => {
+                        for op in &run {
+                            if let Op::PutDocument(p) = op {
+                                documents.push(serde_json::json!({"uri": p.uri, "mime-type": p.format.mime_type(), "category": ["metadata", "content"]}));
+                            }
+                        }
+                        ops.extend(run);
+                    }
+                    Err((error, trace)) => {
+                        let traces = ops
+                            .into_iter()
+                            .filter(|op| matches!(op, Op::PutRecord { .. }))
+                            .chain(trace)
+                            .collect();
+                        super::flows::keep_traces(app, ctx, traces).await;
+                        return Err(error);
+                    }
+                }
+            }
+            (documents, ops)
+        }
+    };
     let answer = app.store.write(&ctx.caller, ops).await?;
     Ok(response::json_value(
         200,

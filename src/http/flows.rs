@@ -11,43 +11,78 @@ use crate::error::{ApiError, ErrorCode};
 use crate::flow::{FlowFailure, FlowRun};
 use crate::store::{Op, PutDocument, Table};
 
-/// Run the named flow on a document and store the envelope in its place (called by
-/// `documents::put` with the write it would have made).
-pub(super) async fn put_through_flow(
+/// The flow a write names with `trans:entity-name`, `trans:flow-name`, `trans:options` and
+/// `trans:job-id`.
+pub(super) struct FlowParams {
+    entity: String,
+    flow: String,
+    options: serde_json::Map<String, serde_json::Value>,
+    job_id: Option<String>,
+}
+
+impl FlowParams {
+    pub(super) fn of(ctx: &Ctx) -> Result<FlowParams, ApiError> {
+        let entity = ctx.params.required("trans:entity-name")?.to_string();
+        let flow = ctx.params.required("trans:flow-name")?.to_string();
+        let options = match ctx.params.get("trans:options").map(str::trim) {
+            None | Some("") => serde_json::Map::new(),
+            Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(serde_json::Value::Object(m)) => m,
+                Ok(_) => {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidType,
+                        "trans:options must be a JSON object",
+                    ));
+                }
+                Err(e) => {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidParam,
+                        format!("trans:options is not valid JSON: {e}"),
+                    ));
+                }
+            },
+        };
+        Ok(FlowParams {
+            entity,
+            flow,
+            options,
+            job_id: ctx.params.get("trans:job-id").map(str::to_string),
+        })
+    }
+
+    /// One job for every document of a bulk write: the one named, else a new one.
+    pub(super) fn one_job(mut self) -> FlowParams {
+        self.job_id
+            .get_or_insert_with(|| uuid::Uuid::new_v4().to_string());
+        self
+    }
+}
+
+/// The trace record a flow run leaves, as a store operation.
+fn trace_op((key, record): (String, Vec<u8>)) -> Op {
+    Op::PutRecord {
+        table: Table::Traces,
+        key,
+        value: record,
+    }
+}
+
+/// Run the flow on `put`: the write of its envelope in the document's place and of its
+/// trace, or the failure and the write of its trace.
+pub(super) async fn through_flow(
     app: &App,
-    ctx: &Ctx,
+    params: &FlowParams,
     put: PutDocument,
-) -> Result<Resp, ApiError> {
-    let entity = ctx.params.required("trans:entity-name")?.to_string();
-    let flow = ctx.params.required("trans:flow-name")?.to_string();
-    let options = match ctx.params.get("trans:options").map(str::trim) {
-        None | Some("") => serde_json::Map::new(),
-        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
-            Ok(serde_json::Value::Object(m)) => m,
-            Ok(_) => {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidType,
-                    "trans:options must be a JSON object",
-                ));
-            }
-            Err(e) => {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidParam,
-                    format!("trans:options is not valid JSON: {e}"),
-                ));
-            }
-        },
-    };
+) -> Result<Vec<Op>, (ApiError, Option<Op>)> {
     let run = FlowRun {
         uri: put.uri.clone(),
-        entity,
-        flow,
-        options,
-        job_id: ctx.params.get("trans:job-id").map(str::to_string),
+        entity: params.entity.clone(),
+        flow: params.flow.clone(),
+        options: params.options.clone(),
+        job_id: params.job_id.clone(),
         content: put.content.clone(),
         format: put.format,
     };
-    let uri = put.uri.clone();
     match app.flows.run(run).await {
         Ok(out) => {
             let mut ops = vec![Op::PutDocument(PutDocument {
@@ -55,34 +90,41 @@ pub(super) async fn put_through_flow(
                 format: out.format,
                 ..put
             })];
-            if let Some((key, record)) = out.trace {
-                ops.push(Op::PutRecord {
-                    table: Table::Traces,
-                    key,
-                    value: record,
-                });
-            }
+            ops.extend(out.trace.map(trace_op));
+            Ok(ops)
+        }
+        Err(FlowFailure { error, trace }) => Err((error.into(), trace.map(trace_op))),
+    }
+}
+
+/// Store the traces of runs whose writes are not made (a failure), logging what cannot be.
+pub(super) async fn keep_traces(app: &App, ctx: &Ctx, traces: Vec<Op>) {
+    if traces.is_empty() {
+        return;
+    }
+    if let Err(e) = app.store.write(&ctx.caller, traces).await {
+        tracing::error!(error = %e, "cannot store a flow trace");
+    }
+}
+
+/// Run the named flow on a document and store the envelope in its place (called by
+/// `documents::put` with the write it would have made).
+pub(super) async fn put_through_flow(
+    app: &App,
+    ctx: &Ctx,
+    put: PutDocument,
+) -> Result<Resp, ApiError> {
+    let params = FlowParams::of(ctx)?;
+    let uri = put.uri.clone();
+    match through_flow(app, &params, put).await {
+        Ok(ops) => {
             let answer = app.store.write(&ctx.caller, ops).await?;
             Ok(super::documents::written(&uri, &answer))
         }
-        Err(FlowFailure { error, trace }) => {
+        Err((error, trace)) => {
             // Nothing is stored but the trace of the failure.
-            if let Some((key, record)) = trace
-                && let Err(e) = app
-                    .store
-                    .write(
-                        &ctx.caller,
-                        vec![Op::PutRecord {
-                            table: Table::Traces,
-                            key,
-                            value: record,
-                        }],
-                    )
-                    .await
-            {
-                tracing::error!(error = %e, "cannot store a flow trace");
-            }
-            Err(error.into())
+            keep_traces(app, ctx, trace.into_iter().collect()).await;
+            Err(error)
         }
     }
 }
