@@ -230,6 +230,23 @@ where
     })
 }
 
+/// An address to listen on: `IP:PORT`, or `HOST:PORT` resolved now (its first address).
+fn socket_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = text.trim().parse() {
+        return Ok(addr);
+    }
+    let bad = |message: String| ConfigError::BadValue {
+        key: key.to_string(),
+        message,
+    };
+    text.trim()
+        .to_socket_addrs()
+        .map_err(|e| bad(format!("{text:?}: {e} (expected HOST:PORT)")))?
+        .next()
+        .ok_or_else(|| bad(format!("{text:?} resolves to no address")))
+}
+
 /// The longest an io thread may poll after a request: 10 ms, far past any gain.
 pub const MAX_IO_POLL_US: u64 = 10_000;
 
@@ -258,7 +275,7 @@ impl Config {
     pub fn set(&mut self, key: &str, text: &str) -> Result<(), ConfigError> {
         match key {
             "data_dir" => self.data_dir = PathBuf::from(text),
-            "listen" => self.listen = parse(key, text)?,
+            "listen" => self.listen = socket_addr(key, text)?,
             "max_body_bytes" => self.max_body_bytes = parse(key, text)?,
             "max_connections" => self.max_connections = positive(key, parse(key, text)?)?,
             "reserve_connections" => self.reserve_connections = parse(key, text)?,
@@ -419,6 +436,22 @@ mod tests {
         .unwrap();
         assert_eq!(c.shards, 8);
         assert_eq!(c.listen.port(), 9000);
+    }
+
+    /// `listen` takes a host name as well as an address; a name that does not resolve or a
+    /// missing port is a bad value naming the key.
+    #[test]
+    fn listen_takes_host_names() {
+        let mut c = Config::default();
+        c.set("listen", "localhost:9123").unwrap();
+        assert!(c.listen.ip().is_loopback(), "{}", c.listen);
+        assert_eq!(c.listen.port(), 9123);
+        c.set("listen", "[::1]:9124").unwrap();
+        assert_eq!(c.listen.to_string(), "[::1]:9124");
+        for bad in ["localhost", "no-such-host.invalid:80"] {
+            let e = c.set("listen", bad).unwrap_err().to_string();
+            assert!(e.contains("listen"), "{e}");
+        }
     }
 
     #[test]

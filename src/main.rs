@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use geoshard::config::{Config, ConfigError};
+use geoshard::config::ConfigError;
 use geoshard::service;
 use geoshard::store::{Store, StoreOptions};
 
@@ -26,9 +26,13 @@ enum Command {
     Serve(ServeArgs),
     /// Run the server on a fresh temporary data directory with a demo user.
     Demo {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:8011")]
-        listen: String,
+        /// Address to listen on (default 127.0.0.1:8011, or the settings' `listen`).
+        #[arg(long)]
+        listen: Option<String>,
+        /// A TOML file of settings, read as `serve` reads it (its data_dir is not used: the
+        /// demo's is a fresh temporary directory, removed on exit).
+        #[arg(long, env = "GEOSHARD_CONFIG")]
+        config: Option<PathBuf>,
         /// The examples folder with the sample layers (default: the source tree's).
         #[arg(long)]
         examples: Option<PathBuf>,
@@ -99,7 +103,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Demo { listen, examples } => demo(&listen, examples),
+        Command::Demo {
+            listen,
+            config,
+            examples,
+        } => demo(listen, config, examples),
         Command::User { command } => user(command),
         Command::Deploy { data_dir, project } => deploy(&data_dir, &project),
     };
@@ -148,10 +156,25 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-fn demo(listen: &str, examples: Option<PathBuf>) -> Result<(), String> {
-    let mut config = Config::default();
-    config.set("listen", listen).map_err(|e| e.to_string())?;
-    config.data_dir = std::env::temp_dir().join(format!(
+/// Removes the demo's temporary data directory when the demo ends, however it ends.
+struct TempDataDir(PathBuf);
+
+impl Drop for TempDataDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!("geoshard: cannot remove {}: {e}", self.0.display());
+        }
+    }
+}
+
+fn demo(
+    listen: Option<String>,
+    config_file: Option<PathBuf>,
+    examples: Option<PathBuf>,
+) -> Result<(), String> {
+    let data_dir = std::env::temp_dir().join(format!(
         "geoshard-demo-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
@@ -159,7 +182,19 @@ fn demo(listen: &str, examples: Option<PathBuf>) -> Result<(), String> {
             .map(|d| d.as_secs())
             .unwrap_or(0)
     ));
+    let config = service::load_config(config_file.as_deref(), std::env::vars(), |c| {
+        if let Some(l) = &listen {
+            c.set("listen", l)?;
+        }
+        c.data_dir = data_dir.clone();
+        Ok::<(), ConfigError>(())
+    })
+    .map_err(|e| e.to_string())?;
     service::init_logging(&config.log);
+    // Before any loading: a port in use fails at once, and nothing is left behind.
+    std::net::TcpListener::bind(config.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let _cleanup = TempDataDir(data_dir);
     {
         let store =
             Store::open(&config.data_dir, StoreOptions::default()).map_err(|e| e.to_string())?;

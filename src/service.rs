@@ -72,6 +72,18 @@ pub async fn serve(
     let server = Server::bind(app.clone()).await?;
     let addr = server.local_addr();
     tracing::info!(%addr, data_dir = %app.config.data_dir.display(), "listening");
+    if app
+        .security
+        .list_users(&app.store)
+        .is_ok_and(|users| users.is_empty())
+    {
+        tracing::warn!(
+            data_dir = %app.config.data_dir.display(),
+            "the store has no users, so every request will be refused: add one with \
+             `geoshard user add --data-dir DIR --name NAME --password PW --role admin` on the \
+             stopped server"
+        );
+    }
     ready(&app, addr);
     server.run(shutdown).await;
     Ok(())

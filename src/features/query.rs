@@ -762,7 +762,14 @@ impl FeatureRequest {
             None => Relation::Intersects,
             Some(r) => enum_value(r, "spatialrel")
                 .and_then(Relation::parse)
-                .ok_or_else(|| bad(format!("unsupported spatialRel {r}")))?,
+                .ok_or_else(|| {
+                    bad(format!(
+                        "unsupported spatialRel {r}: use esriSpatialRelIntersects, \
+                         esriSpatialRelContains, esriSpatialRelWithin, esriSpatialRelCrosses, \
+                         esriSpatialRelOverlaps, esriSpatialRelTouches or \
+                         esriSpatialRelEnvelopeIntersects (or gisSpatialRel…)"
+                    ))
+                })?,
         };
         spec.distance = distance(&q.distance, &q.units, relation)?;
         if let Some(g) = q.extension.and_then(|e| e.geometry) {

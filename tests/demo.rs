@@ -1,0 +1,101 @@
+//! `geoshard demo` as a newcomer runs it (issue 34): it reads the same settings as `serve`
+//! (a `--config` file and `GEOSHARD_*`), refuses a port in use before loading anything, and
+//! removes its temporary data directory when it stops.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+/// The `geoshard-demo-*` directories under `tmp`.
+fn demo_dirs(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("geoshard-demo-"))
+        .collect()
+}
+
+fn demo(tmp: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_geoshard"));
+    cmd.arg("demo")
+        .args(args)
+        .env("TMPDIR", tmp)
+        .env("GEOSHARD_LOG", "warn")
+        .env_remove("GEOSHARD_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+#[test]
+fn demo_reads_settings_checks_its_port_and_cleans_up() {
+    let tmp = temp_dir("demo");
+    // A port in use: a clear error at once, and nothing left behind.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let t0 = Instant::now();
+    let out = demo(tmp.path(), &["--listen", &port], &[])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {port}")), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(demo_dirs(tmp.path()), Vec::<String>::new());
+    drop(taken);
+
+    // Settings from a file and from the environment, as `serve` takes them.
+    let file = tmp.path().join("demo.toml");
+    std::fs::write(&file, "max_record_count = 7\nlisten = \"localhost:0\"\n").unwrap();
+    let mut child = demo(
+        tmp.path(),
+        &["--config", file.to_str().unwrap()],
+        &[("GEOSHARD_NONCE_IDLE_SECS", "5")],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut addr = None;
+    while Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        if let Some(rest) = line.strip_prefix("geoshard demo is running on http://") {
+            addr = Some(rest.trim().parse::<std::net::SocketAddr>().unwrap());
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let addr = addr.expect("the demo announces its address");
+    assert!(addr.ip().is_loopback());
+    assert_eq!(demo_dirs(tmp.path()).len(), 1);
+    let mut c = Client::new(addr, Auth::Digest("demo".into(), "demo-password".into()));
+    let svc = c
+        .post_json(
+            "/v1/resources/geoQueryService",
+            &json!({"params": {"id": "US Counties"}}).to_string(),
+        )
+        .json();
+    assert_eq!(svc["maxRecordCount"], 7, "{svc}");
+    // SIGTERM: it stops and its data directory is gone.
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert_eq!(demo_dirs(tmp.path()), Vec::<String>::new());
+}
