@@ -478,18 +478,13 @@ fn malformed_http_gets_error_bodies_and_half_close_its_answer() {
     let head = format!(
         "PUT /v1/documents?uri=/half.json HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        base64_of(&format!("{}:{}", WRITER.0, WRITER.1)),
+        base64(&format!("{}:{}", WRITER.0, WRITER.1)),
         body.len()
     );
     let answer = raw(addr, &[head.as_bytes(), body].concat(), true);
     assert!(answer.starts_with("HTTP/1.1 201 "), "{answer:?}");
     let r = srv.client(READER).get("/v1/documents?uri=/half.json");
     assert_eq!(r.text(), r#"{"half":"closed"}"#);
-}
-
-fn base64_of(s: &str) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(s)
 }
 
 /// A dateTime whose zone has a character across the byte a `±hh:mm` zone has its colon at

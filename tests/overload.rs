@@ -232,11 +232,6 @@ fn a_slow_body_is_answered_408_and_closed() {
     );
 }
 
-fn base64(s: &str) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(s)
-}
-
 /// Issue 33 finding 5: an answer given before the body was read (a 401 challenge, a 400 on
 /// a parameter) closed the connection without saying so, and a client reusing it failed.
 /// Now bodies up to 1 MiB are drained and the connection is kept; past that, or behind an

@@ -988,6 +988,30 @@ impl Features {
                 json!({ "metadata": self.layer_metadata(layer, view.as_deref()) })
             })
             .collect();
+        // The service's extent holds its layers' (Koop's fullExtent).
+        let extent = layers
+            .iter()
+            .filter_map(|l| {
+                let e = &l["metadata"]["extent"];
+                let n = |k: &str| e.get(k).and_then(Value::as_f64);
+                Some([n("xmin")?, n("ymin")?, n("xmax")?, n("ymax")?])
+            })
+            .reduce(|a, b| {
+                [
+                    a[0].min(b[0]),
+                    a[1].min(b[1]),
+                    a[2].max(b[2]),
+                    a[3].max(b[3]),
+                ]
+            });
+        if let Some([xmin, ymin, xmax, ymax]) = extent {
+            top.entry("extent").or_insert_with(|| {
+                json!({
+                    "xmin": xmin, "ymin": ymin, "xmax": xmax, "ymax": ymax,
+                    "spatialReference": {"wkid": 4326, "latestWkid": 4326},
+                })
+            });
+        }
         top.insert("layers".into(), Value::Array(layers));
         let mut out = Vec::new();
         envelope_start(&mut out);

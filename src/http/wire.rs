@@ -11,6 +11,13 @@
 //! A watched stream tells its connection's [`Activity`] when bytes arrive (a head may be
 //! starting), and when the watchdog finds that head too slow, its next read writes the 408
 //! answer and ends the stream, which ends hyper's connection.
+//!
+//! When a read finds nothing more while a request is part read (bytes arrived since the last
+//! answer was written), the rest is awaited: the socket is told to acknowledge at once
+//! (`TCP_QUICKACK`). A client with Nagle's algorithm on holds its last small segment until its
+//! earlier ones are acknowledged, and Linux delays that acknowledgement by 40 ms: the Node.js
+//! client (Koop's route here) sends a chunked body's last chunk on its own, so every request
+//! through it waited 40 ms.
 
 use std::io;
 use std::pin::Pin;
@@ -33,7 +40,25 @@ pub struct Wire<S> {
     watched: Option<Arc<Activity>>,
     /// The 408 went out (or could not): every read now ends the stream.
     ended: bool,
+    /// Bytes were read since the last write: a request is arriving.
+    reading: bool,
+    /// The socket was told to acknowledge at once since the last bytes were read.
+    acked: bool,
 }
+
+/// A stream that can be told to acknowledge what it received at once.
+pub trait AckNow {
+    fn ack_now(&self) {}
+}
+
+impl AckNow for tokio::net::TcpStream {
+    fn ack_now(&self) {
+        // Linux clears the flag again by itself, so it is set for each wait.
+        let _ = rustix::net::sockopt::set_tcp_quickack(self, true);
+    }
+}
+
+impl AckNow for tokio::io::DuplexStream {}
 
 impl<S> Wire<S> {
     pub fn new(inner: S) -> Wire<S> {
@@ -42,6 +67,8 @@ impl<S> Wire<S> {
             pending: None,
             watched: None,
             ended: false,
+            reading: false,
+            acked: false,
         }
     }
 
@@ -106,7 +133,7 @@ impl<S: AsyncWrite + Unpin> Wire<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Wire<S> {
+impl<S: AsyncRead + AsyncWrite + AckNow + Unpin> AsyncRead for Wire<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -117,6 +144,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Wire<S> {
         }
         let before = buf.filled().len();
         let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.reading = true;
+                self.acked = false;
+            }
+            Poll::Pending if self.reading && !self.acked => {
+                self.inner.ack_now();
+                self.acked = true;
+            }
+            _ => {}
+        }
         let Some(activity) = self.watched.clone() else {
             return read;
         };
@@ -143,6 +181,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Wire<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         std::task::ready!(self.drain(cx))?;
+        self.reading = false;
         if let Some(answer) = replacement(buf) {
             self.pending = Some((answer, 0));
             // The answer is hyper's to account for as written; it goes out as it can.
@@ -164,6 +203,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Wire<S> {
         {
             return self.poll_write(cx, first);
         }
+        self.reading = false;
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 

@@ -423,6 +423,12 @@ impl Client {
     }
 }
 
+/// Standard base64, for Basic credentials written by hand.
+pub fn base64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
 /// Read one HTTP/1.1 response; `None` when the connection was closed before a status line.
 pub fn read_response(r: &mut BufReader<TcpStream>, head_request: bool) -> Option<Response> {
     let mut line = String::new();
