@@ -171,5 +171,16 @@ pub fn load_examples(store: &Store, examples: &Path) -> Result<Vec<(String, usiz
     }
     write_all(store, ops)?;
     loaded.push(("ArcGIS Hub Data".to_string(), mollusks));
+
+    // Sightings: an empty layer over the envelopes of the demo's input flow, deployed here.
+    let files = crate::flow::project::read_dir(&examples.join("project"))
+        .map_err(|e| format!("the demo project: {}", e.join("; ")))?;
+    crate::flow::deploy_blocking(store, &files)
+        .map_err(|e| format!("the demo project: {}", e.join("; ")))?;
+    write_all(
+        store,
+        definitions("sightings", &examples.join("layers/sightings"))?,
+    )?;
+    loaded.push(("Sightings (through the Sighting/Load flow)".to_string(), 0));
     Ok(loaded)
 }

@@ -119,9 +119,14 @@ pub fn demo_banner(addr: std::net::SocketAddr, data_dir: &Path) -> String {
          \x20 curl -s {auth} -X PUT -H 'Content-Type: application/json' \\\n\
          \x20      -d '{{\"hello\":\"world\"}}' '{base}/v1/documents?uri=/hello.json&collection=demo'\n\
          \x20 curl -s {auth} '{base}/v1/documents?uri=/demo/counties/08031.json&category=metadata'\n\
+         \x20 # an input flow: a sighting becomes a feature document, then a point of the Sightings layer\n\
+         \x20 curl -s {auth} -X PUT -H 'Content-Type: application/json' -d '{{\"species\":\"heron\",\"lon\":2.35,\"lat\":48.85}}' \\\n\
+         \x20      '{base}/v1/documents?uri=/sightings/1.json&collection=sightings&transform=svc:sjsInputFlow&trans:entity-name=Sighting&trans:flow-name=Load'\n\
+         \x20 curl -s {auth} -H 'Content-Type: application/json' -d '{sight}' {base}/v1/resources/geoQueryService\n\
          \n\
          Press Ctrl-C to stop.\n",
         dir = data_dir.display(),
+        sight = r#"{"params":{"id":"Sightings","layer":0,"method":"query"},"query":{"outFields":"*","returnGeometry":true,"distance":5,"units":"esriSRUnit_Kilometer","extension":{"geometry":{"type":"Point","coordinates":[2.3,48.86]}}}}"#,
         box_esc = box_query.replace('"', "\\\""),
         stats_esc = stats.replace('"', "\\\""),
     )

@@ -86,6 +86,40 @@ fn demo_reads_settings_checks_its_port_and_cleans_up() {
         )
         .json();
     assert_eq!(svc["maxRecordCount"], 7, "{svc}");
+    // The demo's input flow, as its banner shows it: a sighting becomes a point of the
+    // Sightings layer; one without a position is the plugin's 400.
+    let r = c.request(
+        "PUT",
+        "/v1/documents?uri=/sightings/1.json&collection=sightings&transform=svc:sjsInputFlow&trans:entity-name=Sighting&trans:flow-name=Load",
+        &[("Content-Type", "application/json")],
+        br#"{"id": 1, "species": "heron", "lon": 2.35, "lat": 48.85}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = c.request(
+        "PUT",
+        "/v1/documents?uri=/sightings/2.json&collection=sightings&transform=svc:sjsInputFlow&trans:entity-name=Sighting&trans:flow-name=Load",
+        &[("Content-Type", "application/json")],
+        br#"{"species": "heron"}"#,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let found = c
+        .post_json(
+            "/v1/resources/geoQueryService",
+            &json!({"params": {"id": "Sightings", "layer": 0, "method": "query"},
+                    "query": {"outFields": "*", "distance": 5, "units": "esriSRUnit_Kilometer",
+                              "extension": {"geometry": {"type": "Point", "coordinates": [2.3, 48.86]}}}})
+            .to_string(),
+        )
+        .json();
+    assert_eq!(
+        found["features"][0]["properties"]["species"], "heron",
+        "{found}"
+    );
+    assert_eq!(
+        found["features"].as_array().map(Vec::len),
+        Some(1),
+        "{found}"
+    );
     // SIGTERM: it stops and its data directory is gone.
     let pid = child.id().to_string();
     assert!(
