@@ -345,7 +345,9 @@ impl NonceTable {
                 // Same serial, another MAC: not the nonce we issued.
                 return Some(NonceCheck::Stale);
             }
-            if now >= t.last_used.saturating_add(self.limits.idle_secs) {
+            // Whole seconds: a nonce idle for idle_secs and a fraction is still in use (at
+            // idle_secs = 1, a client calling every 100 ms crossed a second's edge and lost it).
+            if now > t.last_used.saturating_add(self.limits.idle_secs) {
                 None
             } else {
                 t.last_used = t.last_used.max(now);
@@ -480,8 +482,11 @@ mod tests {
                 "nc {nc} at {at}"
             );
         }
-        assert_eq!(t.check_at("ann", &n, "100", at + 60), NonceCheck::Stale);
-        assert_eq!(t.check_at("ann", &n, "101", at + 61), NonceCheck::Stale);
+        // Idle for the whole limit, counted in whole seconds: still in use; a second more,
+        // stale.
+        assert_eq!(t.check_at("ann", &n, "100", at + 60), NonceCheck::Fresh);
+        assert_eq!(t.check_at("ann", &n, "101", at + 121), NonceCheck::Stale);
+        assert_eq!(t.check_at("ann", &n, "102", at + 122), NonceCheck::Stale);
         // First use past the first-use limit.
         let late = t.issue_at(2_000);
         assert_eq!(t.check_at("ann", &late, "1", 2_010), NonceCheck::Stale);
