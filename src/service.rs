@@ -26,12 +26,23 @@ pub fn load_config(
 pub fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    // geo's relate warns once per candidate feature about a query polygon of no area ("no
+    // winding order"): dozens of lines a query. Its warnings are kept out unless asked for.
+    let filter = if filter.to_string().contains("geo=") {
+        filter
+    } else {
+        filter.add_directive(quiet_geo())
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+fn quiet_geo() -> tracing_subscriber::filter::Directive {
+    "geo=error".parse().expect("a valid directive")
 }
 
 /// Resolves on SIGINT or SIGTERM.
