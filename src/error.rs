@@ -7,6 +7,22 @@
 
 use std::fmt;
 
+/// The status a plugin chose by throwing an error with a `status`: only 400 to 599 are kept
+/// (a plugin cannot answer a success or a redirect by failing); anything else is a 500.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginStatus(u16);
+
+impl PluginStatus {
+    pub fn new(thrown: Option<u64>) -> PluginStatus {
+        PluginStatus(
+            thrown
+                .filter(|s| (400..=599).contains(s))
+                .and_then(|s| u16::try_from(s).ok())
+                .unwrap_or(500),
+        )
+    }
+}
+
 /// A contract error code. The variant decides the HTTP status and the `messageCode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
@@ -44,8 +60,13 @@ pub enum ErrorCode {
     UriTooLong,
     /// Request header fields larger than the server reads.
     HeadersTooLarge,
-    /// An extension (feature service, flow) reports a problem with this status.
-    Extension(u16),
+    /// An extension (feature service, flow) found no service, layer or flow of that name.
+    ExtensionNotFound,
+    /// An extension refused the request as malformed (a bad where clause, an unusable
+    /// geometry, a flow's output that cannot be enveloped).
+    ExtensionInvalid,
+    /// A flow's plugin failed: with the status it threw (400 to 599), else 500.
+    PluginFailed(PluginStatus),
     /// A resource of the management API that already exists.
     Conflict,
     /// The service is shutting down, a bounded queue is full, or its connections are all in
@@ -84,7 +105,9 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UriTooLong => 414,
             ErrorCode::HeadersTooLarge => 431,
-            ErrorCode::Extension(status) => status,
+            ErrorCode::ExtensionNotFound => 404,
+            ErrorCode::ExtensionInvalid => 400,
+            ErrorCode::PluginFailed(status) => status.0,
             ErrorCode::Conflict => 409,
             ErrorCode::Unavailable => 503,
             ErrorCode::RequestTimeout => 408,
@@ -115,7 +138,9 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "RESTAPI-REQUESTTOOLARGE",
             ErrorCode::UriTooLong => "RESTAPI-REQUESTTOOLARGE",
             ErrorCode::HeadersTooLarge => "RESTAPI-REQUESTTOOLARGE",
-            ErrorCode::Extension(_) => "RESTAPI-SRVEXERR",
+            ErrorCode::ExtensionNotFound
+            | ErrorCode::ExtensionInvalid
+            | ErrorCode::PluginFailed(_) => "RESTAPI-SRVEXERR",
             ErrorCode::Conflict => "MANAGE-EXISTS",
             ErrorCode::Unavailable => "RESTAPI-UNAVAILABLE",
             ErrorCode::RequestTimeout => "RESTAPI-REQUESTTIMEOUT",
@@ -211,8 +236,25 @@ mod tests {
     }
 
     #[test]
-    fn extension_status_passes_through() {
-        assert_eq!(ErrorCode::Extension(418).status(), 418);
-        assert_eq!(ErrorCode::Extension(404).message_code(), "RESTAPI-SRVEXERR");
+    fn extension_statuses() {
+        assert_eq!(ErrorCode::ExtensionNotFound.status(), 404);
+        assert_eq!(ErrorCode::ExtensionInvalid.status(), 400);
+        assert_eq!(
+            ErrorCode::ExtensionNotFound.message_code(),
+            "RESTAPI-SRVEXERR"
+        );
+        let thrown = |s| ErrorCode::PluginFailed(PluginStatus::new(s)).status();
+        assert_eq!(thrown(Some(418)), 418);
+        assert_eq!(thrown(Some(599)), 599);
+        for outside in [
+            None,
+            Some(0),
+            Some(200),
+            Some(302),
+            Some(600),
+            Some(u64::MAX),
+        ] {
+            assert_eq!(thrown(outside), 500, "{outside:?}");
+        }
     }
 }

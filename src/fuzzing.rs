@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use geo::{Coord, Geometry, LineString, MultiPolygon, Polygon};
 
 use crate::features::path::{ContextNode, Path};
-use crate::features::sql::{Row, V, Where, WhereLimits};
+use crate::features::where_clause::{Row, V, Where, WhereLimits};
 use crate::spatial::predicate::Shape;
 use crate::spatial::{Engine, EngineConfig, Location, Query, Relation};
 

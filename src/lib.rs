@@ -17,6 +17,7 @@
 //! - [`http`]: the hyper front end, the only module that knows HTTP.
 //! - [`service`]: starting and stopping the whole service (serve, demo).
 //! - [`demo`]: the sample layers `geoshard demo` loads from `examples/`.
+//! - [`time`]: ISO-8601 dates and times to and from milliseconds.
 //! - [`fuzzing`]: the properties the fuzz targets check, shared with the corpus replay test.
 
 #![forbid(unsafe_code)]
@@ -41,6 +42,7 @@ pub mod security;
 pub mod service;
 pub mod spatial;
 pub mod store;
+pub mod time;
 
 /// mimalloc for every binary, test and bench that links the crate: the request path
 /// allocates small short-lived buffers, where it beats the system allocator. Through

@@ -15,9 +15,9 @@
 pub mod descriptor;
 pub mod path;
 pub mod query;
-pub mod sql;
 pub mod template;
 pub mod view;
+pub mod where_clause;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -31,11 +31,11 @@ use crate::spatial::{Engine, EngineConfig, parse_geojson};
 use crate::store::{Change, Checked, CommitHook, Document, Format, Store, StoreError};
 use descriptor::{DESCRIPTOR_COLLECTION, Descriptor, parse_descriptor};
 use path::Path;
-use sql::WhereLimits;
 use template::{
     RowError, TEMPLATE_COLLECTION, Template, ViewDef, ViewKey, extract_rows, parse_template,
 };
 use view::{GeometryOut, NewRow, ViewData};
+use where_clause::WhereLimits;
 
 pub use query::{FeatureError, FeatureRequest};
 

@@ -20,14 +20,15 @@ use serde_json::{Value, json};
 use thiserror::Error;
 
 use super::descriptor::{Descriptor, Layer};
-use super::sql::{Row, V, Where, WhereError, compare};
-use super::template::{Kind, ViewDef, format_datetime, write_datetime};
+use super::template::{Kind, ViewDef};
 use super::view::{GeometryOut, ViewData};
+use super::where_clause::{Row, V, Where, WhereError, compare};
 use super::{Features, ViewState};
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::spatial::geometry::{coord_count, parse_parts};
 use crate::spatial::{Query, Relation};
+use crate::time::{format_datetime, write_datetime};
 
 mod esri;
 mod scan;
@@ -48,16 +49,14 @@ pub enum FeatureError {
 
 impl From<FeatureError> for ApiError {
     fn from(e: FeatureError) -> ApiError {
-        let status = match &e {
-            FeatureError::ServiceNotFound(_) => 404,
-            FeatureError::LayerNotFound(_) => 404,
-            FeatureError::BadRequest(_) => 400,
-            FeatureError::Where(_) => 400,
-            FeatureError::TimeLimit(_) => {
-                return ApiError::new(ErrorCode::TimeLimit, e.to_string());
+        let code = match &e {
+            FeatureError::ServiceNotFound(_) | FeatureError::LayerNotFound(_) => {
+                ErrorCode::ExtensionNotFound
             }
+            FeatureError::BadRequest(_) | FeatureError::Where(_) => ErrorCode::ExtensionInvalid,
+            FeatureError::TimeLimit(_) => ErrorCode::TimeLimit,
         };
-        ApiError::new(ErrorCode::Extension(status), e.to_string())
+        ApiError::new(code, e.to_string())
     }
 }
 

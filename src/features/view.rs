@@ -9,8 +9,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::sql::{Row, V};
 use super::template::{Cell, Kind, ViewDef};
+use super::where_clause::{Row, V};
 use crate::acl::{Caller, Permissions, RoleSet};
 
 /// Distinct strings a column keeps shared; past this, new values are stored as they come.

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use thiserror::Error;
 
 use crate::acl::Caller;
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorCode, PluginStatus};
 use crate::store::{Format, Op, Store, StoreError, Table};
 use envelope::Content;
 use js::{JsPool, JsSettings, Raw, RunResult, Step};
@@ -51,7 +51,10 @@ pub enum FlowError {
     #[error("The specified flow {entity}:{flow} is missing.")]
     Missing { entity: String, flow: String },
     #[error("{message}")]
-    Plugin { status: u16, message: String },
+    Plugin {
+        status: PluginStatus,
+        message: String,
+    },
     #[error("{0}")]
     BadContent(String),
     #[error("deploy failed: {}", .0.join("; "))]
@@ -63,9 +66,9 @@ pub enum FlowError {
 impl From<FlowError> for ApiError {
     fn from(e: FlowError) -> ApiError {
         let code = match &e {
-            FlowError::Missing { .. } => ErrorCode::Extension(404),
-            FlowError::Plugin { status, .. } => ErrorCode::Extension(*status),
-            FlowError::BadContent(_) => ErrorCode::Extension(400),
+            FlowError::Missing { .. } => ErrorCode::ExtensionNotFound,
+            FlowError::Plugin { status, .. } => ErrorCode::PluginFailed(*status),
+            FlowError::BadContent(_) => ErrorCode::ExtensionInvalid,
             FlowError::Deploy(_) => ErrorCode::InvalidRequest,
             FlowError::Store(inner) => return ApiError::from(inner.clone()),
         };
@@ -304,10 +307,7 @@ impl Flows {
         };
         match result {
             RunResult::Failed { error, steps } => {
-                let status = error
-                    .status
-                    .filter(|s| (400..=599).contains(s))
-                    .unwrap_or(500);
+                let status = PluginStatus::new(error.status.map(u64::from));
                 Err(FlowFailure {
                     trace: Some(trace_for(&steps, Some(&error))),
                     error: FlowError::Plugin {
@@ -335,7 +335,7 @@ impl Flows {
                     Err(FlowFailure {
                         trace: Some(trace_for(&steps, Some(&error))),
                         error: FlowError::Plugin {
-                            status: 400,
+                            status: PluginStatus::new(Some(400)),
                             message,
                         },
                     })
@@ -389,7 +389,7 @@ impl Flows {
             "jobId": job_id,
             "format": flow.data_format.name(),
             "traceId": trace_id,
-            "created": crate::features::template::format_datetime(now),
+            "created": crate::time::format_datetime(now),
             "identifier": uri,
             "flowName": flow.flow,
             "flowType": "input",

@@ -1,14 +1,14 @@
 //! `/v1/documents`: write, read and delete one document (REFERENCE §2).
 
 use bytes::Bytes;
-use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue, LOCATION};
+use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 
+use super::Ctx;
 use super::response::{self, Resp};
-use super::router::Ctx;
 use super::{App, BoxError, read_body, require_any};
 use crate::acl::{Capability, Permissions, Role};
 use crate::error::{ApiError, ErrorCode};
-use crate::store::{Document, Format, Op, Outcome, PutDocument, Warning, Written, content};
+use crate::store::{Document, Format, Op, PutDocument, content};
 
 /// Bodies above this are checked off the async threads.
 const INLINE_CHECK_BYTES: usize = 256 * 1024;
@@ -57,7 +57,7 @@ where
     }
     let op = Op::PutDocument(put);
     let answer = app.store.write(&ctx.caller, vec![op]).await?;
-    Ok(written(&uri, &answer))
+    Ok(response::written(&uri, &answer))
 }
 
 /// What a new document written without `perm:` gets: descriptors are readable by the
@@ -71,44 +71,6 @@ pub(super) fn default_permissions(collections: Option<&[String]>) -> Permissions
         Permissions::descriptor_default()
     } else {
         Permissions::document_default()
-    }
-}
-
-/// The `warnings` of a write's answer: the URI and the reason for each.
-pub(super) fn warnings_json(warnings: &[Warning]) -> serde_json::Value {
-    serde_json::Value::Array(
-        warnings
-            .iter()
-            .map(|w| serde_json::json!({"uri": w.uri, "message": w.message}))
-            .collect(),
-    )
-}
-
-/// 201 with `Location` for a new document, 204 for a replaced one. A write with warnings
-/// (a geometry its views cannot use) says so in a JSON body: 201 with it, or 200 in place of
-/// the 204 that can have none.
-pub(super) fn written(uri: &str, answer: &Written) -> Resp {
-    let body = (!answer.warnings.is_empty())
-        .then(|| serde_json::json!({"warnings": warnings_json(&answer.warnings)}));
-    match answer.outcomes.first() {
-        Some(Outcome::Created) => {
-            let mut r = match &body {
-                Some(b) => response::json_value(201, b),
-                None => response::empty(201),
-            };
-            let location = format!(
-                "/v1/documents?uri={}",
-                form_urlencoded::byte_serialize(uri.as_bytes()).collect::<String>()
-            );
-            if let Ok(v) = HeaderValue::from_str(&location) {
-                r.headers_mut().insert(LOCATION, v);
-            }
-            r
-        }
-        _ => match &body {
-            Some(b) => response::json_value(200, b),
-            None => response::empty(204),
-        },
     }
 }
 
@@ -705,6 +667,6 @@ where
     let answer = app.store.write(&ctx.caller, ops).await?;
     Ok(response::json_value(
         200,
-        &serde_json::json!({"documents": documents, "warnings": warnings_json(&answer.warnings)}),
+        &serde_json::json!({"documents": documents, "warnings": response::warnings_json(&answer.warnings)}),
     ))
 }

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use hyper::header::CONTENT_TYPE;
 use serde_json::Value;
 
+use super::Ctx;
 use super::response::{self, Resp};
-use super::router::Ctx;
 use super::{App, BoxError, read_body, require_any};
 use crate::acl::Role;
 use crate::error::{ApiError, ErrorCode};
@@ -37,7 +37,7 @@ pub(super) fn model_service(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
         Some(name) => {
             let d = app.features.descriptor(name, roles).ok_or_else(|| {
                 ApiError::new(
-                    ErrorCode::Extension(404),
+                    ErrorCode::ExtensionNotFound,
                     format!("Service {name} not found"),
                 )
             })?;
@@ -105,7 +105,7 @@ where
     let body = if multipart {
         multipart_json(content_type, &body).ok_or_else(|| {
             ApiError::new(
-                ErrorCode::Extension(400),
+                ErrorCode::ExtensionInvalid,
                 "the multipart body has no JSON part",
             )
         })?

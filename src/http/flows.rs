@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 
+use super::Ctx;
 use super::response::{self, Resp};
-use super::router::Ctx;
 use super::{App, BoxError, read_body, require_any};
 use crate::acl::Role;
 use crate::error::{ApiError, ErrorCode};
@@ -119,7 +119,7 @@ pub(super) async fn put_through_flow(
     match through_flow(app, &params, put).await {
         Ok(ops) => {
             let answer = app.store.write(&ctx.caller, ops).await?;
-            Ok(super::documents::written(&uri, &answer))
+            Ok(response::written(&uri, &answer))
         }
         Err((error, trace)) => {
             // Nothing is stored but the trace of the failure.

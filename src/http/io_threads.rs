@@ -9,11 +9,8 @@
 //!
 //! With `pin`, thread i is bound to the i-th CPU the process may run on (Seastar's thread
 //! affinity), when there are at least as many CPUs as threads: an io thread then keeps its
-//! caches, and no two io threads ever share a core. On this project's
-//! 2-core machine, with the load generator sharing it (pip-counties, 2 io threads, 2 client
-//! threads), pinning cut the open-loop p99 at 47.6k requests/s to a median of 5.5 ms from
-//! 11.8 ms (twelve alternating pairs, pinned lower in all twelve) and raised closed-loop
-//! throughput at 64 connections from a median of 70.7k to 74.0k requests/s (eight pairs).
+//! caches, and no two io threads ever share a core, which lowers the tail latency when a load
+//! generator shares the machine (figures in commit 2e4d9a3).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

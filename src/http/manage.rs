@@ -4,8 +4,8 @@ use bytes::Bytes;
 use hyper::header::{HeaderValue, LOCATION};
 use serde::Deserialize;
 
+use super::Ctx;
 use super::response::{self, Resp};
-use super::router::Ctx;
 use super::{App, BoxError, read_body, require_any};
 use crate::acl::Role;
 use crate::error::{ApiError, ErrorCode};

@@ -56,6 +56,14 @@ pub struct App {
     pub started: Instant,
 }
 
+/// What every handler gets besides the body (made by the router, read by the handlers).
+pub(crate) struct Ctx {
+    pub caller: crate::acl::Caller,
+    pub params: params::Params,
+    pub headers: hyper::HeaderMap,
+    pub path: String,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
@@ -105,7 +113,7 @@ impl App {
                     resolution: config.h3_resolution,
                 },
                 max_record_count: config.max_record_count,
-                where_limits: crate::features::sql::WhereLimits {
+                where_limits: crate::features::where_clause::WhereLimits {
                     max_bytes: config.max_where_bytes,
                     max_depth: config.max_where_depth,
                 },

@@ -15,14 +15,7 @@
 //! machine) runs first. Polling costs CPU only in the gaps between requests, at most the
 //! window for each gap, and a thread that serves nothing never starts.
 //!
-//! Measured on the 2-core machine (pip-counties, 2 io threads, a fresh server a run,
-//! alternating 0 and 100 µs; issue 6, stop 30), medians:
-//! - 1 connection: 8.2k requests/s with no polling, 19.6k with (3 runs each);
-//! - 64 connections, 1 client thread: 68.6k and 91.5k, at 16.2 and 13.6 µs of server CPU a
-//!   request (6 runs each): a thread that polls skips the kernel's sleep and wake-up;
-//! - 64 connections, 2 client threads: 78.6k both (4 runs each);
-//! - open loop at 48.8k/s: p99 10.4 ms and 4.7 ms, at 20 and 24 µs of CPU a request (4 runs
-//!   each).
+//! Figures: the commit that added it (1e0d786) and `loadtest/reports/2026-11-24c.md`.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;

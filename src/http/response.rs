@@ -2,10 +2,11 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use hyper::header::{CONTENT_TYPE, HeaderValue, LOCATION, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
 
 use crate::error::ApiError;
+use crate::store::{Outcome, Warning, Written};
 
 pub type Resp = Response<Full<Bytes>>;
 
@@ -57,4 +58,42 @@ pub fn unauthorized(challenges: &[String; 2]) -> Resp {
         }
     }
     r
+}
+
+/// The `warnings` of a write's answer: the URI and the reason for each.
+pub(super) fn warnings_json(warnings: &[Warning]) -> serde_json::Value {
+    serde_json::Value::Array(
+        warnings
+            .iter()
+            .map(|w| serde_json::json!({"uri": w.uri, "message": w.message}))
+            .collect(),
+    )
+}
+
+/// 201 with `Location` for a new document, 204 for a replaced one. A write with warnings
+/// (a geometry its views cannot use) says so in a JSON body: 201 with it, or 200 in place of
+/// the 204 that can have none.
+pub(super) fn written(uri: &str, answer: &Written) -> Resp {
+    let body = (!answer.warnings.is_empty())
+        .then(|| serde_json::json!({"warnings": warnings_json(&answer.warnings)}));
+    match answer.outcomes.first() {
+        Some(Outcome::Created) => {
+            let mut r = match &body {
+                Some(b) => json_value(201, b),
+                None => empty(201),
+            };
+            let location = format!(
+                "/v1/documents?uri={}",
+                form_urlencoded::byte_serialize(uri.as_bytes()).collect::<String>()
+            );
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                r.headers_mut().insert(LOCATION, v);
+            }
+            r
+        }
+        _ => match &body {
+            Some(b) => json_value(200, b),
+            None => empty(204),
+        },
+    }
 }

@@ -8,8 +8,7 @@ use hyper::{Method, Request};
 
 use super::params::Params;
 use super::response::{self, Resp};
-use super::{App, BoxError, documents, features, flows, manage};
-use crate::acl::Caller;
+use super::{App, BoxError, Ctx, documents, features, flows, manage};
 use crate::error::{ApiError, ErrorCode};
 use crate::security::AuthOutcome;
 use bytes::Bytes;
@@ -86,14 +85,6 @@ impl Route {
             Route::NotFound => &[],
         }
     }
-}
-
-/// What every handler gets besides the body.
-pub(crate) struct Ctx {
-    pub caller: Caller,
-    pub params: Params,
-    pub headers: hyper::HeaderMap,
-    pub path: String,
 }
 
 /// `conn`: the state of the connection the request came over, when it did.

@@ -7,6 +7,8 @@
 //!   those shards in parallel on rayon, de-duplicates shapes referenced from several shards,
 //!   and runs the exact tests in parallel, stopping at a deadline when it is given one
 //!   ([`Engine::query_within`]).
+//! - A distance query ([`Engine::query_distance`]) takes the candidates of a box that holds the
+//!   distance and measures each on the ellipsoid ([`super::distance`]).
 //! - Writers take one engine-wide lock (one writer at a time) and each shard's write lock only
 //!   for the moment of the change; bulk loads build new trees outside the lock and swap them
 //!   in. Readers hold a shard's read lock for one query.
@@ -20,10 +22,11 @@ use parking_lot::{Mutex, RwLock};
 use rayon::prelude::*;
 
 use super::FeatureId;
+use super::entry::{PartEntry, PointEntry, WHOLE};
 use super::partition::Partitioner;
 use super::pip::Location;
 use super::predicate::{Query, Relation, Shape, point_fast_path};
-use super::shard::{PartEntry, PointEntry, ShardIndex, WHOLE};
+use super::shard::ShardIndex;
 
 /// What the engine indexes for one id: enough to find and remove it.
 #[derive(Debug, Clone, Default)]
@@ -120,7 +123,7 @@ impl Engine {
         self.shards
             .iter()
             .filter_map(|s| s.read().bounds())
-            .reduce(super::shard::union)
+            .reduce(super::entry::union)
     }
 
     /// Entries per shard: (points, parts, envelopes).
@@ -472,18 +475,6 @@ impl Engine {
         ids.sort_unstable();
         ids.dedup();
         Ok(ids)
-    }
-
-    /// [`Engine::query`] for async callers: a point query runs here (one shard, no hop); a
-    /// region query is submitted once to rayon and awaited. If the caller goes away first,
-    /// the work is skipped.
-    pub async fn query_async(self: Arc<Self>, q: Arc<Query>, rel: Relation) -> Vec<FeatureId> {
-        if q.as_point().is_some() {
-            return self.query(&q, rel);
-        }
-        crate::cpu::run_cpu_intensive(move || self.query(&q, rel))
-            .await
-            .unwrap_or_default()
     }
 }
 

@@ -34,8 +34,8 @@
 use geo::{Coord, Geometry};
 
 use super::FeatureId;
+use super::entry::{PartEntry, WHOLE};
 use super::pip::{BBox, Edge, Location, bbox_contains, locate_on_chain};
-use super::shard::{PartEntry, WHOLE};
 use crate::FastMap;
 
 /// A part spanning more cells than this goes to the `wide` list.
@@ -754,8 +754,8 @@ mod tests {
     use geo::{Geometry, LineString, Polygon, Rect, coord};
 
     use super::*;
+    use crate::spatial::entry::WHOLE;
     use crate::spatial::predicate::Shape;
-    use crate::spatial::shard::WHOLE;
 
     fn entry(id: u32, b: BBox) -> PartEntry {
         let rect = Rect::new(coord! {x: b[0], y: b[1]}, coord! {x: b[2], y: b[3]});

@@ -12,6 +12,7 @@
 pub mod buckets;
 pub mod distance;
 pub mod engine;
+pub mod entry;
 pub mod geometry;
 pub mod grid;
 pub mod partition;

@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
@@ -466,12 +466,6 @@ impl Store {
             f(codec::decode(k.value(), v.value())?)?;
         }
         Ok(())
-    }
-
-    pub fn count_documents(&self) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
-        table.len().map_err(storage)
     }
 
     pub fn get_record(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {

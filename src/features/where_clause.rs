@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
-use super::template::parse_datetime;
+use crate::time::parse_datetime;
 
 /// A value during evaluation.
 #[derive(Debug, Clone, PartialEq)]
