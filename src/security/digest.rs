@@ -237,7 +237,7 @@ pub struct HeaderCache {
 
 impl HeaderCache {
     /// [`parse_digest`], from the kept header when this one differs from it only in `nc`
-    /// and `response` (see [`KeptHeader::bind`]); otherwise parsed, and kept.
+    /// and `response` (see `KeptHeader::bind`); otherwise parsed, and kept.
     pub fn parse<'a>(&self, params: &'a str) -> Option<DigestResponse<'a>> {
         self.parse_bound(params).0
     }

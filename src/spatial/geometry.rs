@@ -179,7 +179,7 @@ fn position(v: &Value, path: &dyn Fn() -> String) -> Result<Coord<f64>, Geometry
 }
 
 /// The point `[x, y]` when [`parse_parts`] accepts it as a `Point`'s coordinates (finite, and
-/// within longitude and latitude range, as [`position`] checks); `None` where it gives an
+/// within longitude and latitude range, as `position` checks); `None` where it gives an
 /// error.
 pub fn point(x: f64, y: f64) -> Option<Geometry<f64>> {
     (LONGITUDE.contains(&x) && LATITUDE.contains(&y))

@@ -550,8 +550,8 @@ impl CellTable {
 impl PartGrid {
     /// A grid over `parts`, or `None` when there are none or the wide list would be long.
     ///
-    /// The side is the finest of [`SIDES`] (times the median part's longer side) whose boxes
-    /// cover at most [`ENTRIES_PER_PART`] cells a part, on average: finer cells list fewer
+    /// The side is the finest of `SIDES` (times the median part's longer side) whose boxes
+    /// cover at most `ENTRIES_PER_PART` cells a part, on average: finer cells list fewer
     /// parts and lie inside more of them, so probes scan and locate less, and the boxes'
     /// cells bound the entries (cells outside a part do not list it).
     pub fn build(parts: &[PartEntry]) -> Option<PartGrid> {

@@ -389,7 +389,7 @@ fn band_cuts(lows: &[f64], bands: usize, ylo: f64, yhi: f64) -> Vec<f64> {
 /// Cut one polygon (shell and holes together) into banded, striped parts.
 ///
 /// About [`BAND_EDGES`] edges a band, or fewer bands where long edges would copy into many
-/// (see [`BAND_COPIES`]); each edge is placed by binary search over the cuts, so the cut
+/// (see `BAND_COPIES`); each edge is placed by binary search over the cuts, so the cut
 /// costs O(n log n) and its parts O(n) memory for any ring.
 pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
     let mut edges = Vec::new();

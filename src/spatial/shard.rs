@@ -2,7 +2,7 @@
 //!
 //! - `points`: point features (and each point of a multipoint), 24 bytes each, in buckets
 //!   (see [`super::buckets`]).
-//! - `parts`: polygon bands and whole lines, each referring to its shared [`Shape`].
+//! - `parts`: polygon bands and whole lines, each referring to its shared [`super::predicate::Shape`].
 //! - `envelopes`: the whole bounding box of each polygon, for `envelope-intersects` only.
 //! - `grid`: the parts again, in a uniform grid for point probes (see [`super::grid`]).
 

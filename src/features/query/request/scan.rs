@@ -378,7 +378,7 @@ pub(super) fn read(body: &[u8]) -> Option<RawRequest<'_>> {
     read_spanned(body).map(|(raw, _)| raw)
 }
 
-/// [`read`], and where the geometry's `coordinates` lie in `body` when they are an array: from
+/// `read`, and where the geometry's `coordinates` lie in `body` when they are an array: from
 /// its `[` to just after its `]`.
 pub(super) fn read_spanned(body: &[u8]) -> Option<(RawRequest<'_>, Option<(usize, usize)>)> {
     let text = std::str::from_utf8(body).ok()?;

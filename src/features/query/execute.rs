@@ -1,0 +1,493 @@
+//! Execution: the layer a request resolves to, the service and layer descriptors, and a
+//! query from its candidates through filters, statistics, order and page.
+
+use super::*;
+
+pub(super) struct Plan<'a> {
+    pub(super) layer: &'a Layer,
+    view: Option<Arc<ViewState>>,
+}
+
+impl Features {
+    pub(super) fn resolve<'d>(
+        &self,
+        req: &FeatureRequest,
+        descriptor: &'d Descriptor,
+    ) -> Result<Option<Plan<'d>>, FeatureError> {
+        let Some(id) = req.layer else {
+            return Ok(None);
+        };
+        let layer = descriptor.layer(id).ok_or_else(|| {
+            FeatureError::LayerNotFound(req.layer_text.clone().unwrap_or_else(|| id.to_string()))
+        })?;
+        Ok(Some(Plan {
+            layer,
+            view: self.view(&layer.view),
+        }))
+    }
+
+    /// Answer a geoQueryService request: the JSON response body.
+    pub fn execute(&self, caller: &Caller, req: &FeatureRequest) -> Result<Vec<u8>, FeatureError> {
+        self.execute_within(caller, req, None)
+    }
+
+    /// [`Features::execute`], given up with [`FeatureError::TimeLimit`] once `limit` (a
+    /// deadline and the limit it came from, in ms) has passed: the spatial tests and the row
+    /// filter look at the clock as they go.
+    pub fn execute_within(
+        &self,
+        caller: &Caller,
+        req: &FeatureRequest,
+        limit: Option<(std::time::Instant, u64)>,
+    ) -> Result<Vec<u8>, FeatureError> {
+        let descriptor = self
+            .descriptor(&req.service, caller.roles())
+            .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
+        let plan = self.resolve(req, &descriptor)?;
+        let is_query = req
+            .method
+            .as_deref()
+            .is_some_and(|m| m.eq_ignore_ascii_case("query"));
+        match (plan, is_query) {
+            (None, _) => Ok(self.service_description(&descriptor)),
+            (Some(plan), false) => Ok(self.layer_description(&plan)),
+            (Some(plan), true) => self.run_query(caller, req, &descriptor, &plan, limit),
+        }
+    }
+
+    /// The service descriptor as Koop reads it for `/FeatureServer` (REFERENCE §5): the
+    /// info's members, `maxRecordCount`, and each layer's metadata in ascending id order.
+    pub(super) fn service_description(&self, d: &Descriptor) -> Vec<u8> {
+        let mut top = serde_json::Map::new();
+        top.insert("description".into(), d.description.clone().into());
+        top.insert(
+            "maxRecordCount".into(),
+            self.settings.max_record_count.into(),
+        );
+        if let Some(Value::Object(info)) = d.raw.get("info") {
+            for (k, v) in info {
+                top.insert(k.clone(), v.clone());
+            }
+        }
+        let mut layers: Vec<&Layer> = d.layers.iter().collect();
+        layers.sort_by_key(|l| l.id);
+        let layers: Vec<Value> = layers
+            .into_iter()
+            .map(|layer| {
+                let view = self.view(&layer.view);
+                json!({ "metadata": self.layer_metadata(layer, view.as_deref()) })
+            })
+            .collect();
+        // The service's extent holds its layers' (Koop's fullExtent).
+        let extent = layers
+            .iter()
+            .filter_map(|l| {
+                let e = &l["metadata"]["extent"];
+                let n = |k: &str| e.get(k).and_then(Value::as_f64);
+                Some([n("xmin")?, n("ymin")?, n("xmax")?, n("ymax")?])
+            })
+            .reduce(|a, b| {
+                [
+                    a[0].min(b[0]),
+                    a[1].min(b[1]),
+                    a[2].max(b[2]),
+                    a[3].max(b[3]),
+                ]
+            });
+        if let Some([xmin, ymin, xmax, ymax]) = extent {
+            top.entry("extent").or_insert_with(|| {
+                json!({
+                    "xmin": xmin, "ymin": ymin, "xmax": xmax, "ymax": ymax,
+                    "spatialReference": {"wkid": 4326, "latestWkid": 4326},
+                })
+            });
+        }
+        top.insert("layers".into(), Value::Array(layers));
+        let mut out = Vec::new();
+        envelope_start(&mut out);
+        for (k, v) in top {
+            out.push(b',');
+            write_str(&mut out, &k);
+            out.push(b':');
+            let _ = serde_json::to_writer(&mut out, &v);
+        }
+        out.push(b'}');
+        out
+    }
+
+    /// The layer descriptor: `{"metadata": {…}}`.
+    pub(super) fn layer_description(&self, plan: &Plan<'_>) -> Vec<u8> {
+        let meta = self.layer_metadata(plan.layer, plan.view.as_deref());
+        let mut out = Vec::new();
+        envelope_start(&mut out);
+        out.extend_from_slice(b",\"metadata\":");
+        let _ = serde_json::to_writer(&mut out, &meta);
+        out.push(b'}');
+        out
+    }
+
+    /// A layer's metadata: its members as stored, `maxRecordCount`,
+    /// `useStandardizedQueries`, `idField`, its fields, and its extent (the stored one, else
+    /// the data's; none for a layer with no features, which clients take as the world).
+    pub(super) fn layer_metadata(&self, layer: &Layer, view: Option<&ViewState>) -> Value {
+        let mut meta = serde_json::Map::new();
+        meta.insert(
+            "maxRecordCount".into(),
+            self.settings.max_record_count.into(),
+        );
+        meta.insert("useStandardizedQueries".into(), true.into());
+        for (k, v) in &layer.raw {
+            meta.insert(k.clone(), v.clone());
+        }
+        meta.entry("idField")
+            .or_insert_with(|| layer.id_field.clone().into());
+        if !meta.contains_key("extent") {
+            let extent = view.and_then(|v| {
+                v.indexes
+                    .read()
+                    .get(layer.geometry_path.text())
+                    .and_then(|e| e.extent())
+            });
+            if let Some([xmin, ymin, xmax, ymax]) = extent {
+                meta.insert(
+                    "extent".into(),
+                    json!({
+                        "xmin": xmin, "ymin": ymin, "xmax": xmax, "ymax": ymax,
+                        "spatialReference": {"wkid": 4326, "latestWkid": 4326},
+                    }),
+                );
+            }
+        }
+        let fields: Value = view
+            .and_then(|v| serde_json::from_slice(&v.def.fields_json).ok())
+            .unwrap_or(Value::Array(Vec::new()));
+        meta.insert("fields".into(), fields);
+        Value::Object(meta)
+    }
+
+    pub(super) fn run_query(
+        &self,
+        caller: &Caller,
+        req: &FeatureRequest,
+        descriptor: &Descriptor,
+        plan: &Plan<'_>,
+        limit: Option<(std::time::Instant, u64)>,
+    ) -> Result<Vec<u8>, FeatureError> {
+        let deadline = limit.map(|l| l.0);
+        let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
+        let q = &req.query;
+        let Some(view) = plan.view.as_ref() else {
+            // The layer's view has no template yet: a valid layer with no features.
+            return Ok(self.write_features(descriptor, plan, None, &[], &[], false, q));
+        };
+        let def = &view.def;
+        let resolve = |name: &str| def.column(name);
+        let filter = Where::parse(
+            q.where_text.as_deref().unwrap_or(""),
+            &resolve,
+            self.settings.where_limits,
+        )?;
+        let field = |name: &str, member: &str| -> Result<usize, FeatureError> {
+            def.column(name)
+                .ok_or_else(|| bad(format!("unknown field {name} in {member}")))
+        };
+        let out_cols: Vec<usize> = match q.out_fields.as_deref().map(str::trim) {
+            None | Some("") | Some("*") => (0..def.columns.len()).collect(),
+            Some(list) => list
+                .split(',')
+                .map(|f| field(f.trim(), "outFields"))
+                .collect::<Result<_, _>>()?,
+        };
+        let mut order: Vec<(usize, bool)> = Vec::new();
+        if let Some(list) = q.order_by.as_deref() {
+            for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let mut words = part.split_whitespace();
+                let name = words.next().unwrap_or_default();
+                let desc = match words.next().map(str::to_ascii_uppercase).as_deref() {
+                    None | Some("ASC") => false,
+                    Some("DESC") => true,
+                    Some(other) => {
+                        return Err(bad(format!("orderByFields: {other} is not ASC or DESC")));
+                    }
+                };
+                order.push((field(name, "orderByFields")?, desc));
+            }
+        }
+        let time_cols = match (&q.time, &plan.layer.time_fields) {
+            (Some(_), Some((start, end))) => Some((
+                field(start, "timeInfo.startTimeField")?,
+                end.as_deref()
+                    .map(|e| field(e, "timeInfo.endTimeField"))
+                    .transpose()?,
+            )),
+            _ => None,
+        };
+        let stats = match &q.statistics {
+            None => None,
+            Some(specs) => {
+                let mut cols = Vec::new();
+                for s in specs {
+                    let c = if s.kind == StatKind::Count && s.field == "*" {
+                        None
+                    } else {
+                        Some(field(&s.field, "outStatistics")?)
+                    };
+                    if let Some(c) = c
+                        && s.kind.is_numeric()
+                        && !matches!(def.columns[c].scalar.kind(), Kind::Int | Kind::Float)
+                    {
+                        return Err(bad(format!(
+                            "outStatistics: {} needs a numeric field, and {} is a {}",
+                            s.kind.name(),
+                            def.columns[c].name,
+                            def.columns[c].scalar.name()
+                        )));
+                    }
+                    cols.push(c);
+                }
+                let groups = q
+                    .group_by
+                    .clone()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|g| field(g, "groupByFieldsForStatistics"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some((cols, groups))
+            }
+        };
+        let object_ids: Option<std::collections::HashSet<i64>> =
+            q.object_ids.as_ref().map(|v| v.iter().copied().collect());
+
+        // Spatial candidates, or every row.
+        let candidates: Option<Vec<u32>> = match &q.geometry {
+            None => None,
+            Some((query, rel)) => {
+                let index = view
+                    .indexes
+                    .read()
+                    .get(plan.layer.geometry_path.text())
+                    .cloned();
+                Some(match (index, q.distance) {
+                    (Some(engine), Some(meters)) => engine
+                        .query_distance(query, meters, deadline)
+                        .map_err(|_| past_limit())?,
+                    (Some(engine), None) => engine
+                        .query_within(query, *rel, deadline)
+                        .map_err(|_| past_limit())?,
+                    (None, _) => Vec::new(),
+                })
+            }
+        };
+        let data = view.data.read();
+        let passes = |slot: u32| -> bool {
+            if !data.readable(caller, slot) {
+                return false;
+            }
+            if let Some(ids) = &object_ids
+                && !data.id_of(slot).is_some_and(|id| ids.contains(&id))
+            {
+                return false;
+            }
+            if let (Some((start, end)), Some((from, to))) = (time_cols, q.time) {
+                let row = data.row(slot);
+                let t0 = match row.get(start) {
+                    V::Date(ms) | V::Int(ms) => Some(ms),
+                    _ => None,
+                };
+                let t1 = end.map_or(t0, |e| match row.get(e) {
+                    V::Date(ms) | V::Int(ms) => Some(ms),
+                    _ => t0,
+                });
+                let Some(t0) = t0 else { return false };
+                let t1 = t1.unwrap_or(t0);
+                if from.is_some_and(|f| t1 < f) || to.is_some_and(|t| t0 > t) {
+                    return false;
+                }
+            }
+            filter.matches(&data.row(slot))
+        };
+        // Every 4,096 rows, a look at the clock.
+        let mut seen = 0usize;
+        let mut stopped = false;
+        let mut within = |_: &u32| {
+            seen += 1;
+            if seen.is_multiple_of(4096) && deadline.is_some_and(|d| std::time::Instant::now() >= d)
+            {
+                stopped = true;
+            }
+            !stopped
+        };
+        let mut rows: Vec<(i64, u32)> = match candidates {
+            Some(c) => c
+                .into_iter()
+                .take_while(&mut within)
+                .filter(|s| passes(*s))
+                .filter_map(|s| data.id_of(s).map(|id| (id, s)))
+                .collect(),
+            None => data
+                .live_slots()
+                .take_while(&mut within)
+                .filter(|s| passes(*s))
+                .filter_map(|s| data.id_of(s).map(|id| (id, s)))
+                .collect(),
+        };
+        if stopped {
+            return Err(past_limit());
+        }
+
+        if let Some((cols, groups)) = stats {
+            return Ok(self.write_statistics(descriptor, plan, &data, &rows, &cols, &groups, q));
+        }
+        if q.count_only {
+            let mut out = Vec::new();
+            envelope_start(&mut out);
+            out.extend_from_slice(b",\"count\":");
+            write_int(&mut out, rows.len());
+            self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
+            out.extend_from_slice(b",\"features\":[]}");
+            return Ok(out);
+        }
+        if order.is_empty() {
+            rows.sort_unstable();
+        } else {
+            rows.sort_by(|a, b| {
+                for &(col, desc) in &order {
+                    let (va, vb) = (
+                        data.columns[col].get(a.1 as usize),
+                        data.columns[col].get(b.1 as usize),
+                    );
+                    let o = match (&va, &vb) {
+                        (V::Null, V::Null) => Ordering::Equal,
+                        (V::Null, _) => Ordering::Less,
+                        (_, V::Null) => Ordering::Greater,
+                        _ => compare(&va, &vb).unwrap_or(Ordering::Equal),
+                    };
+                    let o = if desc { o.reverse() } else { o };
+                    if o != Ordering::Equal {
+                        return o;
+                    }
+                }
+                a.0.cmp(&b.0)
+            });
+        }
+        if q.ids_only {
+            let mut out = Vec::new();
+            envelope_start(&mut out);
+            out.extend_from_slice(b",\"objectIdFieldName\":");
+            write_str(&mut out, &def.columns[def.id_column].name);
+            out.extend_from_slice(b",\"objectIds\":[");
+            for (i, (id, _)) in rows.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_int(&mut out, *id);
+            }
+            out.push(b']');
+            self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
+            out.extend_from_slice(b",\"features\":[");
+            let id_name = &def.columns[def.id_column].name;
+            for (i, (id, _)) in rows.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"type\":\"Feature\",\"id\":");
+                write_int(&mut out, *id);
+                out.extend_from_slice(b",\"properties\":{");
+                write_str(&mut out, id_name);
+                out.push(b':');
+                write_int(&mut out, *id);
+                out.extend_from_slice(b"},\"geometry\":null}");
+            }
+            out.extend_from_slice(b"]}");
+            return Ok(out);
+        }
+        let limit = q
+            .limit
+            .filter(|l| *l > 0)
+            .unwrap_or(self.settings.max_record_count)
+            .min(self.settings.max_record_count);
+        let start = q.offset.min(rows.len());
+        let end = (start + limit).min(rows.len());
+        let exceeded = end < rows.len();
+        let page: Vec<u32> = rows[start..end].iter().map(|r| r.1).collect();
+        Ok(self.write_features(descriptor, plan, Some(&data), &page, &out_cols, exceeded, q))
+    }
+}
+
+/// One statistic over some rows. Nulls are skipped; `stddev` and `var` are the sample
+/// forms (n - 1), null below two values.
+pub(super) fn statistic<'d>(
+    kind: StatKind,
+    col: Option<usize>,
+    data: &'d ViewData,
+    slots: &[u32],
+) -> V<'d> {
+    let Some(col) = col else {
+        return V::Int(slots.len() as i64);
+    };
+    let values: Vec<V<'d>> = slots
+        .iter()
+        .map(|s| data.columns[col].get(*s as usize))
+        .filter(|v| *v != V::Null)
+        .collect();
+    let nums = || {
+        values.iter().filter_map(|v| match v {
+            V::Int(i) => Some(*i as f64),
+            V::Float(f) => Some(*f),
+            V::Bool(b) => Some(f64::from(u8::from(*b))),
+            V::Date(d) => Some(*d as f64),
+            _ => None,
+        })
+    };
+    match kind {
+        StatKind::Count => V::Int(values.len() as i64),
+        StatKind::Min | StatKind::Max => values
+            .iter()
+            .cloned()
+            .reduce(|a, b| {
+                let o = compare(&a, &b).unwrap_or(Ordering::Equal);
+                let keep_a = if kind == StatKind::Min {
+                    o != Ordering::Greater
+                } else {
+                    o != Ordering::Less
+                };
+                if keep_a { a } else { b }
+            })
+            .unwrap_or(V::Null),
+        StatKind::Sum => {
+            if values.is_empty() {
+                return V::Null;
+            }
+            // Integers sum exactly while they fit; past i64 the sum is a float.
+            let exact = values.iter().try_fold(0i64, |acc, v| match v {
+                V::Int(i) => acc.checked_add(*i),
+                _ => None,
+            });
+            match exact {
+                Some(total) => V::Int(total),
+                None => V::Float(nums().sum()),
+            }
+        }
+        StatKind::Avg => {
+            let n: Vec<f64> = nums().collect();
+            if n.is_empty() {
+                V::Null
+            } else {
+                V::Float(n.iter().sum::<f64>() / n.len() as f64)
+            }
+        }
+        StatKind::Var | StatKind::Stddev => {
+            let n: Vec<f64> = nums().collect();
+            if n.len() < 2 {
+                return V::Null;
+            }
+            let mean = n.iter().sum::<f64>() / n.len() as f64;
+            let var = n.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n.len() - 1) as f64;
+            V::Float(if kind == StatKind::Var {
+                var
+            } else {
+                var.sqrt()
+            })
+        }
+    }
+}
