@@ -466,13 +466,7 @@ fn koop_feature_server_over_the_counties() {
     assert_eq!(layer["name"], "shapes");
     assert_eq!(layer["maxRecordCount"], 5000);
     assert!(near(&layer["extent"]), "{}", layer["extent"]);
-    let fields: Vec<&str> = layer["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(fields, ["OBJECTID", "name", "pop"]);
+    assert_eq!(field_names(&layer), ["OBJECTID", "name", "pop"]);
     let layers = koop.get("/layers", &[]);
     assert_eq!(layers["layers"][0]["name"], "shapes", "{layers}");
 

@@ -267,13 +267,7 @@ fn descriptors_in_the_shape_koop_reads() {
     assert_eq!(layer["name"], "shapes");
     assert_eq!(layer["geometryType"], "Polygon");
     assert_eq!(layer["maxRecordCount"], 5000);
-    let fields: Vec<&str> = layer["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(fields, ["OBJECTID", "name", "pop"]);
+    assert_eq!(field_names(layer), ["OBJECTID", "name", "pop"]);
     // The extent is the data's (from a scan here), not the world.
     let mut want = all[0].1.bounding_rect().unwrap();
     for (_, g, _) in &all {

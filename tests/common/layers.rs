@@ -121,3 +121,13 @@ pub fn load_counties(c: &mut Client) -> Vec<(i64, Geometry<f64>, Value)> {
     assert_eq!(r.status, 200, "{}", r.text());
     all
 }
+
+/// The names of a layer's `fields`, in order.
+pub fn field_names(layer: &Value) -> Vec<&str> {
+    layer["fields"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no fields: {layer}"))
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect()
+}

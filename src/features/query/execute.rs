@@ -165,6 +165,9 @@ impl Features {
         Value::Object(meta)
     }
 
+    /// A query, in the order a reader can follow: the columns it names, the candidate rows
+    /// from the spatial index, the filters, then statistics, a count, or the order, ids or
+    /// page of features.
     pub(super) fn run_query(
         &self,
         caller: &Caller,
@@ -181,17 +184,59 @@ impl Features {
             return Ok(self.write_features(descriptor, plan, None, &[], &[], false, q));
         };
         let def = &view.def;
-        let resolve = |name: &str| def.column(name);
         let filter = Where::parse(
             q.where_text.as_deref().unwrap_or(""),
-            &resolve,
+            &|name: &str| def.column(name),
             self.settings.where_limits,
         )?;
+        let cols = Columns::resolve(def, plan.layer, q)?;
+        let candidates = candidates(view, plan.layer, q, deadline).map_err(|_| past_limit())?;
+        let data = view.data.read();
+        let mut rows = matching_rows(&data, caller, candidates, &cols, &filter, q, deadline)
+            .ok_or_else(past_limit)?;
+        if let Some((stat_cols, groups)) = &cols.stats {
+            return Ok(self.write_statistics(descriptor, plan, &data, &rows, stat_cols, groups, q));
+        }
+        if q.count_only {
+            return Ok(self.write_count(descriptor, plan, def, rows.len()));
+        }
+        sort_rows(&mut rows, &cols.order, &data);
+        if q.ids_only {
+            return Ok(self.write_ids(descriptor, plan, def, &rows));
+        }
+        let limit = q
+            .limit
+            .filter(|l| *l > 0)
+            .unwrap_or(self.settings.max_record_count)
+            .min(self.settings.max_record_count);
+        let start = q.offset.min(rows.len());
+        let end = (start + limit).min(rows.len());
+        let exceeded = end < rows.len();
+        let page: Vec<u32> = rows[start..end].iter().map(|r| r.1).collect();
+        Ok(self.write_features(descriptor, plan, Some(&data), &page, &cols.out, exceeded, q))
+    }
+}
+
+/// The view columns a query names, resolved and checked before any row is read.
+pub(super) struct Columns {
+    /// `outFields`, in order.
+    out: Vec<usize>,
+    /// `orderByFields`: column and descending.
+    order: Vec<(usize, bool)>,
+    /// The layer's `timeInfo` start and end columns, when the query has a `time`.
+    time: Option<(usize, Option<usize>)>,
+    /// `outStatistics` (a column each, none for `count(*)`) and
+    /// `groupByFieldsForStatistics`.
+    stats: Option<(Vec<Option<usize>>, Vec<usize>)>,
+}
+
+impl Columns {
+    fn resolve(def: &ViewDef, layer: &Layer, q: &QuerySpec) -> Result<Columns, FeatureError> {
         let field = |name: &str, member: &str| -> Result<usize, FeatureError> {
             def.column(name)
                 .ok_or_else(|| bad(format!("unknown field {name} in {member}")))
         };
-        let out_cols: Vec<usize> = match q.out_fields.as_deref().map(str::trim) {
+        let out: Vec<usize> = match q.out_fields.as_deref().map(str::trim) {
             None | Some("") | Some("*") => (0..def.columns.len()).collect(),
             Some(list) => list
                 .split(',')
@@ -213,7 +258,7 @@ impl Features {
                 order.push((field(name, "orderByFields")?, desc));
             }
         }
-        let time_cols = match (&q.time, &plan.layer.time_fields) {
+        let time = match (&q.time, &layer.time_fields) {
             (Some(_), Some((start, end))) => Some((
                 field(start, "timeInfo.startTimeField")?,
                 end.as_deref()
@@ -255,163 +300,127 @@ impl Features {
                 Some((cols, groups))
             }
         };
-        let object_ids: Option<std::collections::HashSet<i64>> =
-            q.object_ids.as_ref().map(|v| v.iter().copied().collect());
-
-        // Spatial candidates, or every row.
-        let candidates: Option<Vec<u32>> = match &q.geometry {
-            None => None,
-            Some((query, rel)) => {
-                let index = view
-                    .indexes
-                    .read()
-                    .get(plan.layer.geometry_path.text())
-                    .cloned();
-                Some(match (index, q.distance) {
-                    (Some(engine), Some(meters)) => engine
-                        .query_distance(query, meters, deadline)
-                        .map_err(|_| past_limit())?,
-                    (Some(engine), None) => engine
-                        .query_within(query, *rel, deadline)
-                        .map_err(|_| past_limit())?,
-                    (None, _) => Vec::new(),
-                })
-            }
-        };
-        let data = view.data.read();
-        let passes = |slot: u32| -> bool {
-            if !data.readable(caller, slot) {
-                return false;
-            }
-            if let Some(ids) = &object_ids
-                && !data.id_of(slot).is_some_and(|id| ids.contains(&id))
-            {
-                return false;
-            }
-            if let (Some((start, end)), Some((from, to))) = (time_cols, q.time) {
-                let row = data.row(slot);
-                let t0 = match row.get(start) {
-                    V::Date(ms) | V::Int(ms) => Some(ms),
-                    _ => None,
-                };
-                let t1 = end.map_or(t0, |e| match row.get(e) {
-                    V::Date(ms) | V::Int(ms) => Some(ms),
-                    _ => t0,
-                });
-                let Some(t0) = t0 else { return false };
-                let t1 = t1.unwrap_or(t0);
-                if from.is_some_and(|f| t1 < f) || to.is_some_and(|t| t0 > t) {
-                    return false;
-                }
-            }
-            filter.matches(&data.row(slot))
-        };
-        // Every 4,096 rows, a look at the clock.
-        let mut seen = 0usize;
-        let mut stopped = false;
-        let mut within = |_: &u32| {
-            seen += 1;
-            if seen.is_multiple_of(4096) && deadline.is_some_and(|d| std::time::Instant::now() >= d)
-            {
-                stopped = true;
-            }
-            !stopped
-        };
-        let mut rows: Vec<(i64, u32)> = match candidates {
-            Some(c) => c
-                .into_iter()
-                .take_while(&mut within)
-                .filter(|s| passes(*s))
-                .filter_map(|s| data.id_of(s).map(|id| (id, s)))
-                .collect(),
-            None => data
-                .live_slots()
-                .take_while(&mut within)
-                .filter(|s| passes(*s))
-                .filter_map(|s| data.id_of(s).map(|id| (id, s)))
-                .collect(),
-        };
-        if stopped {
-            return Err(past_limit());
-        }
-
-        if let Some((cols, groups)) = stats {
-            return Ok(self.write_statistics(descriptor, plan, &data, &rows, &cols, &groups, q));
-        }
-        if q.count_only {
-            let mut out = Vec::new();
-            envelope_start(&mut out);
-            out.extend_from_slice(b",\"count\":");
-            write_int(&mut out, rows.len());
-            self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
-            out.extend_from_slice(b",\"features\":[]}");
-            return Ok(out);
-        }
-        if order.is_empty() {
-            rows.sort_unstable();
-        } else {
-            rows.sort_by(|a, b| {
-                for &(col, desc) in &order {
-                    let (va, vb) = (
-                        data.columns[col].get(a.1 as usize),
-                        data.columns[col].get(b.1 as usize),
-                    );
-                    let o = match (&va, &vb) {
-                        (V::Null, V::Null) => Ordering::Equal,
-                        (V::Null, _) => Ordering::Less,
-                        (_, V::Null) => Ordering::Greater,
-                        _ => compare(&va, &vb).unwrap_or(Ordering::Equal),
-                    };
-                    let o = if desc { o.reverse() } else { o };
-                    if o != Ordering::Equal {
-                        return o;
-                    }
-                }
-                a.0.cmp(&b.0)
-            });
-        }
-        if q.ids_only {
-            let mut out = Vec::new();
-            envelope_start(&mut out);
-            out.extend_from_slice(b",\"objectIdFieldName\":");
-            write_str(&mut out, &def.columns[def.id_column].name);
-            out.extend_from_slice(b",\"objectIds\":[");
-            for (i, (id, _)) in rows.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_int(&mut out, *id);
-            }
-            out.push(b']');
-            self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
-            out.extend_from_slice(b",\"features\":[");
-            let id_name = &def.columns[def.id_column].name;
-            for (i, (id, _)) in rows.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(b"{\"type\":\"Feature\",\"id\":");
-                write_int(&mut out, *id);
-                out.extend_from_slice(b",\"properties\":{");
-                write_str(&mut out, id_name);
-                out.push(b':');
-                write_int(&mut out, *id);
-                out.extend_from_slice(b"},\"geometry\":null}");
-            }
-            out.extend_from_slice(b"]}");
-            return Ok(out);
-        }
-        let limit = q
-            .limit
-            .filter(|l| *l > 0)
-            .unwrap_or(self.settings.max_record_count)
-            .min(self.settings.max_record_count);
-        let start = q.offset.min(rows.len());
-        let end = (start + limit).min(rows.len());
-        let exceeded = end < rows.len();
-        let page: Vec<u32> = rows[start..end].iter().map(|r| r.1).collect();
-        Ok(self.write_features(descriptor, plan, Some(&data), &page, &out_cols, exceeded, q))
+        Ok(Columns {
+            out,
+            order,
+            time,
+            stats,
+        })
     }
+}
+
+/// The rows the spatial index gives for the query's geometry (and distance), or `None` for
+/// every row when there is no geometry.
+fn candidates(
+    view: &ViewState,
+    layer: &Layer,
+    q: &QuerySpec,
+    deadline: Option<std::time::Instant>,
+) -> Result<Option<Vec<u32>>, crate::spatial::PastDeadline> {
+    let Some((query, rel)) = &q.geometry else {
+        return Ok(None);
+    };
+    let index = view.indexes.read().get(layer.geometry_path.text()).cloned();
+    Ok(Some(match (index, q.distance) {
+        (Some(engine), Some(meters)) => engine.query_distance(query, meters, deadline)?,
+        (Some(engine), None) => engine.query_within(query, *rel, deadline)?,
+        (None, _) => Vec::new(),
+    }))
+}
+
+/// `(OBJECTID, slot)` of the candidate rows that pass the filters: readable by the caller,
+/// among `objectIds`, within `time`, and matching `where`. `None` past the deadline (a look
+/// at the clock every 4,096 rows).
+#[allow(clippy::too_many_arguments)]
+fn matching_rows(
+    data: &ViewData,
+    caller: &Caller,
+    candidates: Option<Vec<u32>>,
+    cols: &Columns,
+    filter: &Where,
+    q: &QuerySpec,
+    deadline: Option<std::time::Instant>,
+) -> Option<Vec<(i64, u32)>> {
+    let object_ids: Option<std::collections::HashSet<i64>> =
+        q.object_ids.as_ref().map(|v| v.iter().copied().collect());
+    let passes = |slot: u32| -> bool {
+        if !data.readable(caller, slot) {
+            return false;
+        }
+        if let Some(ids) = &object_ids
+            && !data.id_of(slot).is_some_and(|id| ids.contains(&id))
+        {
+            return false;
+        }
+        if let (Some((start, end)), Some((from, to))) = (cols.time, q.time) {
+            let row = data.row(slot);
+            let t0 = match row.get(start) {
+                V::Date(ms) | V::Int(ms) => Some(ms),
+                _ => None,
+            };
+            let t1 = end.map_or(t0, |e| match row.get(e) {
+                V::Date(ms) | V::Int(ms) => Some(ms),
+                _ => t0,
+            });
+            let Some(t0) = t0 else { return false };
+            let t1 = t1.unwrap_or(t0);
+            if from.is_some_and(|f| t1 < f) || to.is_some_and(|t| t0 > t) {
+                return false;
+            }
+        }
+        filter.matches(&data.row(slot))
+    };
+    let mut seen = 0usize;
+    let mut stopped = false;
+    let mut within = |_: &u32| {
+        seen += 1;
+        if seen.is_multiple_of(4096) && deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            stopped = true;
+        }
+        !stopped
+    };
+    let rows: Vec<(i64, u32)> = match candidates {
+        Some(c) => c
+            .into_iter()
+            .take_while(&mut within)
+            .filter(|s| passes(*s))
+            .filter_map(|s| data.id_of(s).map(|id| (id, s)))
+            .collect(),
+        None => data
+            .live_slots()
+            .take_while(&mut within)
+            .filter(|s| passes(*s))
+            .filter_map(|s| data.id_of(s).map(|id| (id, s)))
+            .collect(),
+    };
+    (!stopped).then_some(rows)
+}
+
+/// `orderByFields` (nulls first, then by OBJECTID), or OBJECTID order.
+fn sort_rows(rows: &mut [(i64, u32)], order: &[(usize, bool)], data: &ViewData) {
+    if order.is_empty() {
+        rows.sort_unstable();
+        return;
+    }
+    rows.sort_by(|a, b| {
+        for &(col, desc) in order {
+            let (va, vb) = (
+                data.columns[col].get(a.1 as usize),
+                data.columns[col].get(b.1 as usize),
+            );
+            let o = match (&va, &vb) {
+                (V::Null, V::Null) => Ordering::Equal,
+                (V::Null, _) => Ordering::Less,
+                (_, V::Null) => Ordering::Greater,
+                _ => compare(&va, &vb).unwrap_or(Ordering::Equal),
+            };
+            let o = if desc { o.reverse() } else { o };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        a.0.cmp(&b.0)
+    });
 }
 
 /// One statistic over some rows. Nulls are skipped; `stddev` and `var` are the sample

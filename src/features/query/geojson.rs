@@ -98,6 +98,62 @@ pub(super) fn write_timestamp(out: &mut Vec<u8>, ms: i64) {
 }
 
 impl Features {
+    /// `returnCountOnly`: the count and no features.
+    pub(super) fn write_count(
+        &self,
+        descriptor: &Descriptor,
+        plan: &Plan<'_>,
+        def: &ViewDef,
+        count: usize,
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        envelope_start(&mut out);
+        out.extend_from_slice(b",\"count\":");
+        write_int(&mut out, count);
+        self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
+        out.extend_from_slice(b",\"features\":[]}");
+        out
+    }
+
+    /// `returnIdsOnly`: the ids, and features of the id alone.
+    pub(super) fn write_ids(
+        &self,
+        descriptor: &Descriptor,
+        plan: &Plan<'_>,
+        def: &ViewDef,
+        rows: &[(i64, u32)],
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        envelope_start(&mut out);
+        out.extend_from_slice(b",\"objectIdFieldName\":");
+        write_str(&mut out, &def.columns[def.id_column].name);
+        out.extend_from_slice(b",\"objectIds\":[");
+        for (i, (id, _)) in rows.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_int(&mut out, *id);
+        }
+        out.push(b']');
+        self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
+        out.extend_from_slice(b",\"features\":[");
+        let id_name = &def.columns[def.id_column].name;
+        for (i, (id, _)) in rows.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"type\":\"Feature\",\"id\":");
+            write_int(&mut out, *id);
+            out.extend_from_slice(b",\"properties\":{");
+            write_str(&mut out, id_name);
+            out.push(b':');
+            write_int(&mut out, *id);
+            out.extend_from_slice(b"},\"geometry\":null}");
+        }
+        out.extend_from_slice(b"]}");
+        out
+    }
+
     /// `"metadata"` and `"filtersApplied"`, after the leading members.
     pub(super) fn write_tail(
         &self,
