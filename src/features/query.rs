@@ -7,7 +7,7 @@
 //! (the layer's index) -> permission filter (only rows of documents the caller may read)
 //! -> objectIds, time and where -> statistics, count, ids, or order and page.
 //!
-//! - `request`: the model and its readers (`scan`, serde, `esri`), the prepared-body cache;
+//! - `request`: the model and its readers (`fast_reader`, serde, `esri`), the prepared-body cache;
 //! - `execute`: resolving the layer, the descriptors, and running a query;
 //! - `geojson`: the response writer.
 //!

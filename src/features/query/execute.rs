@@ -3,7 +3,8 @@
 
 use super::*;
 
-pub(super) struct Plan<'a> {
+/// The layer a request names and its view (none until the view's template exists).
+pub(super) struct Resolved<'a> {
     pub(super) layer: &'a Layer,
     view: Option<Arc<ViewState>>,
 }
@@ -13,14 +14,14 @@ impl Features {
         &self,
         req: &FeatureRequest,
         descriptor: &'d Descriptor,
-    ) -> Result<Option<Plan<'d>>, FeatureError> {
+    ) -> Result<Option<Resolved<'d>>, FeatureError> {
         let Some(id) = req.layer else {
             return Ok(None);
         };
         let layer = descriptor.layer(id).ok_or_else(|| {
             FeatureError::LayerNotFound(req.layer_text.clone().unwrap_or_else(|| id.to_string()))
         })?;
-        Ok(Some(Plan {
+        Ok(Some(Resolved {
             layer,
             view: self.view(&layer.view),
         }))
@@ -43,15 +44,15 @@ impl Features {
         let descriptor = self
             .descriptor(&req.service, caller.roles())
             .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
-        let plan = self.resolve(req, &descriptor)?;
+        let resolved = self.resolve(req, &descriptor)?;
         let is_query = req
             .method
             .as_deref()
             .is_some_and(|m| m.eq_ignore_ascii_case("query"));
-        match (plan, is_query) {
+        match (resolved, is_query) {
             (None, _) => Ok(self.service_description(&descriptor)),
-            (Some(plan), false) => Ok(self.layer_description(&plan)),
-            (Some(plan), true) => self.run_query(caller, req, &descriptor, &plan, limit),
+            (Some(resolved), false) => Ok(self.layer_description(&resolved)),
+            (Some(resolved), true) => self.run_query(caller, req, &descriptor, &resolved, limit),
         }
     }
 
@@ -116,8 +117,8 @@ impl Features {
     }
 
     /// The layer descriptor: `{"metadata": {…}}`.
-    pub(super) fn layer_description(&self, plan: &Plan<'_>) -> Vec<u8> {
-        let meta = self.layer_metadata(plan.layer, plan.view.as_deref());
+    pub(super) fn layer_description(&self, resolved: &Resolved<'_>) -> Vec<u8> {
+        let meta = self.layer_metadata(resolved.layer, resolved.view.as_deref());
         let mut out = Vec::new();
         envelope_start(&mut out);
         out.extend_from_slice(b",\"metadata\":");
@@ -173,15 +174,15 @@ impl Features {
         caller: &Caller,
         req: &FeatureRequest,
         descriptor: &Descriptor,
-        plan: &Plan<'_>,
+        resolved: &Resolved<'_>,
         limit: Option<(std::time::Instant, u64)>,
     ) -> Result<Vec<u8>, FeatureError> {
         let deadline = limit.map(|l| l.0);
         let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
         let q = &req.query;
-        let Some(view) = plan.view.as_ref() else {
+        let Some(view) = resolved.view.as_ref() else {
             // The layer's view has no template yet: a valid layer with no features.
-            return Ok(self.write_features(descriptor, plan, None, &[], &[], false, q));
+            return Ok(self.write_features(descriptor, resolved, None, &[], &[], false, q));
         };
         let def = &view.def;
         let filter = Where::parse(
@@ -189,20 +190,22 @@ impl Features {
             &|name: &str| def.column(name),
             self.settings.where_limits,
         )?;
-        let cols = Columns::resolve(def, plan.layer, q)?;
-        let candidates = candidates(view, plan.layer, q, deadline).map_err(|_| past_limit())?;
+        let cols = Columns::resolve(def, resolved.layer, q)?;
+        let candidates = candidates(view, resolved.layer, q, deadline).map_err(|_| past_limit())?;
         let data = view.data.read();
         let mut rows = matching_rows(&data, caller, candidates, &cols, &filter, q, deadline)
             .ok_or_else(past_limit)?;
         if let Some((stat_cols, groups)) = &cols.stats {
-            return Ok(self.write_statistics(descriptor, plan, &data, &rows, stat_cols, groups, q));
+            return Ok(
+                self.write_statistics(descriptor, resolved, &data, &rows, stat_cols, groups, q)
+            );
         }
         if q.count_only {
-            return Ok(self.write_count(descriptor, plan, def, rows.len()));
+            return Ok(self.write_count(descriptor, resolved, def, rows.len()));
         }
         sort_rows(&mut rows, &cols.order, &data);
         if q.ids_only {
-            return Ok(self.write_ids(descriptor, plan, def, &rows));
+            return Ok(self.write_ids(descriptor, resolved, def, &rows));
         }
         let limit = q
             .limit
@@ -213,7 +216,15 @@ impl Features {
         let end = (start + limit).min(rows.len());
         let exceeded = end < rows.len();
         let page: Vec<u32> = rows[start..end].iter().map(|r| r.1).collect();
-        Ok(self.write_features(descriptor, plan, Some(&data), &page, &cols.out, exceeded, q))
+        Ok(self.write_features(
+            descriptor,
+            resolved,
+            Some(&data),
+            &page,
+            &cols.out,
+            exceeded,
+            q,
+        ))
     }
 }
 

@@ -102,7 +102,7 @@ impl Features {
     pub(super) fn write_count(
         &self,
         descriptor: &Descriptor,
-        plan: &Plan<'_>,
+        resolved: &Resolved<'_>,
         def: &ViewDef,
         count: usize,
     ) -> Vec<u8> {
@@ -110,7 +110,7 @@ impl Features {
         envelope_start(&mut out);
         out.extend_from_slice(b",\"count\":");
         write_int(&mut out, count);
-        self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
+        self.write_tail(&mut out, descriptor, resolved, Some(def), false, true);
         out.extend_from_slice(b",\"features\":[]}");
         out
     }
@@ -119,7 +119,7 @@ impl Features {
     pub(super) fn write_ids(
         &self,
         descriptor: &Descriptor,
-        plan: &Plan<'_>,
+        resolved: &Resolved<'_>,
         def: &ViewDef,
         rows: &[(i64, u32)],
     ) -> Vec<u8> {
@@ -135,7 +135,7 @@ impl Features {
             write_int(&mut out, *id);
         }
         out.push(b']');
-        self.write_tail(&mut out, descriptor, plan, Some(def), false, true);
+        self.write_tail(&mut out, descriptor, resolved, Some(def), false, true);
         out.extend_from_slice(b",\"features\":[");
         let id_name = &def.columns[def.id_column].name;
         for (i, (id, _)) in rows.iter().enumerate() {
@@ -159,7 +159,7 @@ impl Features {
         &self,
         out: &mut Vec<u8>,
         descriptor: &Descriptor,
-        plan: &Plan<'_>,
+        resolved: &Resolved<'_>,
         def: Option<&ViewDef>,
         exceeded: bool,
         with_type: bool,
@@ -179,8 +179,8 @@ impl Features {
         out.extend_from_slice(b",\"limitExceeded\":");
         out.extend_from_slice(if exceeded { b"true" } else { b"false" });
         out.extend_from_slice(b",\"idField\":");
-        write_str(out, &plan.layer.id_field);
-        if let Some(d) = &plan.layer.display_field {
+        write_str(out, &resolved.layer.id_field);
+        if let Some(d) = &resolved.layer.display_field {
             out.extend_from_slice(b",\"displayField\":");
             write_str(out, d);
         }
@@ -198,7 +198,7 @@ impl Features {
     pub(super) fn write_features(
         &self,
         descriptor: &Descriptor,
-        plan: &Plan<'_>,
+        resolved: &Resolved<'_>,
         data: Option<&ViewData>,
         page: &[u32],
         out_cols: &[usize],
@@ -207,7 +207,7 @@ impl Features {
     ) -> Vec<u8> {
         let geometries = match data {
             Some(d) if q.return_geometry => {
-                Some(d.geometry_column(plan.layer.geometry_path.text()))
+                Some(d.geometry_column(resolved.layer.geometry_path.text()))
             }
             _ => None,
         };
@@ -224,7 +224,7 @@ impl Features {
         self.write_tail(
             &mut out,
             descriptor,
-            plan,
+            resolved,
             data.map(|d| d.def.as_ref()),
             exceeded,
             true,
@@ -259,7 +259,7 @@ impl Features {
     pub(super) fn write_statistics(
         &self,
         descriptor: &Descriptor,
-        plan: &Plan<'_>,
+        resolved: &Resolved<'_>,
         data: &ViewData,
         rows: &[(i64, u32)],
         cols: &[Option<usize>],
@@ -294,7 +294,7 @@ impl Features {
         }
         let mut out = Vec::new();
         envelope_start(&mut out);
-        self.write_tail(&mut out, descriptor, plan, Some(&data.def), false, true);
+        self.write_tail(&mut out, descriptor, resolved, Some(&data.def), false, true);
         out.extend_from_slice(b",\"statistics\":[");
         for (gi, (_, (slots, members))) in grouped.iter().enumerate() {
             if gi > 0 {

@@ -1,11 +1,11 @@
 //! The geoQueryService request: its model (`FeatureRequest`, `QuerySpec`), the two readers
-//! of a body (the fast scanner in `scan` and serde, which must agree), the per-thread cache of
+//! of a body (the fast reader in `fast_reader` and serde, which must agree), the per-thread cache of
 //! a prepared body, Esri geometries (`esri`) and the coercions Koop-style clients need.
 
 use super::*;
 
 mod esri;
-mod scan;
+mod fast_reader;
 
 /// A time window in milliseconds; either end may be open.
 pub type TimeWindow = (Option<i64>, Option<i64>);
@@ -408,7 +408,7 @@ pub(super) fn serde_read(body: &[u8]) -> Result<RawRequest<'_>, FeatureError> {
 /// request again and again with only the point or box changed, so a body that is the kept one
 /// up to its coordinates array and again after it is the kept request with new coordinates.
 ///
-/// That holds because the reader ([`scan`]) reads the body in one pass from the left: over the
+/// That holds because the reader ([`fast_reader`]) reads the body in one pass from the left: over the
 /// same prefix it does the same; a JSON array ends at its own `]`, so it reads the new array
 /// whole and then the same suffix. And every member but the geometry was coerced and checked
 /// already, with the geometry last (as in [`FeatureRequest::from_raw`]). Kept only for bodies
@@ -534,7 +534,7 @@ pub(super) fn too_many_vertices(n: usize, max: usize) -> FeatureError {
 /// Whether the fast reader and serde read `body` alike: wherever the reader answers, serde
 /// gives the same members (the property the fuzzing targets check).
 pub(crate) fn readers_agree(body: &[u8]) -> bool {
-    match scan::read_spanned(body) {
+    match fast_reader::read_spanned(body) {
         None => true,
         Some((fast, _)) => {
             serde_json::from_slice::<RawRequest<'_>>(body).ok().as_ref() == Some(&fast)
@@ -563,7 +563,7 @@ impl FeatureRequest {
     /// A query geometry may have [`DEFAULT_MAX_QUERY_VERTICES`] positions.
     pub fn parse(body: &[u8]) -> Result<FeatureRequest, FeatureError> {
         check_arrays(body, DEFAULT_MAX_QUERY_VERTICES)?;
-        match scan::read_spanned(body) {
+        match fast_reader::read_spanned(body) {
             Some((raw, _)) => FeatureRequest::from_raw(raw, DEFAULT_MAX_QUERY_VERTICES),
             None => FeatureRequest::from_raw(serde_read(body)?, DEFAULT_MAX_QUERY_VERTICES),
         }
@@ -586,7 +586,7 @@ impl FeatureRequest {
             return request;
         }
         check_arrays(body, max_vertices)?;
-        let Some((raw, span)) = scan::read_spanned(body) else {
+        let Some((raw, span)) = fast_reader::read_spanned(body) else {
             return FeatureRequest::from_raw(serde_read(body)?, max_vertices);
         };
         let kind = match span {
