@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use crate::acl::{Capability, RoleSet};
 use crate::spatial::{Engine, EngineConfig, parse_geojson};
-use crate::store::{Change, Checked, CommitHook, Document, Format, Store, StoreError};
+use crate::store::{Change, Checked, CommitHook, Document, Format, Rejection, Store, StoreError};
 use descriptor::{DESCRIPTOR_COLLECTION, Descriptor, parse_descriptor};
 use path::Path;
 use template::{
@@ -130,6 +130,8 @@ enum Refusal {
         view: ViewKey,
     },
 }
+
+impl std::error::Error for Refusal {}
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -814,16 +816,17 @@ impl Features {
 pub struct FeatureHook(pub Arc<Features>);
 
 impl CommitHook for FeatureHook {
-    fn check(&self, doc: &Document) -> Result<Checked, String> {
+    fn check(&self, doc: &Document) -> Result<Checked, Rejection> {
         let f = &self.0;
         if doc.in_collection(TEMPLATE_COLLECTION) || doc.in_collection(DESCRIPTOR_COLLECTION) {
-            f.validate_definition(doc)?;
+            f.validate_definition(doc).map_err(Rejection::Definition)?;
             return Ok(Checked::default());
         }
         let catalog = f.catalog.read();
-        let rows = f
-            .rows_of(&catalog, doc)
-            .map_err(|r| format!("{}: {r}", doc.uri))?;
+        let rows = f.rows_of(&catalog, doc).map_err(|r| Rejection::Document {
+            uri: doc.uri.clone(),
+            reason: Arc::new(r),
+        })?;
         let warnings = rows
             .per_view
             .iter()

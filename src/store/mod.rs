@@ -63,7 +63,7 @@ pub enum StoreError {
         uri: String,
     },
     #[error("{0}")]
-    Rejected(String),
+    Rejected(Rejection),
     #[error("the store is shutting down")]
     ShuttingDown,
     /// A fault of ours, not of the request or the disk (a check that panicked).
@@ -272,11 +272,36 @@ pub struct Written {
     pub warnings: Vec<Warning>,
 }
 
+/// Why a commit hook refused a document. The store carries the hook's own error without
+/// knowing its type (the views' errors belong to the layers above).
+#[derive(Debug, Clone, Error)]
+pub enum Rejection {
+    /// A document the hook cannot take, named by its URI.
+    #[error("{uri}: {reason}")]
+    Document {
+        uri: String,
+        reason: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// A template or descriptor that does not validate (its message names the document).
+    #[error("{0}")]
+    Definition(String),
+}
+
+/// Two refusals are the same when they say the same (the hook's error types are not known
+/// here).
+impl PartialEq for Rejection {
+    fn eq(&self, other: &Rejection) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Rejection {}
+
 /// What the layers above the store attach to the write path.
 pub trait CommitHook: Send + Sync {
     /// Runs in the write transaction before a document lands, on the writer thread; an `Err`
     /// rejects that request with a 400 and the message.
-    fn check(&self, doc: &Document) -> Result<Checked, String>;
+    fn check(&self, doc: &Document) -> Result<Checked, Rejection>;
     /// Runs after a commit is durable and before any writer is answered, in commit order, on
     /// the writer thread (so nothing the hook reads changes between a check and this).
     fn committed(&self, changes: &[Change]);
@@ -977,7 +1002,7 @@ pub(crate) mod tests {
     struct PanickingCheck;
 
     impl CommitHook for PanickingCheck {
-        fn check(&self, doc: &Document) -> Result<Checked, String> {
+        fn check(&self, doc: &Document) -> Result<Checked, Rejection> {
             assert_ne!(doc.uri, "/boom", "a check that panics");
             Ok(Checked::default())
         }
