@@ -60,7 +60,7 @@ impl fmt::Display for Role {
 pub struct RoleSet(u8);
 
 impl RoleSet {
-    pub const EMPTY: RoleSet = RoleSet(0);
+    pub(crate) const EMPTY: RoleSet = RoleSet(0);
 
     pub fn from_roles(roles: impl IntoIterator<Item = Role>) -> RoleSet {
         RoleSet(roles.into_iter().fold(0, |m, r| m | r.bit()))
@@ -96,10 +96,6 @@ impl RoleSet {
             out.insert(Role::GeoReader);
         }
         out
-    }
-
-    pub fn bits(self) -> u8 {
-        self.0
     }
 
     pub fn from_bits(bits: u8) -> RoleSet {
@@ -152,7 +148,7 @@ impl Permissions {
     }
 
     /// `rest-reader: read`, `rest-writer: update`: what a document written without `perm:` gets.
-    pub fn document_default() -> Permissions {
+    pub(crate) fn document_default() -> Permissions {
         let mut p = Permissions::new();
         p.grant(Role::RestReader, Capability::Read);
         p.grant(Role::RestWriter, Capability::Update);
@@ -164,7 +160,7 @@ impl Permissions {
     }
 
     /// The roles that hold `cap` on the document.
-    pub fn holders(&self, cap: Capability) -> RoleSet {
+    pub(crate) fn holders(&self, cap: Capability) -> RoleSet {
         self.holders[cap as usize]
     }
 
@@ -180,12 +176,12 @@ impl Permissions {
     /// Whether effective `roles` may read a document whose readers are `readers` (the
     /// holders of `read`): the one check derived indexes keep per row.
     #[inline]
-    pub fn readable_by(readers: RoleSet, roles: RoleSet) -> bool {
+    pub(crate) fn readable_by(readers: RoleSet, roles: RoleSet) -> bool {
         roles.contains(Role::Admin) || readers.0 & roles.0 != 0
     }
 
     /// Default permissions of a feature-service descriptor (INTERFACE §2.4 rule 2).
-    pub fn descriptor_default() -> Permissions {
+    pub(crate) fn descriptor_default() -> Permissions {
         let mut p = Permissions::new();
         p.grant(Role::GeoReader, Capability::Read);
         p.grant(Role::GeoWriter, Capability::Update);
@@ -193,7 +189,7 @@ impl Permissions {
     }
 
     /// `(role, capability)` pairs, ordered by role then capability.
-    pub fn pairs(&self) -> Vec<(Role, Capability)> {
+    pub(crate) fn pairs(&self) -> Vec<(Role, Capability)> {
         let mut out = Vec::new();
         for role in Role::ALL {
             for cap in Capability::ALL {
@@ -206,7 +202,7 @@ impl Permissions {
     }
 
     /// Four bytes, one role set per capability: the stored form.
-    pub fn to_bytes(self) -> [u8; 4] {
+    pub(crate) fn to_bytes(self) -> [u8; 4] {
         [
             self.holders[0].0,
             self.holders[1].0,
@@ -215,7 +211,7 @@ impl Permissions {
         ]
     }
 
-    pub fn from_bytes(b: [u8; 4]) -> Permissions {
+    pub(crate) fn from_bytes(b: [u8; 4]) -> Permissions {
         Permissions {
             holders: [
                 RoleSet::from_bits(b[0]),

@@ -248,7 +248,7 @@ fn socket_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
 }
 
 /// The longest an io thread may poll after a request: 10 ms, far past any gain.
-pub const MAX_IO_POLL_US: u64 = 10_000;
+pub(crate) const MAX_IO_POLL_US: u64 = 10_000;
 
 fn positive(key: &str, n: usize) -> Result<usize, ConfigError> {
     if n == 0 {
@@ -262,7 +262,7 @@ fn positive(key: &str, n: usize) -> Result<usize, ConfigError> {
 
 impl Config {
     /// `io_threads`, with 0 resolved to the core count.
-    pub fn io_thread_count(&self) -> usize {
+    pub(crate) fn io_thread_count(&self) -> usize {
         match self.io_threads {
             0 => std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -348,7 +348,7 @@ impl Config {
     }
 
     /// Apply a TOML file: a flat table of the keys in [`KEYS`].
-    pub fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+    pub(crate) fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
             path: path.display().to_string(),
             message: e.to_string(),
@@ -362,7 +362,7 @@ impl Config {
         })
     }
 
-    pub fn apply_toml(&mut self, text: &str) -> Result<(), ConfigError> {
+    pub(crate) fn apply_toml(&mut self, text: &str) -> Result<(), ConfigError> {
         let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::File {
             path: String::new(),
             message: e.to_string(),
@@ -388,7 +388,7 @@ impl Config {
     /// Apply `GEOSHARD_<KEY>` variables from an environment (an iterator so tests need not
     /// touch the process environment). Unknown `GEOSHARD_` names are errors, so a typo is
     /// not silently ignored.
-    pub fn apply_env(
+    pub(crate) fn apply_env(
         &mut self,
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<(), ConfigError> {

@@ -119,7 +119,7 @@ impl ErrorCode {
     }
 
     /// The `messageCode` member of the error body.
-    pub fn message_code(self) -> &'static str {
+    pub(crate) fn message_code(self) -> &'static str {
         match self {
             ErrorCode::RequiredParam => "REST-REQUIREDPARAM",
             ErrorCode::UnsupportedParam => "REST-UNSUPPORTEDPARAM",
@@ -174,7 +174,7 @@ impl ApiError {
     }
 
     /// The `errorResponse` body of REFERENCE §1.
-    pub fn to_body(&self) -> Vec<u8> {
+    pub(crate) fn to_body(&self) -> Vec<u8> {
         let status = self.status();
         let body = serde_json::json!({
             "errorResponse": {
@@ -197,7 +197,7 @@ impl fmt::Display for ApiError {
 impl std::error::Error for ApiError {}
 
 /// The reason phrase of the statuses this service uses.
-pub fn reason_phrase(status: u16) -> &'static str {
+pub(crate) fn reason_phrase(status: u16) -> &'static str {
     match status {
         200 => "OK",
         201 => "Created",

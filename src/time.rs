@@ -27,7 +27,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 
 /// `YYYY-MM-DD`, optionally followed by `T` or a space and `hh:mm[:ss[.fff]]`, optionally
 /// `Z` or `±hh:mm`; no zone means UTC. Milliseconds since the epoch.
-pub fn parse_datetime(s: &str) -> Option<i64> {
+pub(crate) fn parse_datetime(s: &str) -> Option<i64> {
     let s = s.trim();
     let b = s.as_bytes();
     if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
@@ -110,7 +110,7 @@ fn push_digits(out: &mut Vec<u8>, mut v: i64, n: usize) {
 
 /// Append ISO-8601 UTC with milliseconds (`2017-05-24T06:00:00.000Z`) to `out`, without
 /// going through `format!` (it is on every response).
-pub fn write_datetime(out: &mut Vec<u8>, ms: i64) {
+pub(crate) fn write_datetime(out: &mut Vec<u8>, ms: i64) {
     let days = ms.div_euclid(86_400_000);
     let rem = ms.rem_euclid(86_400_000);
     let (y, m, d) = civil_from_days(days);
@@ -134,7 +134,7 @@ pub fn write_datetime(out: &mut Vec<u8>, ms: i64) {
 }
 
 /// ISO-8601 UTC with milliseconds: `2017-05-24T06:00:00.000Z`.
-pub fn format_datetime(ms: i64) -> String {
+pub(crate) fn format_datetime(ms: i64) -> String {
     let days = ms.div_euclid(86_400_000);
     let rem = ms.rem_euclid(86_400_000);
     let (y, m, d) = civil_from_days(days);

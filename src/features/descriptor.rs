@@ -8,7 +8,7 @@ use super::template::ViewKey;
 use crate::acl::Permissions;
 
 /// The collection that marks a document as a service descriptor.
-pub const DESCRIPTOR_COLLECTION: &str = "http://marklogic.com/feature-services";
+pub(crate) const DESCRIPTOR_COLLECTION: &str = "http://marklogic.com/feature-services";
 
 #[derive(Debug, Clone)]
 pub struct Layer {
@@ -50,7 +50,7 @@ fn text<'a>(v: &'a Value, key: &str, at: &str) -> Result<&'a str, String> {
 }
 
 /// Layer ids compare loosely: `"3"` is layer 3.
-pub fn layer_id(v: &Value) -> Option<i64> {
+pub(crate) fn layer_id(v: &Value) -> Option<i64> {
     match v {
         Value::Number(n) => n
             .as_i64()
@@ -60,7 +60,7 @@ pub fn layer_id(v: &Value) -> Option<i64> {
     }
 }
 
-pub fn parse_descriptor(
+pub(crate) fn parse_descriptor(
     uri: &str,
     doc: &Value,
     permissions: Permissions,

@@ -813,7 +813,7 @@ impl Features {
 }
 
 /// The store's commit hook: validation before a write, derived data after it.
-pub struct FeatureHook(pub Arc<Features>);
+pub(crate) struct FeatureHook(pub Arc<Features>);
 
 impl CommitHook for FeatureHook {
     fn check(&self, doc: &Document) -> Result<Checked, Rejection> {
@@ -847,7 +847,7 @@ impl CommitHook for FeatureHook {
 /// vectors are freed on the rayon threads that made them, which then fall idle; mimalloc
 /// keeps a thread's free pages until that thread allocates again, so without this they stay
 /// resident.
-pub fn release_freed_memory() {
+pub(crate) fn release_freed_memory() {
     rayon::broadcast(|_| geoshard_alloc::collect());
     geoshard_alloc::collect();
 }

@@ -9,7 +9,7 @@ use super::path::{ContextNode, Path, PathTooCostly};
 use crate::time::parse_datetime;
 
 /// The collection that marks a document as a template.
-pub const TEMPLATE_COLLECTION: &str = "http://marklogic.com/xdmp/tde";
+pub(crate) const TEMPLATE_COLLECTION: &str = "http://marklogic.com/xdmp/tde";
 
 /// A column's declared type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub enum Kind {
 }
 
 impl ScalarType {
-    pub const NAMES: &'static str = "int, unsignedInt, long, unsignedLong, float, double, decimal, string, boolean, date, dateTime";
+    pub(crate) const NAMES: &'static str = "int, unsignedInt, long, unsignedLong, float, double, decimal, string, boolean, date, dateTime";
 
     pub fn parse(name: &str) -> Option<ScalarType> {
         Some(match name {
@@ -89,7 +89,7 @@ impl ScalarType {
     }
 
     /// The field type of the feature-service metadata (REFERENCE §5).
-    pub fn field_type(self) -> &'static str {
+    pub(crate) fn field_type(self) -> &'static str {
         match self.kind() {
             Kind::Int | Kind::Bool => "Integer",
             Kind::Float => "Double",
@@ -182,7 +182,7 @@ pub struct ColumnDef {
 
 /// Why a document gives a view no rows, where a write of it must fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RowError {
+pub(crate) enum RowError {
     /// A value that does not convert, in a column that rejects them.
     Invalid(InvalidValue),
     /// The context or a column's path would take too much of the document to select.
@@ -204,7 +204,7 @@ impl std::fmt::Display for RowError {
 
 /// A value that does not convert to its column's type, in a column that rejects them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidValue {
+pub(crate) struct InvalidValue {
     /// `schema.view`.
     pub view: String,
     pub column: String,
@@ -282,7 +282,7 @@ pub struct Template {
 }
 
 impl Template {
-    pub fn applies_to(&self, collections: &[String]) -> bool {
+    pub(crate) fn applies_to(&self, collections: &[String]) -> bool {
         self.collections.is_empty() || self.collections.iter().any(|c| collections.contains(c))
     }
 }
@@ -319,7 +319,7 @@ fn fields_json(columns: &[ColumnDef]) -> Box<[u8]> {
 }
 
 /// Parse and validate a template document. Errors name the fault.
-pub fn parse_template(uri: &str, doc: &Value) -> Result<Template, String> {
+pub(crate) fn parse_template(uri: &str, doc: &Value) -> Result<Template, String> {
     let t = doc
         .get("template")
         .filter(|t| t.is_object())
@@ -423,7 +423,7 @@ pub fn parse_template(uri: &str, doc: &Value) -> Result<Template, String> {
 /// per column. A row whose non-nullable column has no value is not extracted. A value that
 /// does not convert is an error in a column that rejects them, and null in one that
 /// ignores them; a JSON `null`, or no value at the column's path, is no value.
-pub fn extract_rows(
+pub(crate) fn extract_rows(
     template: &Template,
     view: &ViewDef,
     doc: &Value,

@@ -135,7 +135,7 @@ pub struct ViewData {
 
 /// One geometry path's geometries, by slot.
 #[derive(Clone, Copy)]
-pub struct GeometryColumn<'v>(&'v [Option<GeometryOut>]);
+pub(crate) struct GeometryColumn<'v>(&'v [Option<GeometryOut>]);
 
 impl<'v> GeometryColumn<'v> {
     pub fn get(self, slot: u32) -> Option<&'v GeometryOut> {
@@ -145,7 +145,7 @@ impl<'v> GeometryColumn<'v> {
 
 /// A row to add: its cells, and its geometry per geometry path.
 #[derive(Clone)]
-pub struct NewRow {
+pub(crate) struct NewRow {
     pub cells: Vec<Option<Cell>>,
     pub geometries: Vec<(String, Option<GeometryOut>)>,
 }
@@ -177,13 +177,8 @@ impl ViewData {
         self.rows == 0
     }
 
-    /// One past the highest slot ever used.
-    pub fn slot_bound(&self) -> usize {
-        self.live.len()
-    }
-
     #[inline]
-    pub fn is_live(&self, slot: u32) -> bool {
+    pub(crate) fn is_live(&self, slot: u32) -> bool {
         self.live.get(slot as usize).copied().unwrap_or(false)
     }
 
@@ -198,12 +193,17 @@ impl ViewData {
                 .is_some_and(|r| Permissions::readable_by(*r, caller.roles()))
     }
 
-    pub fn slots_of(&self, uri: &str) -> &[u32] {
+    pub(crate) fn slots_of(&self, uri: &str) -> &[u32] {
         self.by_doc.get(uri).map_or(&[], |s| s.as_slice())
     }
 
     /// Add a document's rows; returns their slots.
-    pub fn add_rows(&mut self, uri: &Arc<str>, readers: RoleSet, rows: Vec<NewRow>) -> Vec<u32> {
+    pub(crate) fn add_rows(
+        &mut self,
+        uri: &Arc<str>,
+        readers: RoleSet,
+        rows: Vec<NewRow>,
+    ) -> Vec<u32> {
         let mut slots = Vec::with_capacity(rows.len());
         for row in rows {
             let slot = match self.free.pop() {
@@ -240,7 +240,7 @@ impl ViewData {
 
     /// Mark a document's rows dead; returns their slots (to drop from the spatial indexes,
     /// then hand back with [`ViewData::release`]).
-    pub fn kill_rows(&mut self, uri: &str) -> Vec<u32> {
+    pub(crate) fn kill_rows(&mut self, uri: &str) -> Vec<u32> {
         let Some(slots) = self.by_doc.remove(uri) else {
             return Vec::new();
         };
@@ -268,7 +268,7 @@ impl ViewData {
 
     /// The id (OBJECTID) of a row.
     #[inline]
-    pub fn id_of(&self, slot: u32) -> Option<i64> {
+    pub(crate) fn id_of(&self, slot: u32) -> Option<i64> {
         match &self.columns[self.def.id_column] {
             Column::Int(v) => v.get(slot as usize).copied().flatten(),
             _ => None,
@@ -276,12 +276,12 @@ impl ViewData {
     }
 
     /// The geometries of every slot at `path`: one lookup for a whole page of rows.
-    pub fn geometry_column(&self, path: &str) -> GeometryColumn<'_> {
+    pub(crate) fn geometry_column(&self, path: &str) -> GeometryColumn<'_> {
         GeometryColumn(self.geometries.get(path).map_or(&[], Vec::as_slice))
     }
 
     /// Every live slot, ascending.
-    pub fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
         self.live
             .iter()
             .enumerate()

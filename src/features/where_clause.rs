@@ -36,7 +36,7 @@ pub trait Row {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmpOp {
+pub(crate) enum CmpOp {
     Eq,
     Ne,
     Lt,
@@ -46,13 +46,13 @@ pub enum CmpOp {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Func {
+pub(crate) enum Func {
     Upper,
     Lower,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Expr {
+pub(crate) enum Expr {
     Lit(V<'static>),
     Col(usize),
     Func(Func, Box<Expr>),
@@ -583,10 +583,6 @@ impl Where {
         Ok(Where {
             expr: if trivial { None } else { Some(e) },
         })
-    }
-
-    pub fn is_filter(&self) -> bool {
-        self.expr.is_some()
     }
 
     /// Whether the row passes (the clause is true, not false or unknown).

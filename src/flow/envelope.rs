@@ -17,7 +17,7 @@ use quick_xml::events::{BytesEnd, BytesStart, BytesText, Event};
 use quick_xml::{Reader, Writer};
 use serde_json::{Map, Value, json};
 
-pub const ENVELOPE_NS: &str = "http://marklogic.com/entity-services";
+pub(crate) const ENVELOPE_NS: &str = "http://marklogic.com/entity-services";
 
 /// The content a flow produced: parsed JSON, or XML text.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +45,7 @@ fn entity_form(content: &Value) -> Option<(String, Value, Value, Map<String, Val
 }
 
 /// The JSON envelope.
-pub fn json_envelope(content: &Value, headers: &Value, triples: &Value) -> Value {
+pub(crate) fn json_envelope(content: &Value, headers: &Value, triples: &Value) -> Value {
     let (instance, attachments) = match entity_form(content) {
         Some((ty, version, attachments, props)) => {
             let mut inst = Map::new();
@@ -136,7 +136,7 @@ fn with_empty_default_ns<'a>(s: &BytesStart<'a>) -> BytesStart<'static> {
 }
 
 /// The XML envelope.
-pub fn xml_envelope(
+pub(crate) fn xml_envelope(
     content: &Content,
     headers: &Value,
     triples: &Value,

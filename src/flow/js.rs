@@ -409,7 +409,7 @@ impl JsPool {
 }
 
 /// Compile every JavaScript module of a flow without running it: syntax errors, by file.
-pub fn check_syntax(flow: &FlowDef, dir: &str) -> Vec<String> {
+pub(crate) fn check_syntax(flow: &FlowDef, dir: &str) -> Vec<String> {
     let settings = JsSettings {
         workers: 1,
         time_limit: Duration::from_secs(5),

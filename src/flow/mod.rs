@@ -30,7 +30,7 @@ use project::{CodeFormat, DataFormat, FlowDef, Project, flow_key};
 
 /// The `transform=` names that run an input flow (the interface's spelling and the real
 /// world's).
-pub const FLOW_TRANSFORMS: [&str; 6] = [
+pub(crate) const FLOW_TRANSFORMS: [&str; 6] = [
     "svc:inputFlow",
     "svc:sjsInputFlow",
     "ml:inputFlow",
@@ -39,7 +39,7 @@ pub const FLOW_TRANSFORMS: [&str; 6] = [
     "run-sjs-flow",
 ];
 
-pub fn is_flow_transform(name: &str) -> bool {
+pub(crate) fn is_flow_transform(name: &str) -> bool {
     FLOW_TRANSFORMS.contains(&name)
 }
 
@@ -147,7 +147,7 @@ pub fn prepare(files: &project::Files) -> Result<Project, Vec<String>> {
 }
 
 /// The one write that installs a project, replacing every flow deployed before.
-pub fn deploy_op(project: &Project) -> Op {
+pub(crate) fn deploy_op(project: &Project) -> Op {
     let generation = uuid::Uuid::new_v4().as_u64_pair().0 | 1;
     let mut entries: Vec<(String, Vec<u8>)> = project
         .flows
@@ -195,7 +195,7 @@ impl Flows {
     }
 
     /// Read the deployed flows from the store.
-    pub fn reload(&self) -> Result<(), StoreError> {
+    pub(crate) fn reload(&self) -> Result<(), StoreError> {
         let mut reg = Registry::default();
         for (key, bytes) in self.store.records(Table::Flows, "")? {
             if key == GENERATION_KEY {

@@ -61,12 +61,12 @@ impl FlowDef {
     }
 }
 
-pub fn flow_key(entity: &str, flow: &str) -> String {
+pub(crate) fn flow_key(entity: &str, flow: &str) -> String {
     format!("{}:{}", entity.to_lowercase(), flow)
 }
 
 /// A project's files: path relative to the project root (with `/`) -> bytes.
-pub type Files = BTreeMap<String, Vec<u8>>;
+pub(crate) type Files = BTreeMap<String, Vec<u8>>;
 
 /// What a deploy would install, and what it warns about.
 #[derive(Debug, Clone, Default)]
@@ -120,7 +120,7 @@ pub fn read_dir(root: &Path) -> Result<Files, Vec<String>> {
 
 /// Read a tar or zip archive of a project (by its magic bytes). A single top-level folder
 /// wrapping `plugins/` is stripped.
-pub fn read_archive(bytes: &[u8]) -> Result<Files, Vec<String>> {
+pub(crate) fn read_archive(bytes: &[u8]) -> Result<Files, Vec<String>> {
     let mut files = Files::new();
     let mut total = 0;
     if bytes.starts_with(b"PK") {
@@ -222,7 +222,7 @@ fn parse_properties(path: &str, text: &str, errors: &mut Vec<String>) -> BTreeMa
 }
 
 /// Validate every input flow of a project. Errors name the file; nothing is partial.
-pub fn validate(files: &Files) -> Result<Project, Vec<String>> {
+pub(crate) fn validate(files: &Files) -> Result<Project, Vec<String>> {
     let mut errors = Vec::new();
     let mut project = Project::default();
     for (path, bytes) in files {

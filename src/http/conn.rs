@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use crate::security::HeaderCache;
 
 /// Milliseconds since the process's first look at the clock; never 0 (0 means "none").
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
@@ -66,7 +66,7 @@ impl Activity {
     }
 
     /// A request's head is complete and its handler starts.
-    pub fn begin(self: &Arc<Self>) -> Busy {
+    pub(crate) fn begin(self: &Arc<Self>) -> Busy {
         self.head_since.store(0, Ordering::Relaxed);
         self.started.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -74,7 +74,7 @@ impl Activity {
     }
 
     /// Bytes arrived: with no request running and no head timed yet, a head begins.
-    pub fn bytes_read(&self) {
+    pub(crate) fn bytes_read(&self) {
         if self.head_since.load(Ordering::Relaxed) == 0
             && self.in_flight.load(Ordering::Relaxed) == 0
         {
@@ -88,7 +88,7 @@ impl Activity {
     }
 
     /// Whether the head timed out; the reader registers to hear of it first.
-    pub fn head_expired(&self, reader: &std::task::Waker) -> bool {
+    pub(crate) fn head_expired(&self, reader: &std::task::Waker) -> bool {
         self.reader.register(reader);
         self.head_expired.load(Ordering::Relaxed)
     }
@@ -98,7 +98,7 @@ impl Activity {
 /// When it is full, a new connection takes the place of the oldest one with no request in
 /// flight (which is closed), so idle connections cannot keep an operator out: a probe sends
 /// its request as soon as it connects.
-pub struct Reserve {
+pub(crate) struct Reserve {
     size: usize,
     held: std::collections::VecDeque<(Arc<Activity>, tokio::task::AbortHandle)>,
 }
@@ -112,7 +112,7 @@ impl Reserve {
     }
 
     /// Whether a new connection may join, closing an idle one to make room if need be.
-    pub fn admit(&mut self) -> bool {
+    pub(crate) fn admit(&mut self) -> bool {
         self.held.retain(|(_, task)| !task.is_finished());
         if self.held.len() < self.size {
             return true;
@@ -139,7 +139,7 @@ impl Reserve {
 pub struct Busy(Arc<Activity>);
 
 impl Busy {
-    pub fn activity(&self) -> &Activity {
+    pub(crate) fn activity(&self) -> &Activity {
         &self.0
     }
 }
@@ -151,7 +151,7 @@ impl Drop for Busy {
 }
 
 /// The answer a connection whose head timed out gets before it is closed.
-pub fn head_timeout_answer() -> Vec<u8> {
+pub(crate) fn head_timeout_answer() -> Vec<u8> {
     let error = crate::error::ApiError::new(
         crate::error::ErrorCode::RequestTimeout,
         "the request head did not arrive within header_timeout_secs",
@@ -260,17 +260,17 @@ impl Pace {
 
 /// What a handler left of a request body: the body itself, and whether anyone polled it (a
 /// body behind `Expect: 100-continue` that nobody polled was never sent).
-pub struct Leftover<B> {
+pub(crate) struct Leftover<B> {
     pub body: B,
     pub polled: bool,
 }
 
 /// Where a [`Tracked`] body hands back what is left of it: a slot of the request's own.
-pub type Back<B> = Mutex<Option<Leftover<B>>>;
+pub(crate) type Back<B> = Mutex<Option<Leftover<B>>>;
 
 /// A request body that knows whether it was read to its end; dropped before that, it hands
 /// itself back through `back`, so the connection can drain it and stay open.
-pub struct Tracked<'a, B> {
+pub(crate) struct Tracked<'a, B> {
     inner: Option<B>,
     polled: bool,
     back: &'a Back<B>,

@@ -127,7 +127,7 @@ impl IoThreads {
     }
 
     /// The CPU each thread is bound to, in thread order; empty when none is.
-    pub fn pinned_cpus(&self) -> Vec<usize> {
+    pub(crate) fn pinned_cpus(&self) -> Vec<usize> {
         self.threads.iter().filter_map(|t| t.cpu).collect()
     }
 

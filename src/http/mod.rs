@@ -153,7 +153,7 @@ impl App {
 }
 
 /// A bound, not yet serving, HTTP server.
-pub struct Server {
+pub(crate) struct Server {
     listener: TcpListener,
     app: Arc<App>,
 }

@@ -5,7 +5,7 @@ use memchr::memmem;
 
 /// One part: its headers (lowercased names) and its content.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Part<'a> {
+pub(crate) struct Part<'a> {
     pub headers: Vec<(String, String)>,
     pub body: &'a [u8],
 }

@@ -4,7 +4,7 @@ use crate::error::{ApiError, ErrorCode};
 
 /// The decoded parameters of one request, in the order sent.
 #[derive(Debug, Default, Clone)]
-pub struct Params {
+pub(crate) struct Params {
     pairs: Vec<(String, String)>,
 }
 
@@ -38,7 +38,7 @@ impl Params {
     }
 
     /// Parameters whose name starts with `prefix`, with the prefix removed.
-    pub fn prefixed<'a>(
+    pub(crate) fn prefixed<'a>(
         &'a self,
         prefix: &'a str,
     ) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {

@@ -8,7 +8,7 @@ use hyper::{Response, StatusCode};
 use crate::error::ApiError;
 use crate::store::{Outcome, Warning, Written};
 
-pub type Resp = Response<Full<Bytes>>;
+pub(crate) type Resp = Response<Full<Bytes>>;
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
@@ -16,14 +16,14 @@ fn status(code: u16) -> StatusCode {
     StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-pub fn json_bytes(code: u16, body: impl Into<Bytes>) -> Resp {
+pub(crate) fn json_bytes(code: u16, body: impl Into<Bytes>) -> Resp {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status(code);
     r.headers_mut().insert(CONTENT_TYPE, JSON);
     r
 }
 
-pub fn json_value(code: u16, value: &serde_json::Value) -> Resp {
+pub(crate) fn json_value(code: u16, value: &serde_json::Value) -> Resp {
     json_bytes(code, serde_json::to_vec(value).unwrap_or_default())
 }
 
@@ -33,7 +33,7 @@ pub fn empty(code: u16) -> Resp {
     r
 }
 
-pub fn with_body(code: u16, content_type: &str, body: impl Into<Bytes>) -> Resp {
+pub(crate) fn with_body(code: u16, content_type: &str, body: impl Into<Bytes>) -> Resp {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status(code);
     if let Ok(v) = HeaderValue::from_str(content_type) {
@@ -47,7 +47,7 @@ pub fn error(e: &ApiError) -> Resp {
 }
 
 /// 401 with both challenges (Digest first) and the body REFERENCE §6 shows.
-pub fn unauthorized(challenges: &[String; 2]) -> Resp {
+pub(crate) fn unauthorized(challenges: &[String; 2]) -> Resp {
     let mut r = json_bytes(
         401,
         &br#"{"errorResponse":{"statusCode":401,"status":"Unauthorized","message":"401 Unauthorized"}}"#[..],

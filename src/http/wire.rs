@@ -31,7 +31,7 @@ use super::conn::{Activity, head_timeout_answer};
 use crate::error::{ApiError, ErrorCode};
 
 /// A stream whose writes of hyper's empty error answers are replaced (see the module).
-pub struct Wire<S> {
+pub(crate) struct Wire<S> {
     inner: S,
     /// The replacement answer and how much of it is written; hyper was told its own
     /// answer was, so the rest goes out before anything else is written or flushed.
@@ -47,7 +47,7 @@ pub struct Wire<S> {
 }
 
 /// A stream that can be told to acknowledge what it received at once.
-pub trait AckNow {
+pub(crate) trait AckNow {
     fn ack_now(&self) {}
 }
 
@@ -73,7 +73,7 @@ impl<S> Wire<S> {
     }
 
     /// A stream whose reads are timed by `activity`'s watchdog.
-    pub fn watched(inner: S, activity: Arc<Activity>) -> Wire<S> {
+    pub(crate) fn watched(inner: S, activity: Arc<Activity>) -> Wire<S> {
         Wire {
             watched: Some(activity),
             ..Wire::new(inner)

@@ -339,7 +339,7 @@ pub fn expected_response(ha1: &[u8; 32], method: &str, r: &DigestResponse<'_>) -
 
 /// [`expected_response`], continuing from the connection's kept `HA1:nonce:` state when
 /// `kept` has it for this HA1 and nonce.
-pub fn expected_response_on(
+pub(crate) fn expected_response_on(
     ha1: &[u8; 32],
     method: &str,
     r: &DigestResponse<'_>,
@@ -391,7 +391,7 @@ fn ha2(method: &str, uri: &str) -> [u8; 32] {
 }
 
 /// Compare without an early exit, so timing does not reveal how much matched.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -399,7 +399,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Split a decoded Basic credential `user:password`.
-pub fn split_basic(decoded: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_basic(decoded: &str) -> Option<(&str, &str)> {
     decoded.split_once(':')
 }
 

@@ -80,7 +80,7 @@ struct UserEntry {
     ha1: [u8; 32],
 }
 
-pub fn parse_roles<S: AsRef<str>>(names: &[S]) -> Result<RoleSet, SecurityError> {
+pub(crate) fn parse_roles<S: AsRef<str>>(names: &[S]) -> Result<RoleSet, SecurityError> {
     let mut set = RoleSet::EMPTY;
     for n in names {
         let role = Role::parse(n.as_ref())
@@ -108,7 +108,7 @@ fn validate_name(name: &str) -> Result<(), SecurityError> {
 }
 
 /// Build the stored record for a new password.
-pub fn make_record(
+pub(crate) fn make_record(
     name: &str,
     password: &str,
     roles: &[String],
@@ -267,7 +267,7 @@ impl Security {
     /// [`Security::authenticate`], for a request from `peer` over a connection that keeps its
     /// last Digest header in `kept`. Failures are counted against the peer's address and the
     /// user named, and either past its limit is refused before anything is checked.
-    pub fn authenticate_on(
+    pub(crate) fn authenticate_on(
         &self,
         method: &str,
         target: &str,
@@ -472,7 +472,7 @@ impl Security {
         Ok(())
     }
 
-    pub fn list_users(&self, store: &Store) -> Result<Vec<UserRecord>, SecurityError> {
+    pub(crate) fn list_users(&self, store: &Store) -> Result<Vec<UserRecord>, SecurityError> {
         load_users(store)
     }
 }

@@ -364,8 +364,9 @@ impl NonceTable {
         })
     }
 
+    #[cfg(test)]
     /// Nonces tracked now, over all users.
-    pub fn tracked(&self) -> usize {
+    pub(crate) fn tracked(&self) -> usize {
         self.shards.iter().map(|s| s.lock().tracked).sum()
     }
 }

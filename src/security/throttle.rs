@@ -139,13 +139,13 @@ impl Throttle {
     }
 
     /// Seconds to wait, when `addr` is past its limit.
-    pub fn address_refused(&self, addr: Option<IpAddr>, now: u64) -> Option<u64> {
+    pub(crate) fn address_refused(&self, addr: Option<IpAddr>, now: u64) -> Option<u64> {
         self.addresses
             .refused(&AddressKey::of(addr?), self.limits.per_address, now)
     }
 
     /// Seconds to wait, when `user` is past its limit.
-    pub fn user_refused(&self, user: &str, now: u64) -> Option<u64> {
+    pub(crate) fn user_refused(&self, user: &str, now: u64) -> Option<u64> {
         self.users.refused(user, self.limits.per_user, now)
     }
 

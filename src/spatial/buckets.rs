@@ -29,7 +29,7 @@ pub const SPLIT_AT: usize = 32;
 const DEAD: FeatureId = FeatureId::MAX;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     pub bbox: BBox,
     /// Arena slots.
     pub slots: Vec<u32>,
@@ -195,7 +195,7 @@ impl ExactTable {
 
 /// The point index of one shard.
 #[derive(Default)]
-pub struct PointIndex {
+pub(crate) struct PointIndex {
     /// Every point once; dead slots have id [`DEAD`] and are reused.
     arena: Vec<PointEntry>,
     free: Vec<u32>,
@@ -229,10 +229,7 @@ impl PointIndex {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
+    #[cfg(test)]
     pub fn buckets(&self) -> usize {
         self.tree.size()
     }
@@ -357,7 +354,7 @@ impl rstar::SelectionFunction<Bucket> for EmptyAt {
 }
 
 /// The root envelope of a non-empty tree, as a box.
-pub fn bbox_of<T: RTreeObject<Envelope = AABB<[f64; 2]>>, P: rstar::RTreeParams>(
+pub(crate) fn bbox_of<T: RTreeObject<Envelope = AABB<[f64; 2]>>, P: rstar::RTreeParams>(
     tree: &RTree<T, P>,
 ) -> BBox {
     let e = tree.root().envelope();

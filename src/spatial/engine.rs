@@ -100,10 +100,6 @@ impl Engine {
         })
     }
 
-    pub fn partitioner(&self) -> &Partitioner {
-        &self.partitioner
-    }
-
     /// Features indexed.
     pub fn len(&self) -> usize {
         self.registry

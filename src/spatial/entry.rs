@@ -10,7 +10,7 @@ use super::pip::BBox;
 use super::predicate::Shape;
 
 /// Node sizes tuned for read-mostly use: wider nodes make a shallower tree.
-pub struct Params;
+pub(crate) struct Params;
 
 impl RTreeParams for Params {
     const MIN_SIZE: usize = 4;
@@ -20,7 +20,7 @@ impl RTreeParams for Params {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PointEntry {
+pub(crate) struct PointEntry {
     pub xy: [f64; 2],
     pub id: FeatureId,
 }
@@ -33,10 +33,10 @@ impl RTreeObject for PointEntry {
 }
 
 /// Part number of an entry that stands for a whole shape (a line, or an envelope entry).
-pub const WHOLE: u32 = u32::MAX;
+pub(crate) const WHOLE: u32 = u32::MAX;
 
 #[derive(Debug, Clone)]
-pub struct PartEntry {
+pub(crate) struct PartEntry {
     pub bbox: BBox,
     pub shape: Arc<Shape>,
     /// Index into `shape.parts`, or [`WHOLE`].
@@ -58,7 +58,7 @@ impl RTreeObject for PartEntry {
 }
 
 /// The box holding both.
-pub fn union(a: BBox, b: BBox) -> BBox {
+pub(crate) fn union(a: BBox, b: BBox) -> BBox {
     [
         a[0].min(b[0]),
         a[1].min(b[1]),
@@ -67,6 +67,6 @@ pub fn union(a: BBox, b: BBox) -> BBox {
     ]
 }
 
-pub fn aabb(b: &BBox) -> AABB<[f64; 2]> {
+pub(crate) fn aabb(b: &BBox) -> AABB<[f64; 2]> {
     AABB::from_corners([b[0], b[1]], [b[2], b[3]])
 }

@@ -272,7 +272,7 @@ pub fn to_geojson(g: &Geometry<f64>) -> Value {
 }
 
 /// Number of coordinates, for thresholds and reports.
-pub fn coord_count(g: &Geometry<f64>) -> usize {
+pub(crate) fn coord_count(g: &Geometry<f64>) -> usize {
     use geo::CoordsIter;
     g.coords_count()
 }

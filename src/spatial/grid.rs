@@ -8,7 +8,7 @@
 //! - The cells are squares with a side that follows the parts' sizes, not their extent: a
 //!   layer's parts may crowd a small part of it (the US counties span the Aleutians to Puerto
 //!   Rico), and a shard's parts are scattered over it (shards own H3 cells by hash). The side
-//!   is the finest within a memory budget (see [`PartGrid::build`]). Only cells that list
+//!   is the finest within a memory budget (see `PartGrid::build`). Only cells that list
 //!   something are kept.
 //! - A cell lists a part only where the part may hold one of its points, and says so when
 //!   it holds them all: a cell that no edge of the part meets lies wholly inside or wholly
@@ -47,7 +47,7 @@ pub const MAX_SCANNED: usize = 64;
 const ENTRIES_PER_PART: usize = 64;
 /// The cell sides tried, as fractions of the median part's longer side, coarsest first.
 const SIDES: [f64; 6] = [2.0, 1.0, 0.5, 0.25, 0.125, 0.0625];
-pub struct PartGrid {
+pub(crate) struct PartGrid {
     layout: Layout,
     /// The built cells: where their entries are in `entries`.
     table: CellTable,

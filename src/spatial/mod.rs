@@ -21,7 +21,7 @@ pub mod predicate;
 pub mod shard;
 
 /// A feature's id in one engine. Dense ids keep the engine's registry small.
-pub type FeatureId = u32;
+pub(crate) type FeatureId = u32;
 
 pub use engine::{Engine, EngineConfig, PastDeadline};
 pub use geometry::{GeometryError, ParseOptions, parse_geojson, parse_geojson_with, to_geojson};

@@ -30,7 +30,7 @@ use h3o::{CellIndex, LatLng, Resolution};
 
 use super::pip::BBox;
 
-/// Most shards an engine may have (the width of [`ShardSet`]).
+/// Most shards an engine may have (the width of `ShardSet`).
 pub const MAX_SHARDS: usize = 256;
 /// Past this many samples a box counts as touching every shard.
 const MAX_SAMPLES: usize = 4096;
@@ -44,7 +44,7 @@ const TILE_KEY_BITS: u32 = 55;
 
 /// A set of shard numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ShardSet([u64; MAX_SHARDS / 64]);
+pub(crate) struct ShardSet([u64; MAX_SHARDS / 64]);
 
 impl ShardSet {
     pub fn insert(&mut self, shard: usize) {
@@ -55,12 +55,9 @@ impl ShardSet {
         self.0[shard / 64] & (1 << (shard % 64)) != 0
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.0.iter().map(|w| w.count_ones() as usize).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.iter().all(|w| *w == 0)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
@@ -171,12 +168,12 @@ impl Partitioner {
 
     /// The cell of a (valid, finite) lon/lat point.
     #[inline]
-    pub fn cell_of(&self, x: f64, y: f64) -> Option<CellIndex> {
+    pub(crate) fn cell_of(&self, x: f64, y: f64) -> Option<CellIndex> {
         LatLng::new(y, x).ok().map(|ll| ll.to_cell(self.resolution))
     }
 
     #[inline]
-    pub fn shard_of_cell(&self, cell: CellIndex) -> usize {
+    pub(crate) fn shard_of_cell(&self, cell: CellIndex) -> usize {
         (splitmix64(u64::from(cell)) % self.shards as u64) as usize
     }
 
@@ -215,7 +212,7 @@ impl Partitioner {
     }
 
     /// Every shard owning a cell that the box touches (a superset is fine, a miss is not).
-    pub fn shards_for_bbox(&self, b: &BBox) -> ShardSet {
+    pub(crate) fn shards_for_bbox(&self, b: &BBox) -> ShardSet {
         if self.shards == 1 {
             return ShardSet::all(1);
         }

@@ -26,12 +26,12 @@ pub enum Location {
 }
 
 /// An edge as `[x0, y0, x1, y1]`.
-pub type Edge = [f64; 4];
+pub(crate) type Edge = [f64; 4];
 
 /// Below this many edges a band is one stripe: a plain scan is as fast.
 const SCAN_EDGES: usize = 16;
 /// Polygons above this many edges are cut into bands of about this many.
-pub const BAND_EDGES: usize = 256;
+pub(crate) const BAND_EDGES: usize = 256;
 
 #[inline]
 fn orient(ax: f64, ay: f64, bx: f64, by: f64, px: f64, py: f64) -> f64 {
@@ -54,7 +54,7 @@ fn locate_in_ring(edges: &[Edge], px: f64, py: f64) -> Location {
 /// next; with `mirror`, of the chain and the point with `x` negated (exact), so that the ray
 /// runs leftward.
 #[inline]
-pub fn locate_on_chain(chain: &[Coord<f64>], mirror: bool, px: f64, py: f64) -> Location {
+pub(crate) fn locate_on_chain(chain: &[Coord<f64>], mirror: bool, px: f64, py: f64) -> Location {
     let s = if mirror { -1.0 } else { 1.0 };
     let edges = chain
         .windows(2)
@@ -302,13 +302,13 @@ impl Stripes {
 }
 
 /// An axis-aligned box `[xmin, ymin, xmax, ymax]`.
-pub type BBox = [f64; 4];
+pub(crate) type BBox = [f64; 4];
 
-pub fn bbox_contains(b: &BBox, x: f64, y: f64) -> bool {
+pub(crate) fn bbox_contains(b: &BBox, x: f64, y: f64) -> bool {
     b[0] <= x && x <= b[2] && b[1] <= y && y <= b[3]
 }
 
-pub fn bbox_intersects(a: &BBox, b: &BBox) -> bool {
+pub(crate) fn bbox_intersects(a: &BBox, b: &BBox) -> bool {
     a[0] <= b[2] && b[0] <= a[2] && a[1] <= b[3] && b[1] <= a[3]
 }
 
@@ -339,7 +339,7 @@ impl PolygonPart {
     }
 
     /// Most edges a location in this part tests.
-    pub fn probe_cost(&self) -> usize {
+    pub(crate) fn probe_cost(&self) -> usize {
         self.stripes.longest()
     }
 
@@ -391,7 +391,7 @@ fn band_cuts(lows: &[f64], bands: usize, ylo: f64, yhi: f64) -> Vec<f64> {
 /// About [`BAND_EDGES`] edges a band, or fewer bands where long edges would copy into many
 /// (see `BAND_COPIES`); each edge is placed by binary search over the cuts, so the cut
 /// costs O(n log n) and its parts O(n) memory for any ring.
-pub fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
+pub(crate) fn polygon_parts(element: u32, poly: &Polygon<f64>) -> Vec<PolygonPart> {
     let mut edges = Vec::new();
     let mut rings = Vec::new();
     ring_edges(poly.exterior(), 0, &mut edges, &mut rings);
@@ -538,7 +538,7 @@ fn clip_x(e: &Edge, y0: f64, y1: f64) -> (f64, f64) {
 
 /// Location of a point relative to a set of parts (one polygon or a multipolygon's
 /// elements): interior of any element wins, then boundary.
-pub fn locate_in_parts(parts: &[PolygonPart], x: f64, y: f64) -> Location {
+pub(crate) fn locate_in_parts(parts: &[PolygonPart], x: f64, y: f64) -> Location {
     let mut best = Location::Exterior;
     for p in parts {
         let l = p.locate(x, y);
@@ -553,7 +553,7 @@ pub fn locate_in_parts(parts: &[PolygonPart], x: f64, y: f64) -> Location {
 /// Location of a point relative to lines, as GEOS's `PointLocator` has it: an endpoint of
 /// an open line counts once per line, and an odd count is `Boundary` (the mod-2 rule);
 /// anywhere else on a line is `Interior`.
-pub fn locate_on_lines(lines: &[LineString<f64>], x: f64, y: f64) -> Location {
+pub(crate) fn locate_on_lines(lines: &[LineString<f64>], x: f64, y: f64) -> Location {
     let p = Coord { x, y };
     let mut ends = 0usize;
     let mut on = false;

@@ -78,7 +78,7 @@ impl Relation {
     }
 }
 
-pub fn bbox_of(g: &Geometry<f64>) -> Option<BBox> {
+pub(crate) fn bbox_of(g: &Geometry<f64>) -> Option<BBox> {
     use geo::BoundingRect;
     g.bounding_rect()
         .map(|r| [r.min().x, r.min().y, r.max().x, r.max().y])
@@ -116,7 +116,7 @@ impl Shape {
         })
     }
 
-    pub fn is_polygonal(&self) -> bool {
+    pub(crate) fn is_polygonal(&self) -> bool {
         matches!(
             self.geometry,
             Geometry::Polygon(_) | Geometry::MultiPolygon(_)
@@ -230,7 +230,7 @@ impl Query {
     }
 
     /// The query point, when the query is a single point (the one-shard fast path).
-    pub fn as_point(&self) -> Option<(f64, f64)> {
+    pub(crate) fn as_point(&self) -> Option<(f64, f64)> {
         match self.kind {
             QueryKind::Point(x, y) => Some((x, y)),
             _ => None,
@@ -240,7 +240,7 @@ impl Query {
     /// Whether a point feature at `(x, y)` matches: inside or on the query geometry (or its
     /// box, for `envelope-intersects`), whatever the relation.
     #[inline]
-    pub fn matches_point(&self, x: f64, y: f64, rel: Relation) -> bool {
+    pub(crate) fn matches_point(&self, x: f64, y: f64, rel: Relation) -> bool {
         if rel == Relation::EnvelopeIntersects {
             return pip::bbox_contains(&self.bbox, x, y);
         }
@@ -254,7 +254,7 @@ impl Query {
 
     /// Whether a line or polygon feature matches. To test many features, prepare the
     /// query once with [`Query::prepared`].
-    pub fn matches_shape(&self, f: &Shape, rel: Relation) -> bool {
+    pub(crate) fn matches_shape(&self, f: &Shape, rel: Relation) -> bool {
         self.prepared().matches_shape(f, rel)
     }
 
@@ -279,7 +279,7 @@ pub struct PreparedQuery<'q> {
 
 impl PreparedQuery<'_> {
     /// Whether a line or polygon feature matches.
-    pub fn matches_shape(&self, f: &Shape, rel: Relation) -> bool {
+    pub(crate) fn matches_shape(&self, f: &Shape, rel: Relation) -> bool {
         let q = self.query;
         if !pip::bbox_intersects(&f.bbox, &q.bbox) {
             return false;
@@ -307,7 +307,7 @@ impl PreparedQuery<'_> {
 
 /// The relation of a shape to a query point, from the point's location, where that decides.
 #[inline]
-pub fn point_fast_path(loc: Location, rel: Relation) -> Option<bool> {
+pub(crate) fn point_fast_path(loc: Location, rel: Relation) -> Option<bool> {
     match rel {
         Relation::Intersects | Relation::EnvelopeIntersects => Some(loc != Location::Exterior),
         Relation::Contains => Some(loc == Location::Interior),
@@ -321,7 +321,7 @@ pub fn point_fast_path(loc: Location, rel: Relation) -> Option<bool> {
 
 /// DE-9IM through geo's `relate`. geo's topology graph can panic on some degenerate
 /// input; a panic is contained and counts as "no match" (logged), never a crash.
-pub fn relate_holds(feature: &Geometry<f64>, query: &Geometry<f64>, rel: Relation) -> bool {
+pub(crate) fn relate_holds(feature: &Geometry<f64>, query: &Geometry<f64>, rel: Relation) -> bool {
     contained_relate(rel, || rel.holds(&feature.relate(query)))
 }
 

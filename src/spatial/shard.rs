@@ -17,7 +17,7 @@ use super::grid::PartGrid;
 use super::pip::{BBox, Location};
 
 #[derive(Default)]
-pub struct ShardIndex {
+pub(crate) struct ShardIndex {
     pub points: PointIndex,
     parts: RTree<PartEntry, Params>,
     pub envelopes: RTree<PartEntry, Params>,
@@ -37,7 +37,7 @@ impl ShardIndex {
     }
 
     /// Rebuild with the current entries plus `points`/`parts`/`envelopes`, by bulk loading.
-    pub fn rebuilt_with(
+    pub(crate) fn rebuilt_with(
         &self,
         mut points: Vec<PointEntry>,
         mut parts: Vec<PartEntry>,
@@ -54,7 +54,7 @@ impl ShardIndex {
         }
     }
 
-    pub fn insert_part(&mut self, e: PartEntry) {
+    pub(crate) fn insert_part(&mut self, e: PartEntry) {
         if let Some(g) = &mut self.grid {
             g.insert(e.clone());
         }
@@ -62,7 +62,7 @@ impl ShardIndex {
         self.refresh_grid();
     }
 
-    pub fn remove_part(&mut self, e: &PartEntry) {
+    pub(crate) fn remove_part(&mut self, e: &PartEntry) {
         if let Some(g) = &mut self.grid {
             g.remove(e);
         }
@@ -82,14 +82,14 @@ impl ShardIndex {
 
     /// Point features exactly at `(x, y)`.
     #[inline]
-    pub fn points_at(&self, x: f64, y: f64, f: impl FnMut(FeatureId)) {
+    pub(crate) fn points_at(&self, x: f64, y: f64, f: impl FnMut(FeatureId)) {
         self.points.at(x, y, f);
     }
 
     /// Parts whose box contains `(x, y)`, with the point's location in the part when the
     /// grid knows it already. Parts the point is known to be exterior to may be left out.
     #[inline]
-    pub fn parts_at<'a>(
+    pub(crate) fn parts_at<'a>(
         &'a self,
         x: f64,
         y: f64,
@@ -106,11 +106,16 @@ impl ShardIndex {
             });
     }
 
-    pub fn points_in<'a>(&'a self, b: &BBox, f: impl FnMut(&'a PointEntry)) {
+    pub(crate) fn points_in<'a>(&'a self, b: &BBox, f: impl FnMut(&'a PointEntry)) {
         self.points.within(b, f);
     }
 
-    pub fn parts_in<'a>(&'a self, b: &BBox, envelopes: bool, mut f: impl FnMut(&'a PartEntry)) {
+    pub(crate) fn parts_in<'a>(
+        &'a self,
+        b: &BBox,
+        envelopes: bool,
+        mut f: impl FnMut(&'a PartEntry),
+    ) {
         let tree = if envelopes {
             &self.envelopes
         } else {

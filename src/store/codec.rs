@@ -39,7 +39,7 @@ fn corrupt(uri: &str, what: &str) -> StoreError {
 }
 
 /// Decode the header only: format, permissions, collections, and where the content starts.
-pub fn decode_meta(
+pub(crate) fn decode_meta(
     uri: &str,
     bytes: &[u8],
 ) -> Result<(Format, Permissions, Vec<String>, usize), StoreError> {
@@ -70,7 +70,7 @@ pub fn decode_meta(
     Ok((format, permissions, collections, pos))
 }
 
-pub fn decode(uri: &str, bytes: &[u8]) -> Result<Document, StoreError> {
+pub(crate) fn decode(uri: &str, bytes: &[u8]) -> Result<Document, StoreError> {
     let (format, permissions, collections, start) = decode_meta(uri, bytes)?;
     Ok(Document {
         uri: uri.to_string(),

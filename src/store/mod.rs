@@ -131,7 +131,7 @@ pub enum Format {
 }
 
 impl Format {
-    pub fn from_u8(b: u8) -> Option<Format> {
+    pub(crate) fn from_u8(b: u8) -> Option<Format> {
         match b {
             0 => Some(Format::Json),
             1 => Some(Format::Xml),
@@ -160,7 +160,7 @@ impl Format {
         }
     }
 
-    pub fn mime_type(self) -> &'static str {
+    pub(crate) fn mime_type(self) -> &'static str {
         match self {
             Format::Json => "application/json",
             Format::Xml => "application/xml",
@@ -181,7 +181,7 @@ pub struct Document {
 }
 
 impl Document {
-    pub fn in_collection(&self, name: &str) -> bool {
+    pub(crate) fn in_collection(&self, name: &str) -> bool {
         self.collections.iter().any(|c| c == name)
     }
 }
@@ -480,7 +480,7 @@ impl Store {
 
     /// Every document, in URI order, for the service's own rebuilds (no permission filter:
     /// derived indexes keep each document's permissions and check them at query time).
-    pub fn scan_documents(
+    pub(crate) fn scan_documents(
         &self,
         mut f: impl FnMut(Document) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
@@ -493,7 +493,11 @@ impl Store {
         Ok(())
     }
 
-    pub fn get_record(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(crate) fn get_record(
+        &self,
+        table: Table,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
         let t = txn.open_table(table.definition()).map_err(storage)?;
         Ok(t.get(key).map_err(storage)?.map(|v| v.value().to_vec()))

@@ -35,7 +35,7 @@ impl Features {
     /// [`Features::execute`], given up with [`FeatureError::TimeLimit`] once `limit` (a
     /// deadline and the limit it came from, in ms) has passed: the spatial tests and the row
     /// filter look at the clock as they go.
-    pub fn execute_within(
+    pub(crate) fn execute_within(
         &self,
         caller: &Caller,
         req: &FeatureRequest,

@@ -747,13 +747,14 @@ impl FeatureRequest {
         })
     }
 
+    #[cfg(test)]
     /// [`FeatureRequest::parse`] of an already parsed body (tests, tools).
-    pub fn from_json(body: &Value) -> Result<FeatureRequest, FeatureError> {
+    pub(crate) fn from_json(body: &Value) -> Result<FeatureRequest, FeatureError> {
         FeatureRequest::parse(&serde_json::to_vec(body).unwrap_or_default())
     }
 
     /// Small enough to answer on the calling task: a point query, or no query at all.
-    pub fn is_light(&self) -> bool {
+    pub(crate) fn is_light(&self) -> bool {
         self.method.as_deref() != Some("query")
             || self
                 .query
