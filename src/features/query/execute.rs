@@ -166,9 +166,8 @@ impl Features {
         Value::Object(meta)
     }
 
-    /// A query, in the order a reader can follow: the columns it names, the candidate rows
-    /// from the spatial index, the filters, then statistics, a count, or the order, ids or
-    /// page of features.
+    /// A query: its plan (columns, filter, output) before any row is read, then the
+    /// candidate rows from the spatial index, the rows that pass the filters, and the output.
     pub(super) fn run_query(
         &self,
         caller: &Caller,
@@ -185,64 +184,81 @@ impl Features {
             return Ok(self.write_features(descriptor, resolved, None, &[], &[], false, q));
         };
         let def = &view.def;
-        let filter = Where::parse(
-            q.where_text.as_deref().unwrap_or(""),
-            &|name: &str| def.column(name),
-            self.settings.where_limits,
-        )?;
-        let cols = Columns::resolve(def, resolved.layer, q)?;
+        let plan = Plan::new(def, resolved.layer, q, &self.settings)?;
         let candidates = candidates(view, resolved.layer, q, deadline).map_err(|_| past_limit())?;
         let data = view.data.read();
-        let mut rows = matching_rows(&data, caller, candidates, &cols, &filter, q, deadline)
-            .ok_or_else(past_limit)?;
-        if let Some((stat_cols, groups)) = &cols.stats {
-            return Ok(
-                self.write_statistics(descriptor, resolved, &data, &rows, stat_cols, groups, q)
-            );
-        }
-        if q.count_only {
-            return Ok(self.write_count(descriptor, resolved, def, rows.len()));
-        }
-        sort_rows(&mut rows, &cols.order, &data);
-        if q.ids_only {
-            return Ok(self.write_ids(descriptor, resolved, def, &rows));
-        }
-        let limit = q
-            .limit
-            .filter(|l| *l > 0)
-            .unwrap_or(self.settings.max_record_count)
-            .min(self.settings.max_record_count);
-        let start = q.offset.min(rows.len());
-        let end = (start + limit).min(rows.len());
-        let exceeded = end < rows.len();
-        let page: Vec<u32> = rows[start..end].iter().map(|r| r.1).collect();
-        Ok(self.write_features(
-            descriptor,
-            resolved,
-            Some(&data),
-            &page,
-            &cols.out,
-            exceeded,
-            q,
-        ))
+        let mut rows =
+            matching_rows(&data, caller, candidates, &plan, q, deadline).ok_or_else(past_limit)?;
+        Ok(match plan.output {
+            Output::Statistics { columns, groups } => {
+                self.write_statistics(descriptor, resolved, &data, &rows, &columns, &groups, q)
+            }
+            Output::Count => self.write_count(descriptor, resolved, def, rows.len()),
+            Output::Ids => {
+                sort_rows(&mut rows, &plan.order, &data);
+                self.write_ids(descriptor, resolved, def, &rows)
+            }
+            Output::Page { offset, limit } => {
+                sort_rows(&mut rows, &plan.order, &data);
+                let start = offset.min(rows.len());
+                let end = (start + limit).min(rows.len());
+                let exceeded = end < rows.len();
+                let page: Vec<u32> = rows[start..end].iter().map(|r| r.1).collect();
+                self.write_features(
+                    descriptor,
+                    resolved,
+                    Some(&data),
+                    &page,
+                    &plan.out,
+                    exceeded,
+                    q,
+                )
+            }
+        })
     }
 }
 
-/// The view columns a query names, resolved and checked before any row is read.
-pub(super) struct Columns {
+/// What a query will do, decided and checked before any row is read: the view columns it
+/// names, its filter, and its output.
+pub(super) struct Plan {
     /// `outFields`, in order.
     out: Vec<usize>,
     /// `orderByFields`: column and descending.
     order: Vec<(usize, bool)>,
     /// The layer's `timeInfo` start and end columns, when the query has a `time`.
     time: Option<(usize, Option<usize>)>,
-    /// `outStatistics` (a column each, none for `count(*)`) and
-    /// `groupByFieldsForStatistics`.
-    stats: Option<(Vec<Option<usize>>, Vec<usize>)>,
+    /// The `where` clause.
+    filter: Where,
+    output: Output,
 }
 
-impl Columns {
-    fn resolve(def: &ViewDef, layer: &Layer, q: &QuerySpec) -> Result<Columns, FeatureError> {
+/// A query's answer.
+enum Output {
+    /// `outStatistics` (a column each, none for `count(*)`) by `groupByFieldsForStatistics`.
+    Statistics {
+        columns: Vec<Option<usize>>,
+        groups: Vec<usize>,
+    },
+    /// `returnCountOnly`.
+    Count,
+    /// `returnIdsOnly`, every id in order.
+    Ids,
+    /// Features, ordered, from `offset`, at most `limit`.
+    Page { offset: usize, limit: usize },
+}
+
+impl Plan {
+    fn new(
+        def: &ViewDef,
+        layer: &Layer,
+        q: &QuerySpec,
+        settings: &crate::features::FeatureSettings,
+    ) -> Result<Plan, FeatureError> {
+        let filter = Where::parse(
+            q.where_text.as_deref().unwrap_or(""),
+            &|name: &str| def.column(name),
+            settings.where_limits,
+        )?;
         let field = |name: &str, member: &str| -> Result<usize, FeatureError> {
             def.column(name)
                 .ok_or_else(|| bad(format!("unknown field {name} in {member}")))
@@ -311,11 +327,28 @@ impl Columns {
                 Some((cols, groups))
             }
         };
-        Ok(Columns {
+        let output = if let Some((columns, groups)) = stats {
+            Output::Statistics { columns, groups }
+        } else if q.count_only {
+            Output::Count
+        } else if q.ids_only {
+            Output::Ids
+        } else {
+            Output::Page {
+                offset: q.offset,
+                limit: q
+                    .limit
+                    .filter(|l| *l > 0)
+                    .unwrap_or(settings.max_record_count)
+                    .min(settings.max_record_count),
+            }
+        };
+        Ok(Plan {
             out,
             order,
             time,
-            stats,
+            filter,
+            output,
         })
     }
 }
@@ -347,8 +380,7 @@ fn matching_rows(
     data: &ViewData,
     caller: &Caller,
     candidates: Option<Vec<u32>>,
-    cols: &Columns,
-    filter: &Where,
+    plan: &Plan,
     q: &QuerySpec,
     deadline: Option<std::time::Instant>,
 ) -> Option<Vec<(i64, u32)>> {
@@ -363,7 +395,7 @@ fn matching_rows(
         {
             return false;
         }
-        if let (Some((start, end)), Some((from, to))) = (cols.time, q.time) {
+        if let (Some((start, end)), Some((from, to))) = (plan.time, q.time) {
             let row = data.row(slot);
             let t0 = match row.get(start) {
                 V::Date(ms) | V::Int(ms) => Some(ms),
@@ -379,7 +411,7 @@ fn matching_rows(
                 return false;
             }
         }
-        filter.matches(&data.row(slot))
+        plan.filter.matches(&data.row(slot))
     };
     let mut seen = 0usize;
     let mut stopped = false;
