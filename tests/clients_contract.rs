@@ -438,6 +438,26 @@ fn reads_of_many_documents_and_categories() {
     let r = rd.get("/v1/documents?uri=/r/a.json&category=everything");
     assert_eq!(r.status, 400);
     assert!(r.text().contains("metadata-values"), "{}", r.text());
+
+    // One answer holds at most max_body_bytes of documents; one document alone is its own.
+    let small = TestServer::start_with(|c| c.max_body_bytes = 100);
+    let mut w = small.client(WRITER);
+    for uri in ["/big/1.json", "/big/2.json"] {
+        let doc = json!({"pad": "x".repeat(60)}).to_string();
+        assert_eq!(
+            w.put_json(&format!("/v1/documents?uri={uri}"), &doc).status,
+            201
+        );
+    }
+    let mut rd = small.client(READER);
+    let r = rd.get("/v1/documents?uri=/big/1.json&uri=/big/2.json");
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(r.text().contains("max_body_bytes (100)"), "{}", r.text());
+    assert_eq!(
+        rd.get("/v1/documents?uri=/big/1.json&category=content&category=metadata")
+            .status,
+        200
+    );
 }
 
 /// Koop's 45 ms (issue 34, item 6): a client with Nagle's algorithm on that sends a request's

@@ -33,15 +33,7 @@ where
         .has("collection")
         .then(|| ctx.params.all("collection").map(str::to_string).collect());
     let permissions = parse_permissions(ctx)?;
-    let transform = ctx.params.get("transform").map(str::to_string);
-    if let Some(t) = &transform
-        && !crate::flow::is_flow_transform(t)
-    {
-        return Err(ApiError::new(
-            ErrorCode::InvalidParam,
-            format!("unknown transform: {t}"),
-        ));
-    }
+    let flow = super::flows::FlowParams::requested(ctx)?;
     let body = read_body(app, &ctx.headers, body).await?;
     check_content(format, body.clone()).await?;
     let put = PutDocument {
@@ -52,8 +44,8 @@ where
         collections,
         permissions,
     };
-    if transform.is_some() {
-        return super::flows::put_through_flow(app, ctx, put).await;
+    if let Some(params) = &flow {
+        return super::flows::put_through_flow(app, ctx, params, put).await;
     }
     let op = Op::PutDocument(put);
     let answer = app.store.write(&ctx.caller, vec![op]).await?;
@@ -76,13 +68,18 @@ pub(super) fn default_permissions(collections: Option<&[String]>) -> Permissions
 
 pub(super) fn document_uri(ctx: &Ctx) -> Result<String, ApiError> {
     let uri = ctx.params.required("uri")?;
+    check_uri(uri)?;
+    Ok(uri.to_string())
+}
+
+fn check_uri(uri: &str) -> Result<(), ApiError> {
     if uri.len() > MAX_URI_BYTES {
         return Err(ApiError::new(
             ErrorCode::InvalidParam,
             format!("uri is longer than {MAX_URI_BYTES} bytes"),
         ));
     }
-    Ok(uri.to_string())
+    Ok(())
 }
 
 /// JSON and XML bodies must parse; big ones are checked on the blocking pool.
@@ -211,14 +208,8 @@ pub(super) async fn get(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
         .only(&ctx.path, |k| matches!(k, "uri" | "category" | "format"))?;
     document_uri(ctx)?;
     let uris: Vec<String> = ctx.params.all("uri").map(str::to_string).collect();
-    if let Some(long) = uris.iter().find(|u| u.len() > MAX_URI_BYTES) {
-        return Err(ApiError::new(
-            ErrorCode::InvalidParam,
-            format!(
-                "uri {}… is longer than {MAX_URI_BYTES} bytes",
-                long.chars().take(32).collect::<String>()
-            ),
-        ));
+    for uri in &uris {
+        check_uri(uri)?;
     }
     let mut categories: Vec<&str> = Vec::new();
     for c in ctx.params.all("category").flat_map(|c| c.split(',')) {
@@ -244,11 +235,26 @@ pub(super) async fn get(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
     let store = app.store.clone();
     let caller = ctx.caller.clone();
     let lookup = uris.clone();
-    let docs = tokio::task::spawn_blocking(move || {
-        lookup
-            .iter()
-            .map(|uri| store.get(&caller, uri))
-            .collect::<Result<Vec<_>, _>>()
+    // The documents of one answer hold at most max_body_bytes between them.
+    let max_bytes = app.config.max_body_bytes;
+    let docs = tokio::task::spawn_blocking(move || -> Result<Vec<_>, ApiError> {
+        let mut total = 0u64;
+        let mut docs = Vec::with_capacity(lookup.len());
+        for uri in &lookup {
+            let doc = store.get(&caller, uri)?;
+            total += doc.as_ref().map_or(0, |d| d.content.len() as u64);
+            if total > max_bytes && lookup.len() > 1 {
+                return Err(ApiError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!(
+                        "the documents asked for hold more than max_body_bytes ({max_bytes}) \
+                         between them: ask for fewer at a time"
+                    ),
+                ));
+            }
+            docs.push(doc);
+        }
+        Ok(docs)
     })
     .await
     .map_err(|_| ApiError::new(ErrorCode::Internal, "document read failed"))??;
@@ -513,18 +519,7 @@ where
     ctx.params.only(&ctx.path, |k| {
         matches!(k, "collection" | "transform") || k.starts_with("perm:") || k.starts_with("trans:")
     })?;
-    let flow = match ctx.params.get("transform") {
-        None => None,
-        Some(t) if crate::flow::is_flow_transform(t) => {
-            Some(super::flows::FlowParams::of(ctx)?.one_job())
-        }
-        Some(t) => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidParam,
-                format!("unknown transform: {t}"),
-            ));
-        }
-    };
+    let flow = super::flows::FlowParams::requested(ctx)?.map(super::flows::FlowParams::one_job);
     let content_type = ctx
         .headers
         .get(CONTENT_TYPE)

@@ -21,7 +21,20 @@ pub(super) struct FlowParams {
 }
 
 impl FlowParams {
-    pub(super) fn of(ctx: &Ctx) -> Result<FlowParams, ApiError> {
+    /// The flow a write asks for with `transform`, if any: a transform that is not a flow,
+    /// or a flow without its parameters, is refused before the body is read.
+    pub(super) fn requested(ctx: &Ctx) -> Result<Option<FlowParams>, ApiError> {
+        match ctx.params.get("transform") {
+            None => Ok(None),
+            Some(t) if crate::flow::is_flow_transform(t) => FlowParams::of(ctx).map(Some),
+            Some(t) => Err(ApiError::new(
+                ErrorCode::InvalidParam,
+                format!("unknown transform: {t}"),
+            )),
+        }
+    }
+
+    fn of(ctx: &Ctx) -> Result<FlowParams, ApiError> {
         let entity = ctx.params.required("trans:entity-name")?.to_string();
         let flow = ctx.params.required("trans:flow-name")?.to_string();
         let options = match ctx.params.get("trans:options").map(str::trim) {
@@ -112,11 +125,11 @@ pub(super) async fn keep_traces(app: &App, ctx: &Ctx, traces: Vec<Op>) {
 pub(super) async fn put_through_flow(
     app: &App,
     ctx: &Ctx,
+    params: &FlowParams,
     put: PutDocument,
 ) -> Result<Resp, ApiError> {
-    let params = FlowParams::of(ctx)?;
     let uri = put.uri.clone();
-    match through_flow(app, &params, put).await {
+    match through_flow(app, params, put).await {
         Ok(ops) => {
             let answer = app.store.write(&ctx.caller, ops).await?;
             Ok(response::written(&uri, &answer))

@@ -54,59 +54,82 @@ pub fn within(
     if a.intersects(b) {
         return Some(true);
     }
-    let (va, ea) = (vertices(a), edges(a));
-    let (vb, eb) = (vertices(b), edges(b));
-    let mut best = Closest {
-        angle: f64::INFINITY,
-        from: [0.0; 3],
-        to: [0.0; 3],
-    };
-    let mut pairs = 0usize;
-    for (points, segments) in [(&va, &eb), (&vb, &ea)] {
-        for p in points {
-            for s in segments.iter() {
-                pairs += 1;
-                if pairs.is_multiple_of(PAIRS_PER_CLOCK)
-                    && deadline.is_some_and(|d| Instant::now() >= d)
-                {
-                    return None;
-                }
-                let (angle, c) = to_arc(p, &s[0], &s[1]);
-                if angle < best.angle {
-                    best = Closest {
-                        angle,
-                        from: *p,
-                        to: c,
-                    };
-                }
+    Near::new(b).apart_within(a, meters, deadline)
+}
+
+/// A query geometry on the sphere, made once for all the features it is measured against.
+pub struct Near {
+    vertices: Vec<V3>,
+    edges: Vec<[V3; 2]>,
+}
+
+impl Near {
+    pub fn new(query: &Geometry<f64>) -> Near {
+        Near {
+            vertices: vertices(query),
+            edges: edges(query),
+        }
+    }
+
+    /// Whether `g`, known not to intersect the query geometry, is at most `meters` from it:
+    /// the closest pair is a vertex of one against an edge of the other, or two points when
+    /// neither has edges. `None` once `deadline` has passed.
+    pub fn apart_within(
+        &self,
+        g: &Geometry<f64>,
+        meters: f64,
+        deadline: Option<Instant>,
+    ) -> Option<bool> {
+        let (vg, eg) = (vertices(g), edges(g));
+        let mut best = Closest {
+            angle: f64::INFINITY,
+            from: [0.0; 3],
+            to: [0.0; 3],
+        };
+        let mut pairs = 0usize;
+        let mut consider = |p: &V3, angle: f64, to: V3| -> bool {
+            pairs += 1;
+            if angle < best.angle {
+                best = Closest {
+                    angle,
+                    from: *p,
+                    to,
+                };
             }
-            // A geometry of points only has no edges: measure point to point.
-            if segments.is_empty() {
-                let others = if std::ptr::eq(points, &va) { &vb } else { &va };
-                for q in others {
-                    let angle = between(p, q);
-                    if angle < best.angle {
-                        best = Closest {
-                            angle,
-                            from: *p,
-                            to: *q,
-                        };
+            !(pairs.is_multiple_of(PAIRS_PER_CLOCK)
+                && deadline.is_some_and(|d| Instant::now() >= d))
+        };
+        for (points, segments) in [(&vg, &self.edges), (&self.vertices, &eg)] {
+            for p in points {
+                for s in segments {
+                    let (angle, c) = to_arc(p, &s[0], &s[1]);
+                    if !consider(p, angle, c) {
+                        return None;
                     }
                 }
             }
         }
+        if eg.is_empty() && self.edges.is_empty() {
+            for p in &vg {
+                for q in &self.vertices {
+                    if !consider(p, between(p, q), *q) {
+                        return None;
+                    }
+                }
+            }
+        }
+        if !best.angle.is_finite() {
+            return Some(false);
+        }
+        let on_sphere = best.angle * MEAN_RADIUS;
+        if on_sphere <= meters * (1.0 - SPHERE_SLACK) {
+            return Some(true);
+        }
+        if on_sphere > meters * (1.0 + SPHERE_SLACK) {
+            return Some(false);
+        }
+        Some(Geodesic.distance(lon_lat(&best.from), lon_lat(&best.to)) <= meters)
     }
-    if !best.angle.is_finite() {
-        return Some(false);
-    }
-    let on_sphere = best.angle * MEAN_RADIUS;
-    if on_sphere <= meters * (1.0 - SPHERE_SLACK) {
-        return Some(true);
-    }
-    if on_sphere > meters * (1.0 + SPHERE_SLACK) {
-        return Some(false);
-    }
-    Some(Geodesic.distance(lon_lat(&best.from), lon_lat(&best.to)) <= meters)
 }
 
 struct Closest {

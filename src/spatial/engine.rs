@@ -440,29 +440,41 @@ impl Engine {
         }
         shapes.sort_unstable_by_key(|c| c.0);
         shapes.dedup_by_key(|c| c.0);
+        // What intersects the query is at distance 0 (the prepared tests of every relation);
+        // the rest is measured against the query made once on the sphere.
+        let on_sphere = super::distance::Near::new(q.geometry());
         let stopped = AtomicBool::new(false);
-        let near = |g: &Geometry<f64>| -> bool {
+        let apart_within = |g: &Geometry<f64>| -> bool {
             if stopped.load(Ordering::Relaxed) {
                 return false;
             }
-            match super::distance::within(g, q.geometry(), meters, deadline) {
-                Some(hit) => hit,
-                None => {
+            on_sphere
+                .apart_within(g, meters, deadline)
+                .unwrap_or_else(|| {
                     stopped.store(true, Ordering::Relaxed);
                     false
-                }
-            }
+                })
         };
         let mut ids: Vec<FeatureId> = points
             .par_iter()
-            .filter(|(_, xy)| near(&Geometry::Point(geo::Point::new(xy[0], xy[1]))))
+            .filter(|(_, [x, y])| {
+                q.matches_point(*x, *y, Relation::Intersects)
+                    || apart_within(&Geometry::Point(geo::Point::new(*x, *y)))
+            })
             .map(|c| c.0)
             .collect();
         ids.extend(
             shapes
                 .par_iter()
-                .filter(|c| near(&c.1.geometry))
-                .map(|c| c.0)
+                .map_init(
+                    || q.prepared(),
+                    |prepared, c| {
+                        (prepared.matches_shape(&c.1, Relation::Intersects)
+                            || apart_within(&c.1.geometry))
+                        .then_some(c.0)
+                    },
+                )
+                .flatten()
                 .collect::<Vec<_>>(),
         );
         if stopped.load(Ordering::Relaxed) {

@@ -72,37 +72,21 @@ impl Features {
         }
         let mut layers: Vec<&Layer> = d.layers.iter().collect();
         layers.sort_by_key(|l| l.id);
-        let layers: Vec<Value> = layers
-            .into_iter()
-            .map(|layer| {
-                let view = self.view(&layer.view);
-                json!({ "metadata": self.layer_metadata(layer, view.as_deref()) })
-            })
-            .collect();
-        // The service's extent holds its layers' (Koop's fullExtent).
+        let views: Vec<_> = layers.iter().map(|l| self.view(&l.view)).collect();
+        // The service's extent holds its layers' data (Koop's fullExtent).
         let extent = layers
             .iter()
-            .filter_map(|l| {
-                let e = &l["metadata"]["extent"];
-                let n = |k: &str| e.get(k).and_then(Value::as_f64);
-                Some([n("xmin")?, n("ymin")?, n("xmax")?, n("ymax")?])
-            })
-            .reduce(|a, b| {
-                [
-                    a[0].min(b[0]),
-                    a[1].min(b[1]),
-                    a[2].max(b[2]),
-                    a[3].max(b[3]),
-                ]
-            });
-        if let Some([xmin, ymin, xmax, ymax]) = extent {
-            top.entry("extent").or_insert_with(|| {
-                json!({
-                    "xmin": xmin, "ymin": ymin, "xmax": xmax, "ymax": ymax,
-                    "spatialReference": {"wkid": 4326, "latestWkid": 4326},
-                })
-            });
+            .zip(&views)
+            .filter_map(|(layer, view)| data_extent(layer, view.as_deref()))
+            .reduce(crate::spatial::entry::union);
+        if let Some(e) = extent {
+            top.entry("extent").or_insert_with(|| extent_json(e));
         }
+        let layers: Vec<Value> = layers
+            .iter()
+            .zip(&views)
+            .map(|(layer, view)| json!({ "metadata": self.layer_metadata(layer, view.as_deref()) }))
+            .collect();
         top.insert("layers".into(), Value::Array(layers));
         let mut out = Vec::new();
         envelope_start(&mut out);
@@ -142,22 +126,10 @@ impl Features {
         }
         meta.entry("idField")
             .or_insert_with(|| layer.id_field.clone().into());
-        if !meta.contains_key("extent") {
-            let extent = view.and_then(|v| {
-                v.indexes
-                    .read()
-                    .get(layer.geometry_path.text())
-                    .and_then(|e| e.extent())
-            });
-            if let Some([xmin, ymin, xmax, ymax]) = extent {
-                meta.insert(
-                    "extent".into(),
-                    json!({
-                        "xmin": xmin, "ymin": ymin, "xmax": xmax, "ymax": ymax,
-                        "spatialReference": {"wkid": 4326, "latestWkid": 4326},
-                    }),
-                );
-            }
+        if !meta.contains_key("extent")
+            && let Some(e) = data_extent(layer, view)
+        {
+            meta.insert("extent".into(), extent_json(e));
         }
         let fields: Value = view
             .and_then(|v| serde_json::from_slice(&v.def.fields_json).ok())
@@ -216,6 +188,23 @@ impl Features {
             }
         })
     }
+}
+
+/// The box of a layer's features, from its index (none without features).
+fn data_extent(layer: &Layer, view: Option<&ViewState>) -> Option<crate::spatial::pip::BBox> {
+    view?
+        .indexes
+        .read()
+        .get(layer.geometry_path.text())?
+        .extent()
+}
+
+/// An extent as the geo data services write it, in WGS84.
+fn extent_json([xmin, ymin, xmax, ymax]: crate::spatial::pip::BBox) -> Value {
+    json!({
+        "xmin": xmin, "ymin": ymin, "xmax": xmax, "ymax": ymax,
+        "spatialReference": {"wkid": 4326, "latestWkid": 4326},
+    })
 }
 
 /// What a query will do, decided and checked before any row is read: the view columns it
