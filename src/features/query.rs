@@ -28,7 +28,7 @@ use thiserror::Error;
 use super::descriptor::{Descriptor, Layer};
 use super::template::{Kind, ViewDef};
 use super::view::{GeometryOut, ViewData};
-use super::where_clause::{Row, V, Where, WhereError, compare};
+use super::where_clause::{Datum, Row, Where, WhereError, compare};
 use super::{Features, ViewState};
 use crate::acl::Caller;
 use crate::error::{ApiError, ErrorCode};
@@ -44,7 +44,8 @@ use execute::*;
 use geojson::*;
 pub(crate) use request::readers_agree;
 pub use request::{
-    DEFAULT_MAX_QUERY_VERTICES, FeatureRequest, Flex, QuerySpec, StatKind, StatSpec, TimeWindow,
+    Coercible, DEFAULT_MAX_QUERY_VERTICES, EsriError, FeatureRequest, QuerySpec, RequestError,
+    StatKind, StatSpec, TimeWindow,
 };
 
 #[derive(Debug, Error)]
@@ -53,8 +54,8 @@ pub enum FeatureError {
     ServiceNotFound(String),
     #[error("Layer {0} not found")]
     LayerNotFound(String),
-    #[error("{0}")]
-    BadRequest(String),
+    #[error(transparent)]
+    Request(#[from] RequestError),
     #[error("{0}")]
     Where(#[from] WhereError),
     #[error("the query ran longer than query_time_limit_ms ({0} ms)")]
@@ -67,13 +68,9 @@ impl From<FeatureError> for ApiError {
             FeatureError::ServiceNotFound(_) | FeatureError::LayerNotFound(_) => {
                 ErrorCode::ExtensionNotFound
             }
-            FeatureError::BadRequest(_) | FeatureError::Where(_) => ErrorCode::ExtensionInvalid,
+            FeatureError::Request(_) | FeatureError::Where(_) => ErrorCode::ExtensionInvalid,
             FeatureError::TimeLimit(_) => ErrorCode::TimeLimit,
         };
         ApiError::new(code, e.to_string())
     }
-}
-
-fn bad(msg: impl Into<String>) -> FeatureError {
-    FeatureError::BadRequest(msg.into())
 }

@@ -248,9 +248,14 @@ impl Plan {
             &|name: &str| def.column(name),
             settings.where_limits,
         )?;
-        let field = |name: &str, member: &str| -> Result<usize, FeatureError> {
-            def.column(name)
-                .ok_or_else(|| bad(format!("unknown field {name} in {member}")))
+        let field = |name: &str, member: &'static str| -> Result<usize, FeatureError> {
+            def.column(name).ok_or_else(|| {
+                RequestError::UnknownField {
+                    name: name.to_string(),
+                    member,
+                }
+                .into()
+            })
         };
         let out: Vec<usize> = match q.out_fields.as_deref().map(str::trim) {
             None | Some("") | Some("*") => (0..def.columns.len()).collect(),
@@ -268,7 +273,7 @@ impl Plan {
                     None | Some("ASC") => false,
                     Some("DESC") => true,
                     Some(other) => {
-                        return Err(bad(format!("orderByFields: {other} is not ASC or DESC")));
+                        return Err(RequestError::OrderDirection(other.to_string()).into());
                     }
                 };
                 order.push((field(name, "orderByFields")?, desc));
@@ -297,12 +302,12 @@ impl Plan {
                         && s.kind.is_numeric()
                         && !matches!(def.columns[c].scalar.kind(), Kind::Int | Kind::Float)
                     {
-                        return Err(bad(format!(
-                            "outStatistics: {} needs a numeric field, and {} is a {}",
-                            s.kind.name(),
-                            def.columns[c].name,
-                            def.columns[c].scalar.name()
-                        )));
+                        return Err(RequestError::StatisticNotNumeric {
+                            kind: s.kind.name(),
+                            field: def.columns[c].name.to_string(),
+                            scalar: def.columns[c].scalar.name(),
+                        }
+                        .into());
                     }
                     cols.push(c);
                 }
@@ -387,11 +392,11 @@ fn matching_rows(
         if let (Some((start, end)), Some((from, to))) = (plan.time, q.time) {
             let row = data.row(slot);
             let t0 = match row.get(start) {
-                V::Date(ms) | V::Int(ms) => Some(ms),
+                Datum::Date(ms) | Datum::Int(ms) => Some(ms),
                 _ => None,
             };
             let t1 = end.map_or(t0, |e| match row.get(e) {
-                V::Date(ms) | V::Int(ms) => Some(ms),
+                Datum::Date(ms) | Datum::Int(ms) => Some(ms),
                 _ => t0,
             });
             let Some(t0) = t0 else { return false };
@@ -441,9 +446,9 @@ fn sort_rows(rows: &mut [(i64, u32)], order: &[(usize, bool)], data: &ViewData) 
                 data.columns[col].get(b.1 as usize),
             );
             let o = match (&va, &vb) {
-                (V::Null, V::Null) => Ordering::Equal,
-                (V::Null, _) => Ordering::Less,
-                (_, V::Null) => Ordering::Greater,
+                (Datum::Null, Datum::Null) => Ordering::Equal,
+                (Datum::Null, _) => Ordering::Less,
+                (_, Datum::Null) => Ordering::Greater,
                 _ => compare(&va, &vb).unwrap_or(Ordering::Equal),
             };
             let o = if desc { o.reverse() } else { o };
@@ -462,26 +467,26 @@ pub(super) fn statistic<'d>(
     col: Option<usize>,
     data: &'d ViewData,
     slots: &[u32],
-) -> V<'d> {
+) -> Datum<'d> {
     let Some(col) = col else {
-        return V::Int(slots.len() as i64);
+        return Datum::Int(slots.len() as i64);
     };
-    let values: Vec<V<'d>> = slots
+    let values: Vec<Datum<'d>> = slots
         .iter()
         .map(|s| data.columns[col].get(*s as usize))
-        .filter(|v| *v != V::Null)
+        .filter(|v| *v != Datum::Null)
         .collect();
     let nums = || {
         values.iter().filter_map(|v| match v {
-            V::Int(i) => Some(*i as f64),
-            V::Float(f) => Some(*f),
-            V::Bool(b) => Some(f64::from(u8::from(*b))),
-            V::Date(d) => Some(*d as f64),
+            Datum::Int(i) => Some(*i as f64),
+            Datum::Float(f) => Some(*f),
+            Datum::Bool(b) => Some(f64::from(u8::from(*b))),
+            Datum::Date(d) => Some(*d as f64),
             _ => None,
         })
     };
     match kind {
-        StatKind::Count => V::Int(values.len() as i64),
+        StatKind::Count => Datum::Int(values.len() as i64),
         StatKind::Min | StatKind::Max => values
             .iter()
             .cloned()
@@ -494,37 +499,37 @@ pub(super) fn statistic<'d>(
                 };
                 if keep_a { a } else { b }
             })
-            .unwrap_or(V::Null),
+            .unwrap_or(Datum::Null),
         StatKind::Sum => {
             if values.is_empty() {
-                return V::Null;
+                return Datum::Null;
             }
             // Integers sum exactly while they fit; past i64 the sum is a float.
             let exact = values.iter().try_fold(0i64, |acc, v| match v {
-                V::Int(i) => acc.checked_add(*i),
+                Datum::Int(i) => acc.checked_add(*i),
                 _ => None,
             });
             match exact {
-                Some(total) => V::Int(total),
-                None => V::Float(nums().sum()),
+                Some(total) => Datum::Int(total),
+                None => Datum::Float(nums().sum()),
             }
         }
         StatKind::Avg => {
             let n: Vec<f64> = nums().collect();
             if n.is_empty() {
-                V::Null
+                Datum::Null
             } else {
-                V::Float(n.iter().sum::<f64>() / n.len() as f64)
+                Datum::Float(n.iter().sum::<f64>() / n.len() as f64)
             }
         }
         StatKind::Var | StatKind::Stddev => {
             let n: Vec<f64> = nums().collect();
             if n.len() < 2 {
-                return V::Null;
+                return Datum::Null;
             }
             let mean = n.iter().sum::<f64>() / n.len() as f64;
             let var = n.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n.len() - 1) as f64;
-            V::Float(if kind == StatKind::Var {
+            Datum::Float(if kind == StatKind::Var {
                 var
             } else {
                 var.sqrt()

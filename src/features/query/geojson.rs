@@ -4,19 +4,19 @@
 use super::*;
 
 /// The JSON text of a value.
-pub(super) fn write_value(out: &mut Vec<u8>, v: &V<'_>) {
+pub(super) fn write_value(out: &mut Vec<u8>, v: &Datum<'_>) {
     match v {
-        V::Null => out.extend_from_slice(b"null"),
-        V::Int(i) => write_int(out, *i),
-        V::Float(f) if f.is_finite() => {
+        Datum::Null => out.extend_from_slice(b"null"),
+        Datum::Int(i) => write_int(out, *i),
+        Datum::Float(f) if f.is_finite() => {
             let _ = serde_json::to_writer(&mut *out, f);
         }
-        V::Float(_) => out.extend_from_slice(b"null"),
-        V::Str(s) => {
+        Datum::Float(_) => out.extend_from_slice(b"null"),
+        Datum::Str(s) => {
             let _ = serde_json::to_writer(&mut *out, s.as_ref());
         }
-        V::Bool(b) => out.push(if *b { b'1' } else { b'0' }),
-        V::Date(ms) => {
+        Datum::Bool(b) => out.push(if *b { b'1' } else { b'0' }),
+        Datum::Date(ms) => {
             let _ = serde_json::to_writer(&mut *out, &format_datetime(*ms));
         }
     }
@@ -236,7 +236,7 @@ impl Features {
                     out.push(b',');
                 }
                 out.extend_from_slice(b"{\"type\":\"Feature\",\"id\":");
-                write_value(&mut out, &data.id_of(slot).map_or(V::Null, V::Int));
+                write_value(&mut out, &data.id_of(slot).map_or(Datum::Null, Datum::Int));
                 out.extend_from_slice(b",\"properties\":{");
                 for (j, &c) in out_cols.iter().enumerate() {
                     if j > 0 {

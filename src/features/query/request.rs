@@ -7,6 +7,97 @@ use super::*;
 mod esri;
 mod fast_reader;
 
+pub use esri::EsriError;
+
+/// Why a geoQueryService request was refused before it ran: each a 400 naming the member.
+#[derive(Debug, Error)]
+pub enum RequestError {
+    #[error("the request body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the request body is not a geoQueryService request: {0}")]
+    NotARequest(serde_json::Error),
+    #[error("the request body has no \"params\" object")]
+    NoParams,
+    #[error("params.id (the service name) is required")]
+    NoService,
+    #[error("{member} must be true or false{}", not(.got))]
+    NotBoolean {
+        member: &'static str,
+        got: Option<String>,
+    },
+    #[error("{member} must be a non-negative integer{}", not(.got))]
+    NotCount {
+        member: &'static str,
+        got: Option<String>,
+    },
+    #[error("time: {0:?} is not milliseconds since the epoch")]
+    TimeText(String),
+    #[error("time must be milliseconds")]
+    TimeNotMillis,
+    #[error("time must be \"start,end\" in milliseconds")]
+    TimeShape,
+    #[error("outStatistics is not valid JSON: {0}")]
+    StatisticsNotJson(serde_json::Error),
+    #[error("outStatistics must be an array of statistic definitions")]
+    StatisticsShape,
+    #[error("outStatistics[{index}].{member} is required")]
+    StatisticMissing { index: usize, member: &'static str },
+    #[error(
+        "outStatistics[{index}].statisticType {got:?} is not one of count, sum, min, max, avg, \
+         stddev, var"
+    )]
+    StatisticType { index: usize, got: String },
+    #[error("outStatistics: {kind} needs a numeric field, and {field} is a {scalar}")]
+    StatisticNotNumeric {
+        kind: &'static str,
+        field: String,
+        scalar: &'static str,
+    },
+    #[error("objectIds must be integers")]
+    ObjectIdsNotIntegers,
+    #[error("objectIds {0:?} is not a list of integers")]
+    ObjectIdsText(String),
+    #[error("objectIds must be \"1,2,3\" or a number")]
+    ObjectIdsShape,
+    #[error("unsupported geometryType {0}")]
+    GeometryType(String),
+    #[error(
+        "unsupported spatialRel {0}: use esriSpatialRelIntersects, esriSpatialRelContains, \
+         esriSpatialRelWithin, esriSpatialRelCrosses, esriSpatialRelOverlaps, \
+         esriSpatialRelTouches or esriSpatialRelEnvelopeIntersects (or gisSpatialRel…)"
+    )]
+    SpatialRel(String),
+    #[error("extension.geometry: {0}")]
+    Geometry(crate::spatial::GeometryError),
+    #[error("extension.geometry: type: geometry has no string member \"type\"")]
+    NoGeometryType,
+    #[error("extension.geometry: coordinates: {0} has no member \"coordinates\"")]
+    NoCoordinates(String),
+    #[error("extension.geometry has {got} positions, above max_query_vertices ({max})")]
+    TooManyVertices { got: usize, max: usize },
+    #[error(transparent)]
+    Esri(#[from] EsriError),
+    #[error("distance must be a number{}", not(.0))]
+    DistanceNotNumber(Option<String>),
+    #[error("distance must be a non-negative number, not {0}")]
+    DistanceNegative(f64),
+    #[error("distance is supported with spatialRel intersects only, not {0}")]
+    DistanceRelation(&'static str),
+    #[error("distance needs a query geometry")]
+    DistanceWithoutGeometry,
+    #[error("unknown field {name} in {member}")]
+    UnknownField { name: String, member: &'static str },
+    #[error("orderByFields: {0} is not ASC or DESC")]
+    OrderDirection(String),
+}
+
+/// `, not "text"` after a refusal that saw text, nothing otherwise.
+fn not(got: &Option<String>) -> String {
+    got.as_ref()
+        .map(|s| format!(", not {s:?}"))
+        .unwrap_or_default()
+}
+
 /// A time window in milliseconds; either end may be open.
 pub type TimeWindow = (Option<i64>, Option<i64>);
 
@@ -99,7 +190,7 @@ pub struct FeatureRequest {
 /// clients send `"true"` for true and `"3"` for 3, so every scalar member is read this way
 /// and coerced where it is used. Deserialized straight from the body, borrowing strings.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub enum Flex<'a> {
+pub enum Coercible<'a> {
     #[default]
     Absent,
     Null,
@@ -111,74 +202,80 @@ pub enum Flex<'a> {
     Other,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Flex<'a> {
+impl<'de: 'a, 'a> Deserialize<'de> for Coercible<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Visit<'a>(std::marker::PhantomData<&'a ()>);
         impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
-            type Value = Flex<'a>;
+            type Value = Coercible<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON value")
             }
-            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Flex<'a>, E> {
-                Ok(Flex::Bool(b))
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Coercible<'a>, E> {
+                Ok(Coercible::Bool(b))
             }
-            fn visit_i64<E: de::Error>(self, i: i64) -> Result<Flex<'a>, E> {
-                Ok(Flex::Int(i))
+            fn visit_i64<E: de::Error>(self, i: i64) -> Result<Coercible<'a>, E> {
+                Ok(Coercible::Int(i))
             }
-            fn visit_u64<E: de::Error>(self, u: u64) -> Result<Flex<'a>, E> {
-                Ok(i64::try_from(u).map_or(Flex::Float(u as f64), Flex::Int))
+            fn visit_u64<E: de::Error>(self, u: u64) -> Result<Coercible<'a>, E> {
+                Ok(i64::try_from(u).map_or(Coercible::Float(u as f64), Coercible::Int))
             }
-            fn visit_f64<E: de::Error>(self, f: f64) -> Result<Flex<'a>, E> {
-                Ok(Flex::Float(f))
+            fn visit_f64<E: de::Error>(self, f: f64) -> Result<Coercible<'a>, E> {
+                Ok(Coercible::Float(f))
             }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Flex<'a>, E> {
-                Ok(Flex::Str(Cow::Borrowed(s)))
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Coercible<'a>, E> {
+                Ok(Coercible::Str(Cow::Borrowed(s)))
             }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Flex<'a>, E> {
-                Ok(Flex::Str(Cow::Owned(s.to_string())))
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Coercible<'a>, E> {
+                Ok(Coercible::Str(Cow::Owned(s.to_string())))
             }
-            fn visit_string<E: de::Error>(self, s: String) -> Result<Flex<'a>, E> {
-                Ok(Flex::Str(Cow::Owned(s)))
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Coercible<'a>, E> {
+                Ok(Coercible::Str(Cow::Owned(s)))
             }
-            fn visit_unit<E: de::Error>(self) -> Result<Flex<'a>, E> {
-                Ok(Flex::Null)
+            fn visit_unit<E: de::Error>(self) -> Result<Coercible<'a>, E> {
+                Ok(Coercible::Null)
             }
-            fn visit_none<E: de::Error>(self) -> Result<Flex<'a>, E> {
-                Ok(Flex::Null)
+            fn visit_none<E: de::Error>(self) -> Result<Coercible<'a>, E> {
+                Ok(Coercible::Null)
             }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Flex<'a>, A::Error> {
+            fn visit_seq<A: de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Coercible<'a>, A::Error> {
                 while seq.next_element::<de::IgnoredAny>()?.is_some() {}
-                Ok(Flex::Other)
+                Ok(Coercible::Other)
             }
-            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Flex<'a>, A::Error> {
+            fn visit_map<A: de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Coercible<'a>, A::Error> {
                 while map
                     .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
                     .is_some()
                 {}
-                Ok(Flex::Other)
+                Ok(Coercible::Other)
             }
         }
         d.deserialize_any(Visit(std::marker::PhantomData))
     }
 }
 
-impl Flex<'_> {
+impl Coercible<'_> {
     pub(super) fn is_set(&self) -> bool {
-        !matches!(self, Flex::Absent | Flex::Null)
+        !matches!(self, Coercible::Absent | Coercible::Null)
     }
 
     pub(super) fn text(&self) -> Option<String> {
         match self {
-            Flex::Str(s) => Some(s.to_string()),
-            Flex::Int(i) => Some(i.to_string()),
-            Flex::Float(f) => Some(f.to_string()),
+            Coercible::Str(s) => Some(s.to_string()),
+            Coercible::Int(i) => Some(i.to_string()),
+            Coercible::Float(f) => Some(f.to_string()),
             _ => None,
         }
     }
 
     pub(super) fn as_str(&self) -> Option<&str> {
         match self {
-            Flex::Str(s) => Some(s),
+            Coercible::Str(s) => Some(s),
             _ => None,
         }
     }
@@ -188,11 +285,11 @@ impl Flex<'_> {
 #[serde(default)]
 pub(super) struct RawParams<'a> {
     #[serde(borrow)]
-    id: Flex<'a>,
+    id: Coercible<'a>,
     #[serde(borrow)]
-    layer: Flex<'a>,
+    layer: Coercible<'a>,
     #[serde(borrow)]
-    method: Flex<'a>,
+    method: Coercible<'a>,
 }
 
 /// A GeoJSON geometry as the request carries it: its coordinates are nested arrays, so no
@@ -216,29 +313,29 @@ pub(super) struct RawExtension<'a> {
 #[serde(default, rename_all = "camelCase")]
 pub(super) struct RawQuery<'a> {
     #[serde(borrow, rename = "where")]
-    where_: Flex<'a>,
+    where_: Coercible<'a>,
     object_ids: Option<Value>,
     #[serde(borrow)]
-    out_fields: Flex<'a>,
+    out_fields: Coercible<'a>,
     #[serde(borrow)]
-    return_geometry: Flex<'a>,
+    return_geometry: Coercible<'a>,
     #[serde(borrow)]
-    return_count_only: Flex<'a>,
+    return_count_only: Coercible<'a>,
     #[serde(borrow)]
-    return_ids_only: Flex<'a>,
+    return_ids_only: Coercible<'a>,
     #[serde(borrow)]
-    order_by_fields: Flex<'a>,
+    order_by_fields: Coercible<'a>,
     #[serde(borrow)]
-    result_offset: Flex<'a>,
+    result_offset: Coercible<'a>,
     #[serde(borrow)]
-    result_record_count: Flex<'a>,
+    result_record_count: Coercible<'a>,
     out_statistics: Option<Value>,
     group_by_fields_for_statistics: Option<Value>,
     time: Option<Value>,
     #[serde(borrow)]
-    geometry_type: Flex<'a>,
+    geometry_type: Coercible<'a>,
     #[serde(borrow)]
-    spatial_rel: Flex<'a>,
+    spatial_rel: Coercible<'a>,
     #[serde(borrow)]
     extension: Option<RawExtension<'a>>,
     /// An Esri JSON geometry (or its text form), read when there is no `extension`.
@@ -246,9 +343,9 @@ pub(super) struct RawQuery<'a> {
     #[serde(rename = "inSR")]
     in_sr: Option<Value>,
     #[serde(borrow)]
-    distance: Flex<'a>,
+    distance: Coercible<'a>,
     #[serde(borrow)]
-    units: Flex<'a>,
+    units: Coercible<'a>,
 }
 
 #[derive(Debug, PartialEq, Deserialize)]
@@ -259,34 +356,44 @@ pub(super) struct RawRequest<'a> {
     query: Option<RawQuery<'a>>,
 }
 
-pub(super) fn boolish(v: &Flex<'_>, name: &str) -> Result<bool, FeatureError> {
+pub(super) fn boolish(v: &Coercible<'_>, member: &'static str) -> Result<bool, RequestError> {
+    let fail = |got: Option<&str>| RequestError::NotBoolean {
+        member,
+        got: got.map(str::to_string),
+    };
     match v {
-        Flex::Bool(b) => Ok(*b),
-        Flex::Int(i) => Ok(*i != 0),
-        Flex::Float(f) => Ok(*f != 0.0),
-        Flex::Str(s) => match s.trim().to_ascii_lowercase().as_str() {
+        Coercible::Bool(b) => Ok(*b),
+        Coercible::Int(i) => Ok(*i != 0),
+        Coercible::Float(f) => Ok(*f != 0.0),
+        Coercible::Str(s) => match s.trim().to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" => Ok(true),
             "false" | "0" | "no" | "" => Ok(false),
-            _ => Err(bad(format!("{name} must be true or false, not {s:?}"))),
+            _ => Err(fail(Some(s))),
         },
-        Flex::Absent | Flex::Null => Ok(false),
-        Flex::Other => Err(bad(format!("{name} must be true or false"))),
+        Coercible::Absent | Coercible::Null => Ok(false),
+        Coercible::Other => Err(fail(None)),
     }
 }
 
-pub(super) fn count(v: &Flex<'_>, name: &str) -> Result<Option<usize>, FeatureError> {
-    let fail = || bad(format!("{name} must be a non-negative integer"));
+pub(super) fn count(
+    v: &Coercible<'_>,
+    member: &'static str,
+) -> Result<Option<usize>, RequestError> {
+    let fail = |got: Option<&str>| RequestError::NotCount {
+        member,
+        got: got.map(str::to_string),
+    };
     match v {
-        Flex::Absent | Flex::Null => Ok(None),
-        Flex::Int(i) => usize::try_from(*i).map(Some).map_err(|_| fail()),
-        Flex::Float(f) if *f >= 0.0 && f.fract() == 0.0 => Ok(Some(*f as usize)),
-        Flex::Str(s) if s.trim().is_empty() => Ok(None),
-        Flex::Str(s) => s
+        Coercible::Absent | Coercible::Null => Ok(None),
+        Coercible::Int(i) => usize::try_from(*i).map(Some).map_err(|_| fail(None)),
+        Coercible::Float(f) if *f >= 0.0 && f.fract() == 0.0 => Ok(Some(*f as usize)),
+        Coercible::Str(s) if s.trim().is_empty() => Ok(None),
+        Coercible::Str(s) => s
             .trim()
             .parse::<usize>()
             .map(Some)
-            .map_err(|_| bad(format!("{name} must be a non-negative integer, not {s:?}"))),
-        _ => Err(fail()),
+            .map_err(|_| fail(Some(s))),
+        _ => Err(fail(None)),
     }
 }
 
@@ -301,20 +408,20 @@ pub(super) fn enum_value<'v>(v: &'v str, kind: &str) -> Option<&'v str> {
     strip(rest, kind)
 }
 
-pub(super) fn parse_time(v: &Value) -> Result<Option<TimeWindow>, FeatureError> {
-    let one = |s: &str| -> Result<Option<i64>, FeatureError> {
+pub(super) fn parse_time(v: &Value) -> Result<Option<TimeWindow>, RequestError> {
+    let one = |s: &str| -> Result<Option<i64>, RequestError> {
         let s = s.trim();
         if s.is_empty() || s.eq_ignore_ascii_case("null") {
             return Ok(None);
         }
         s.parse::<i64>()
             .map(Some)
-            .map_err(|_| bad(format!("time: {s:?} is not milliseconds since the epoch")))
+            .map_err(|_| RequestError::TimeText(s.to_string()))
     };
     match v {
         Value::Null => Ok(None),
         Value::Number(n) => {
-            let t = n.as_i64().ok_or_else(|| bad("time must be milliseconds"))?;
+            let t = n.as_i64().ok_or(RequestError::TimeNotMillis)?;
             Ok(Some((Some(t), Some(t))))
         }
         Value::String(s) if s.trim().is_empty() => Ok(None),
@@ -328,27 +435,23 @@ pub(super) fn parse_time(v: &Value) -> Result<Option<TimeWindow>, FeatureError> 
         Value::Array(a) if a.len() == 2 => {
             let part = |x: &Value| match x {
                 Value::Null => Ok(None),
-                Value::Number(n) => n
-                    .as_i64()
-                    .map(Some)
-                    .ok_or_else(|| bad("time must be milliseconds")),
+                Value::Number(n) => n.as_i64().map(Some).ok_or(RequestError::TimeNotMillis),
                 Value::String(s) => one(s),
-                _ => Err(bad("time must be milliseconds")),
+                _ => Err(RequestError::TimeNotMillis),
             };
             Ok(Some((part(&a[0])?, part(&a[1])?)))
         }
-        _ => Err(bad("time must be \"start,end\" in milliseconds")),
+        _ => Err(RequestError::TimeShape),
     }
 }
 
-pub(super) fn parse_statistics(v: &Value) -> Result<Option<Vec<StatSpec>>, FeatureError> {
+pub(super) fn parse_statistics(v: &Value) -> Result<Option<Vec<StatSpec>>, RequestError> {
     let parsed;
     let list = match v {
         Value::Null => return Ok(None),
         Value::String(s) if s.trim().is_empty() => return Ok(None),
         Value::String(s) => {
-            parsed = serde_json::from_str::<Value>(s)
-                .map_err(|e| bad(format!("outStatistics is not valid JSON: {e}")))?;
+            parsed = serde_json::from_str::<Value>(s).map_err(RequestError::StatisticsNotJson)?;
             &parsed
         }
         other => other,
@@ -357,26 +460,28 @@ pub(super) fn parse_statistics(v: &Value) -> Result<Option<Vec<StatSpec>>, Featu
         Value::Array(a) => a.iter().collect(),
         Value::Object(_) => vec![list],
         _ => {
-            return Err(bad(
-                "outStatistics must be an array of statistic definitions",
-            ));
+            return Err(RequestError::StatisticsShape);
         }
     };
     let mut out = Vec::new();
     for (i, s) in items.into_iter().enumerate() {
-        let kind_text = s
-            .get("statisticType")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad(format!("outStatistics[{i}].statisticType is required")))?;
-        let kind = StatKind::parse(kind_text).ok_or_else(|| {
-            bad(format!(
-                "outStatistics[{i}].statisticType {kind_text:?} is not one of count, sum, min, max, avg, stddev, var"
-            ))
+        let kind_text = s.get("statisticType").and_then(Value::as_str).ok_or(
+            RequestError::StatisticMissing {
+                index: i,
+                member: "statisticType",
+            },
+        )?;
+        let kind = StatKind::parse(kind_text).ok_or_else(|| RequestError::StatisticType {
+            index: i,
+            got: kind_text.to_string(),
         })?;
         let field = s
             .get("onStatisticField")
             .and_then(Value::as_str)
-            .ok_or_else(|| bad(format!("outStatistics[{i}].onStatisticField is required")))?
+            .ok_or(RequestError::StatisticMissing {
+                index: i,
+                member: "onStatisticField",
+            })?
             .to_string();
         let out_name = s
             .get("outStatisticFieldName")
@@ -394,12 +499,10 @@ pub(super) fn parse_statistics(v: &Value) -> Result<Option<Vec<StatSpec>>, Featu
 }
 
 /// serde's reading of a body the reader gave up on, with the error messages clients see.
-pub(super) fn serde_read(body: &[u8]) -> Result<RawRequest<'_>, FeatureError> {
+pub(super) fn serde_read(body: &[u8]) -> Result<RawRequest<'_>, RequestError> {
     serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => bad(format!(
-            "the request body is not a geoQueryService request: {e}"
-        )),
-        _ => bad(format!("the request body is not JSON: {e}")),
+        serde_json::error::Category::Data => RequestError::NotARequest(e),
+        _ => RequestError::NotJson(e),
     })
 }
 
@@ -464,10 +567,12 @@ impl Prepared {
         // One array and nothing else, read as the reader reads it (serde_json).
         let coords: Value = serde_json::from_slice(middle).ok()?;
         Some(
-            query_geometry(&self.kind, &coords, relation, max_vertices).map(|g| {
-                request.query.geometry = Some(g);
-                request
-            }),
+            query_geometry(&self.kind, &coords, relation, max_vertices)
+                .map(|g| {
+                    request.query.geometry = Some(g);
+                    request
+                })
+                .map_err(FeatureError::from),
         )
     }
 }
@@ -475,35 +580,30 @@ impl Prepared {
 /// `distance` in `units`, in metres; `None` for none or 0. Only `intersects` (the default)
 /// measures a distance.
 pub(super) fn distance(
-    d: &Flex<'_>,
-    units: &Flex<'_>,
+    d: &Coercible<'_>,
+    units: &Coercible<'_>,
     relation: Relation,
-) -> Result<Option<f64>, FeatureError> {
+) -> Result<Option<f64>, RequestError> {
     let value = match d {
-        Flex::Absent | Flex::Null => return Ok(None),
-        Flex::Int(i) => *i as f64,
-        Flex::Float(f) => *f,
-        Flex::Str(s) if s.trim().is_empty() => return Ok(None),
-        Flex::Str(s) => s
+        Coercible::Absent | Coercible::Null => return Ok(None),
+        Coercible::Int(i) => *i as f64,
+        Coercible::Float(f) => *f,
+        Coercible::Str(s) if s.trim().is_empty() => return Ok(None),
+        Coercible::Str(s) => s
             .trim()
             .parse::<f64>()
-            .map_err(|_| bad(format!("distance must be a number, not {s:?}")))?,
-        _ => return Err(bad("distance must be a number")),
+            .map_err(|_| RequestError::DistanceNotNumber(Some(s.to_string())))?,
+        _ => return Err(RequestError::DistanceNotNumber(None)),
     };
     if !value.is_finite() || value < 0.0 {
-        return Err(bad(format!(
-            "distance must be a non-negative number, not {value}"
-        )));
+        return Err(RequestError::DistanceNegative(value));
     }
     if value == 0.0 {
         return Ok(None);
     }
-    let per = esri::meters_per(units.text().as_deref()).map_err(bad)?;
+    let per = esri::meters_per(units.text().as_deref())?;
     if relation != Relation::Intersects {
-        return Err(bad(format!(
-            "distance is supported with spatialRel intersects only, not {}",
-            relation.name()
-        )));
+        return Err(RequestError::DistanceRelation(relation.name()));
     }
     Ok(Some(value * per))
 }
@@ -515,9 +615,8 @@ pub(super) fn query_geometry(
     coords: &Value,
     relation: Relation,
     max_vertices: usize,
-) -> Result<(Arc<Query>, Relation), FeatureError> {
-    let geometry = parse_parts(kind, coords, Default::default())
-        .map_err(|e| bad(format!("extension.geometry: {e}")))?;
+) -> Result<(Arc<Query>, Relation), RequestError> {
+    let geometry = parse_parts(kind, coords, Default::default()).map_err(RequestError::Geometry)?;
     let n = coord_count(&geometry);
     if n > max_vertices {
         return Err(too_many_vertices(n, max_vertices));
@@ -525,10 +624,8 @@ pub(super) fn query_geometry(
     Ok((Arc::new(Query::new(geometry)), relation))
 }
 
-pub(super) fn too_many_vertices(n: usize, max: usize) -> FeatureError {
-    bad(format!(
-        "extension.geometry has {n} positions, above max_query_vertices ({max})"
-    ))
+pub(super) fn too_many_vertices(n: usize, max: usize) -> RequestError {
+    RequestError::TooManyVertices { got: n, max }
 }
 
 /// Whether the fast reader and serde read `body` alike: wherever the reader answers, serde
@@ -553,7 +650,7 @@ pub(super) fn check_arrays(body: &[u8], max_vertices: usize) -> Result<(), Featu
     const OTHER_ARRAYS: usize = 64;
     let arrays = memchr::memchr_iter(b'[', body).count();
     if arrays > max_vertices.saturating_add(OTHER_ARRAYS) {
-        return Err(too_many_vertices(arrays, max_vertices));
+        return Err(too_many_vertices(arrays, max_vertices).into());
     }
     Ok(())
 }
@@ -618,20 +715,18 @@ impl FeatureRequest {
         raw: RawRequest<'_>,
         max_vertices: usize,
     ) -> Result<FeatureRequest, FeatureError> {
-        let params = raw
-            .params
-            .ok_or_else(|| bad("the request body has no \"params\" object"))?;
+        let params = raw.params.ok_or(RequestError::NoParams)?;
         let service = params
             .id
             .text()
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| bad("params.id (the service name) is required"))?;
+            .ok_or(RequestError::NoService)?;
         let (layer, layer_text) = match &params.layer {
-            Flex::Absent | Flex::Null => (None, None),
+            Coercible::Absent | Coercible::Null => (None, None),
             // A number's text is the number itself: the 404 message writes it when needed.
-            Flex::Int(i) => (Some(*i), None),
-            Flex::Float(f) if f.fract() == 0.0 => (Some(*f as i64), None),
-            Flex::Str(s) => match s.trim().parse::<i64>() {
+            Coercible::Int(i) => (Some(*i), None),
+            Coercible::Float(f) if f.fract() == 0.0 => (Some(*f as i64), None),
+            Coercible::Str(s) => match s.trim().parse::<i64>() {
                 Ok(id) => (Some(id), Some(s.to_string())),
                 Err(_) => return Err(FeatureError::LayerNotFound(s.to_string())),
             },
@@ -658,16 +753,13 @@ impl FeatureRequest {
         };
         spec.object_ids = match q.object_ids.unwrap_or(Value::Null) {
             Value::Null => None,
-            Value::Number(n) => Some(vec![
-                n.as_i64()
-                    .ok_or_else(|| bad("objectIds must be integers"))?,
-            ]),
+            Value::Number(n) => Some(vec![n.as_i64().ok_or(RequestError::ObjectIdsNotIntegers)?]),
             Value::String(s) if s.trim().is_empty() => None,
             Value::String(s) => Some(
                 s.split(',')
                     .map(|p| p.trim().parse::<i64>())
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(|_| bad(format!("objectIds {s:?} is not a list of integers")))?,
+                    .map_err(|_| RequestError::ObjectIdsText(s.to_string()))?,
             ),
             Value::Array(a) => Some(
                 a.iter()
@@ -676,9 +768,9 @@ impl FeatureRequest {
                             .or_else(|| x.as_str().and_then(|s| s.trim().parse().ok()))
                     })
                     .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| bad("objectIds must be integers"))?,
+                    .ok_or(RequestError::ObjectIdsNotIntegers)?,
             ),
-            _ => return Err(bad("objectIds must be \"1,2,3\" or a number")),
+            _ => return Err(RequestError::ObjectIdsShape.into()),
         };
         spec.group_by = match q.group_by_fields_for_statistics {
             Some(Value::String(s)) if !s.trim().is_empty() => {
@@ -700,43 +792,33 @@ impl FeatureRequest {
             });
             if !known {
                 let shown = q.geometry_type.text().unwrap_or_default();
-                return Err(bad(format!("unsupported geometryType {shown}")));
+                return Err(RequestError::GeometryType(shown).into());
             }
         }
         let relation = match q.spatial_rel.as_str().filter(|s| !s.is_empty()) {
             None => Relation::Intersects,
             Some(r) => enum_value(r, "spatialrel")
                 .and_then(Relation::parse)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "unsupported spatialRel {r}: use esriSpatialRelIntersects, \
-                         esriSpatialRelContains, esriSpatialRelWithin, esriSpatialRelCrosses, \
-                         esriSpatialRelOverlaps, esriSpatialRelTouches or \
-                         esriSpatialRelEnvelopeIntersects (or gisSpatialRel…)"
-                    ))
-                })?,
+                .ok_or_else(|| RequestError::SpatialRel(r.to_string()))?,
         };
         spec.distance = distance(&q.distance, &q.units, relation)?;
         if let Some(g) = q.extension.and_then(|e| e.geometry) {
-            let kind = g.kind.ok_or_else(|| {
-                bad("extension.geometry: type: geometry has no string member \"type\"")
-            })?;
-            let coords = g.coordinates.ok_or_else(|| {
-                bad(format!(
-                    "extension.geometry: coordinates: {kind} has no member \"coordinates\""
-                ))
-            })?;
+            let kind = g.kind.ok_or(RequestError::NoGeometryType)?;
+            let coords = g
+                .coordinates
+                .ok_or_else(|| RequestError::NoCoordinates(kind.to_string()))?;
             spec.geometry = Some(query_geometry(&kind, &coords, relation, max_vertices)?);
         } else if let Some(g) = q
             .geometry
             .filter(|g| !g.is_null() && g.as_str() != Some(""))
         {
             // An ArcGIS client's own geometry: never dropped, used or refused.
-            let (kind, coords) = esri::to_geojson(&g, q.in_sr.as_ref()).map_err(bad)?;
+            let (kind, coords) =
+                esri::to_geojson(&g, q.in_sr.as_ref()).map_err(RequestError::from)?;
             spec.geometry = Some(query_geometry(&kind, &coords, relation, max_vertices)?);
         }
         if spec.distance.is_some() && spec.geometry.is_none() {
-            return Err(bad("distance needs a query geometry"));
+            return Err(RequestError::DistanceWithoutGeometry.into());
         }
         Ok(FeatureRequest {
             service,

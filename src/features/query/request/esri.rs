@@ -4,6 +4,46 @@
 //! coordinates the engine reads. Also the `distance` units.
 
 use serde_json::{Value, json};
+use thiserror::Error;
+
+/// Why a query geometry or `units` member was refused; `at` names the member.
+#[derive(Debug, Error)]
+pub enum EsriError {
+    #[error("geometry is not valid JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("inSR {0} is not a spatial reference")]
+    InSr(Value),
+    #[error("geometry.spatialReference {0} has no wkid")]
+    NoWkid(Value),
+    #[error(
+        "spatial reference {0} is not supported for query geometries: use 4326, 3857 or 102100"
+    )]
+    Unsupported(i64),
+    #[error("geometry.{0} must be a number")]
+    NotNumber(&'static str),
+    #[error(
+        "geometry is not an Esri point (x, y), multipoint (points), polyline (paths), polygon \
+         (rings) or envelope (xmin, ymin, xmax, ymax)"
+    )]
+    UnknownShape,
+    #[error("geometry must be an Esri JSON object or \"x,y\" text")]
+    NotObject,
+    #[error("{0}: x and y must be numbers (an empty point selects nothing)")]
+    NotPoint(&'static str),
+    #[error("{0} must be an array")]
+    NotArray(&'static str),
+    #[error("{0}: each position must be [x, y]")]
+    NotPosition(&'static str),
+    #[error("{0} is empty")]
+    Empty(&'static str),
+    #[error("geometry {0:?} is not \"x,y\" or \"xmin,ymin,xmax,ymax\"")]
+    Text(String),
+    #[error(
+        "units {0:?} is not supported: use esriSRUnit_Meter, esriSRUnit_Kilometer, \
+         esriSRUnit_Foot, esriSRUnit_StatuteMile or esriSRUnit_NauticalMile"
+    )]
+    Units(String),
+}
 
 /// Spatial references a query geometry may be in: WGS84, and Web Mercator under its names.
 const WEB_MERCATOR: [i64; 4] = [102100, 3857, 102113, 900913];
@@ -14,22 +54,19 @@ const WEB_MERCATOR: [i64; 4] = [102100, 3857, 102113, 900913];
 pub(super) fn to_geojson(
     geometry: &Value,
     in_sr: Option<&Value>,
-) -> Result<(String, Value), String> {
+) -> Result<(String, Value), EsriError> {
     let parsed;
     let g = match geometry {
         Value::String(s) if s.trim_start().starts_with('{') => {
-            parsed = serde_json::from_str::<Value>(s)
-                .map_err(|e| format!("geometry is not valid JSON: {e}"))?;
+            parsed = serde_json::from_str::<Value>(s).map_err(EsriError::NotJson)?;
             &parsed
         }
         other => other,
     };
     let sr = match in_sr.filter(|v| !v.is_null() && v.as_str() != Some("")) {
-        Some(v) => wkid(v).ok_or_else(|| format!("inSR {v} is not a spatial reference"))?,
+        Some(v) => wkid(v).ok_or_else(|| EsriError::InSr(v.clone()))?,
         None => match g.get("spatialReference") {
-            Some(v) if !v.is_null() => {
-                wkid(v).ok_or_else(|| format!("geometry.spatialReference {v} has no wkid"))?
-            }
+            Some(v) if !v.is_null() => wkid(v).ok_or_else(|| EsriError::NoWkid(v.clone()))?,
             _ => 4326,
         },
     };
@@ -38,10 +75,7 @@ pub(super) fn to_geojson(
     } else if WEB_MERCATOR.contains(&sr) {
         from_web_mercator
     } else {
-        return Err(format!(
-            "spatial reference {sr} is not supported for query geometries: use 4326, 3857 or \
-             102100"
-        ));
+        return Err(EsriError::Unsupported(sr));
     };
     let (kind, coords) = match g {
         Value::String(s) => text_form(s)?,
@@ -59,21 +93,17 @@ pub(super) fn to_geojson(
             } else if let Some(rings) = o.get("rings") {
                 polygon(lists(rings, "geometry.rings")?)
             } else if o.contains_key("xmin") {
-                let n = |k: &str| {
+                let n = |k: &'static str| {
                     o.get(k)
                         .and_then(Value::as_f64)
-                        .ok_or_else(|| format!("geometry.{k} must be a number"))
+                        .ok_or(EsriError::NotNumber(k))
                 };
                 envelope([n("xmin")?, n("ymin")?, n("xmax")?, n("ymax")?])
             } else {
-                return Err(
-                    "geometry is not an Esri point (x, y), multipoint (points), polyline \
-                     (paths), polygon (rings) or envelope (xmin, ymin, xmax, ymax)"
-                        .into(),
-                );
+                return Err(EsriError::UnknownShape);
             }
         }
-        _ => return Err("geometry must be an Esri JSON object or \"x,y\" text".into()),
+        _ => return Err(EsriError::NotObject),
     };
     Ok((kind.to_string(), reproject(coords, project)))
 }
@@ -115,33 +145,27 @@ fn reproject(v: Value, f: fn([f64; 2]) -> [f64; 2]) -> Value {
     }
 }
 
-fn point(x: Option<&Value>, y: Option<&Value>, at: &str) -> Result<[f64; 2], String> {
+fn point(x: Option<&Value>, y: Option<&Value>, at: &'static str) -> Result<[f64; 2], EsriError> {
     match (x.and_then(Value::as_f64), y.and_then(Value::as_f64)) {
         (Some(x), Some(y)) => Ok([x, y]),
-        _ => Err(format!(
-            "{at}: x and y must be numbers (an empty point selects nothing)"
-        )),
+        _ => Err(EsriError::NotPoint(at)),
     }
 }
 
-fn positions(v: &Value, at: &str) -> Result<Vec<[f64; 2]>, String> {
-    let a = v
-        .as_array()
-        .ok_or_else(|| format!("{at} must be an array"))?;
+fn positions(v: &Value, at: &'static str) -> Result<Vec<[f64; 2]>, EsriError> {
+    let a = v.as_array().ok_or(EsriError::NotArray(at))?;
     a.iter()
         .map(|p| match p.as_array() {
             Some(c) if c.len() >= 2 => point(c.first(), c.get(1), at),
-            _ => Err(format!("{at}: each position must be [x, y]")),
+            _ => Err(EsriError::NotPosition(at)),
         })
         .collect()
 }
 
-fn lists(v: &Value, at: &str) -> Result<Vec<Vec<[f64; 2]>>, String> {
-    let a = v
-        .as_array()
-        .ok_or_else(|| format!("{at} must be an array"))?;
+fn lists(v: &Value, at: &'static str) -> Result<Vec<Vec<[f64; 2]>>, EsriError> {
+    let a = v.as_array().ok_or(EsriError::NotArray(at))?;
     if a.is_empty() {
-        return Err(format!("{at} is empty"));
+        return Err(EsriError::Empty(at));
     }
     a.iter().map(|l| positions(l, at)).collect()
 }
@@ -213,24 +237,22 @@ fn envelope([xmin, ymin, xmax, ymax]: [f64; 4]) -> (&'static str, Value) {
 }
 
 /// `"x,y"` (a point) or `"xmin,ymin,xmax,ymax"` (an envelope).
-fn text_form(s: &str) -> Result<(&'static str, Value), String> {
+fn text_form(s: &str) -> Result<(&'static str, Value), EsriError> {
     let n: Vec<f64> = s
         .split(',')
         .map(|p| p.trim().parse::<f64>())
         .collect::<Result<_, _>>()
-        .map_err(|_| format!("geometry {s:?} is not \"x,y\" or \"xmin,ymin,xmax,ymax\""))?;
+        .map_err(|_| EsriError::Text(s.to_string()))?;
     match n[..] {
         [x, y] => Ok(("Point", json!([x, y]))),
         [a, b, c, d] => Ok(envelope([a, b, c, d])),
-        _ => Err(format!(
-            "geometry {s:?} is not \"x,y\" or \"xmin,ymin,xmax,ymax\""
-        )),
+        _ => Err(EsriError::Text(s.to_string())),
     }
 }
 
 /// Metres in one of `units` (Esri's `esriSRUnit_*` names, or plain English ones); meters
 /// when absent.
-pub(super) fn meters_per(units: Option<&str>) -> Result<f64, String> {
+pub(super) fn meters_per(units: Option<&str>) -> Result<f64, EsriError> {
     let Some(u) = units.map(str::trim).filter(|u| !u.is_empty()) else {
         return Ok(1.0);
     };
@@ -244,10 +266,7 @@ pub(super) fn meters_per(units: Option<&str>) -> Result<f64, String> {
         "statutemile" | "mile" | "miles" | "mi" => 1609.344,
         "nauticalmile" | "nauticalmiles" | "9030" => 1852.0,
         _ => {
-            return Err(format!(
-                "units {u:?} is not supported: use esriSRUnit_Meter, esriSRUnit_Kilometer, \
-                 esriSRUnit_Foot, esriSRUnit_StatuteMile or esriSRUnit_NauticalMile"
-            ));
+            return Err(EsriError::Units(u.to_string()));
         }
     })
 }
@@ -328,7 +347,9 @@ mod tests {
         }
         let (_, c) = geo(json!({"x": 0, "y": 0, "spatialReference": {"wkid": 3857}}));
         assert_eq!(c, json!([0.0, 0.0]));
-        let err = to_geojson(&json!({"x": 0, "y": 0}), Some(&json!(2263))).unwrap_err();
+        let err = to_geojson(&json!({"x": 0, "y": 0}), Some(&json!(2263)))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("2263") && err.contains("not supported"),
             "{err}"
@@ -344,17 +365,25 @@ mod tests {
             (json!({"rings": []}), "empty"),
             (json!(7), "Esri JSON"),
         ] {
-            let e = to_geojson(&g, None).unwrap_err();
+            let e = to_geojson(&g, None).unwrap_err().to_string();
             assert!(e.contains(says), "{g}: {e}");
         }
     }
 
     #[test]
     fn units() {
-        assert_eq!(meters_per(None), Ok(1.0));
-        assert_eq!(meters_per(Some("esriSRUnit_Kilometer")), Ok(1000.0));
-        assert_eq!(meters_per(Some("esriSRUnit_StatuteMile")), Ok(1609.344));
-        assert_eq!(meters_per(Some("feet")), Ok(0.3048));
-        assert!(meters_per(Some("parsecs")).unwrap_err().contains("parsecs"));
+        assert_eq!(meters_per(None).ok(), Some(1.0));
+        assert_eq!(meters_per(Some("esriSRUnit_Kilometer")).ok(), Some(1000.0));
+        assert_eq!(
+            meters_per(Some("esriSRUnit_StatuteMile")).ok(),
+            Some(1609.344)
+        );
+        assert_eq!(meters_per(Some("feet")).ok(), Some(0.3048));
+        assert!(
+            meters_per(Some("parsecs"))
+                .unwrap_err()
+                .to_string()
+                .contains("parsecs")
+        );
     }
 }

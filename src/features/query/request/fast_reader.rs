@@ -22,7 +22,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use super::{Flex, RawExtension, RawGeometry, RawParams, RawQuery, RawRequest};
+use super::{Coercible, RawExtension, RawGeometry, RawParams, RawQuery, RawRequest};
 
 /// A skipped value nested deeper than this makes the reader give up (serde_json allows 128;
 /// the members this reader walks add at most four levels).
@@ -224,25 +224,25 @@ impl<'a> Reader<'a> {
         read(self).map(Some)
     }
 
-    /// A scalar member as [`Flex`] reads it.
-    fn flex(&mut self) -> R<Flex<'a>> {
+    /// A scalar member as [`Coercible`] reads it.
+    fn flex(&mut self) -> R<Coercible<'a>> {
         Some(match self.peek()? {
-            b'"' => Flex::Str(Cow::Borrowed(self.string()?)),
+            b'"' => Coercible::Str(Cow::Borrowed(self.string()?)),
             b't' => {
                 self.literal(b"true")?;
-                Flex::Bool(true)
+                Coercible::Bool(true)
             }
             b'f' => {
                 self.literal(b"false")?;
-                Flex::Bool(false)
+                Coercible::Bool(false)
             }
             b'n' => {
                 self.literal(b"null")?;
-                Flex::Null
+                Coercible::Null
             }
             b'[' | b'{' => {
                 self.skip(0)?;
-                Flex::Other
+                Coercible::Other
             }
             _ => {
                 let (text, integer) = self.number()?;
@@ -257,9 +257,9 @@ impl<'a> Reader<'a> {
                         .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
                     match (neg, n) {
                         // serde_json reads `-0` as a float.
-                        (true, 0) => Flex::Float(-0.0),
-                        (true, n) => Flex::Int(-n),
-                        (false, n) => Flex::Int(n),
+                        (true, 0) => Coercible::Float(-0.0),
+                        (true, n) => Coercible::Int(-n),
+                        (false, n) => Coercible::Int(n),
                     }
                 } else {
                     serde_json::from_slice(text).ok()?
@@ -478,10 +478,10 @@ mod tests {
         let body = r#"{"params":{"id":"lt-counties","layer":0,"method":"query"},"query":{"returnGeometry":1,"geometryType":"gisGeometryPoint","spatialRel":"gisSpatialRelContains","extension":{"geometry":{"type":"Point","coordinates":[-100.26183662316625,45.246596062450614]}}}}"#;
         let r = agree(body).expect("in the subset");
         let p = r.params.unwrap();
-        assert_eq!(p.id, Flex::Str(Cow::Borrowed("lt-counties")));
-        assert_eq!(p.layer, Flex::Int(0));
+        assert_eq!(p.id, Coercible::Str(Cow::Borrowed("lt-counties")));
+        assert_eq!(p.layer, Coercible::Int(0));
         let q = r.query.unwrap();
-        assert_eq!(q.return_geometry, Flex::Int(1));
+        assert_eq!(q.return_geometry, Coercible::Int(1));
         let g = q.extension.unwrap().geometry.unwrap();
         assert_eq!(g.kind.as_deref(), Some("Point"));
         assert_eq!(
@@ -502,9 +502,9 @@ mod tests {
             "spatialReference": {"wkid": 4326}}}}}
         "#;
         let q = agree(body).expect("in the subset").query.unwrap();
-        assert_eq!(q.return_ids_only, Flex::Float(0.0));
+        assert_eq!(q.return_ids_only, Coercible::Float(0.0));
         assert_eq!(q.object_ids, Some(serde_json::json!([1, 2, 3])));
-        assert_eq!(q.where_, Flex::Str(Cow::Borrowed("a > 1.5e3")));
+        assert_eq!(q.where_, Coercible::Str(Cow::Borrowed("a > 1.5e3")));
     }
 
     #[test]
@@ -541,8 +541,8 @@ mod tests {
         let big =
             r#"{"params":{"layer":123456789012345678901,"id":-9223372036854775808,"method":-0}}"#;
         let p = agree(big).expect("in the subset").params.unwrap();
-        assert_eq!(p.id, Flex::Int(i64::MIN));
-        assert!(matches!(p.method, Flex::Float(f) if f == 0.0 && f.is_sign_negative()));
+        assert_eq!(p.id, Coercible::Int(i64::MIN));
+        assert!(matches!(p.method, Coercible::Float(f) if f == 0.0 && f.is_sign_negative()));
     }
 
     /// A JSON value from a small grammar that reaches every branch of the reader.
