@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use geo::{Coord, Geometry, LineString, MultiPolygon, Polygon};
 
 use crate::features::path::{ContextNode, Path};
-use crate::features::where_clause::{Row, V, Where, WhereLimits};
+use crate::features::where_clause::{Datum, Row, Where, WhereLimits};
 use crate::spatial::predicate::Shape;
 use crate::spatial::{Engine, EngineConfig, Location, Query, Relation};
 
@@ -24,14 +24,14 @@ struct FuzzRow(usize);
 const COLUMNS: [&str; 5] = ["OBJECTID", "name", "score", "born", "flag"];
 
 impl Row for FuzzRow {
-    fn get(&self, column: usize) -> V<'_> {
+    fn get(&self, column: usize) -> Datum<'_> {
         match (column, self.0) {
-            (_, 2) => V::Null,
-            (0, k) => V::Int(k as i64 - 1),
-            (1, k) => V::Str(Cow::Borrowed(["", "O'Hara", "é"][k % 3])),
-            (2, k) => V::Float([2.5, -0.0, f64::MAX][k % 3]),
-            (3, k) => V::Date([0, i64::MIN, 1_495_605_600_000][k % 3]),
-            (_, k) => V::Bool(k == 0),
+            (_, 2) => Datum::Null,
+            (0, k) => Datum::Int(k as i64 - 1),
+            (1, k) => Datum::Str(Cow::Borrowed(["", "O'Hara", "é"][k % 3])),
+            (2, k) => Datum::Float([2.5, -0.0, f64::MAX][k % 3]),
+            (3, k) => Datum::Date([0, i64::MIN, 1_495_605_600_000][k % 3]),
+            (_, k) => Datum::Bool(k == 0),
         }
     }
 }

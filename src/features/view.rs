@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::template::{Cell, Kind, ViewDef};
-use super::where_clause::{Row, V};
+use super::where_clause::{Datum, Row};
 use crate::acl::{Caller, Permissions, RoleSet};
 
 /// Distinct strings a column keeps shared; past this, new values are stored as they come.
@@ -71,16 +71,32 @@ impl Column {
     }
 
     #[inline]
-    pub fn get(&self, slot: usize) -> V<'_> {
+    pub fn get(&self, slot: usize) -> Datum<'_> {
         match self {
-            Column::Int(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Int),
-            Column::Float(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Float),
+            Column::Int(v) => v
+                .get(slot)
+                .copied()
+                .flatten()
+                .map_or(Datum::Null, Datum::Int),
+            Column::Float(v) => v
+                .get(slot)
+                .copied()
+                .flatten()
+                .map_or(Datum::Null, Datum::Float),
             Column::Str(v, _) => v
                 .get(slot)
                 .and_then(|s| s.as_deref())
-                .map_or(V::Null, |s| V::Str(std::borrow::Cow::Borrowed(s))),
-            Column::Bool(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Bool),
-            Column::Date(v) => v.get(slot).copied().flatten().map_or(V::Null, V::Date),
+                .map_or(Datum::Null, |s| Datum::Str(std::borrow::Cow::Borrowed(s))),
+            Column::Bool(v) => v
+                .get(slot)
+                .copied()
+                .flatten()
+                .map_or(Datum::Null, Datum::Bool),
+            Column::Date(v) => v
+                .get(slot)
+                .copied()
+                .flatten()
+                .map_or(Datum::Null, Datum::Date),
         }
     }
 }
@@ -302,7 +318,7 @@ pub struct RowRef<'v> {
 
 impl Row for RowRef<'_> {
     #[inline]
-    fn get(&self, column: usize) -> V<'_> {
+    fn get(&self, column: usize) -> Datum<'_> {
         self.view.columns[column].get(self.slot as usize)
     }
 }

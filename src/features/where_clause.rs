@@ -20,7 +20,7 @@ use crate::time::parse_datetime;
 
 /// A value during evaluation.
 #[derive(Debug, Clone, PartialEq)]
-pub enum V<'a> {
+pub enum Datum<'a> {
     Null,
     Int(i64),
     Float(f64),
@@ -32,7 +32,7 @@ pub enum V<'a> {
 
 /// What the evaluator reads: one row's value per column.
 pub trait Row {
-    fn get(&self, column: usize) -> V<'_>;
+    fn get(&self, column: usize) -> Datum<'_>;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +53,7 @@ pub(crate) enum Func {
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Expr {
-    Lit(V<'static>),
+    Lit(Datum<'static>),
     Col(usize),
     Func(Func, Box<Expr>),
     Neg(Box<Expr>),
@@ -117,7 +117,7 @@ impl std::error::Error for WhereError {}
 enum Tok {
     Ident(String),
     Quoted(String),
-    Num(V<'static>),
+    Num(Datum<'static>),
     Str(String),
     Op(&'static str),
     LParen,
@@ -197,9 +197,9 @@ fn tokenize(text: &str) -> Result<Vec<Token>, WhereError> {
             }
             let s: String = chars[start..i].iter().collect();
             if let Ok(n) = s.parse::<i64>() {
-                Tok::Num(V::Int(n))
+                Tok::Num(Datum::Int(n))
             } else {
-                Tok::Num(V::Float(
+                Tok::Num(Datum::Float(
                     s.parse::<f64>()
                         .map_err(|_| err(start, format!("bad number {s}")))?,
                 ))
@@ -464,14 +464,14 @@ impl Parser<'_> {
             }
             Tok::Minus => self.nest(|p| Ok(Expr::Neg(Box::new(p.operand()?)))),
             Tok::Num(v) => Ok(Expr::Lit(v)),
-            Tok::Str(s) => Ok(Expr::Lit(V::Str(Cow::Owned(s)))),
+            Tok::Str(s) => Ok(Expr::Lit(Datum::Str(Cow::Owned(s)))),
             Tok::Quoted(name) => self.column(&name, t.pos),
             Tok::Ident(word) => {
                 let upper = word.to_ascii_uppercase();
                 match upper.as_str() {
-                    "NULL" => return Ok(Expr::Lit(V::Null)),
-                    "TRUE" => return Ok(Expr::Lit(V::Bool(true))),
-                    "FALSE" => return Ok(Expr::Lit(V::Bool(false))),
+                    "NULL" => return Ok(Expr::Lit(Datum::Null)),
+                    "TRUE" => return Ok(Expr::Lit(Datum::Bool(true))),
+                    "FALSE" => return Ok(Expr::Lit(Datum::Bool(false))),
                     "TIMESTAMP" | "DATE" => {
                         let pos = self.pos();
                         let Some(Tok::Str(s)) = self.peek().cloned() else {
@@ -483,7 +483,7 @@ impl Parser<'_> {
                             position: pos,
                             message: format!("{s:?} is not a {}", upper.to_lowercase()),
                         })?;
-                        return Ok(Expr::Lit(V::Date(ms)));
+                        return Ok(Expr::Lit(Datum::Date(ms)));
                     }
                     "UPPER" | "LOWER" if self.peek() == Some(&Tok::LParen) => {
                         self.at += 1;
@@ -533,7 +533,7 @@ fn describe(t: &Tok) -> String {
     match t {
         Tok::Ident(s) => s.clone(),
         Tok::Quoted(s) => format!("\"{s}\""),
-        Tok::Num(V::Int(i)) => i.to_string(),
+        Tok::Num(Datum::Int(i)) => i.to_string(),
         Tok::Num(v) => format!("{v:?}"),
         Tok::Str(s) => format!("'{s}'"),
         Tok::Op(o) => (*o).to_string(),
@@ -579,7 +579,7 @@ impl Where {
         }
         // `1=1` and its kin filter nothing: skip evaluation.
         let trivial = matches!(&e, Expr::Cmp(a, CmpOp::Eq, b)
-            if matches!((a.as_ref(), b.as_ref()), (Expr::Lit(x), Expr::Lit(y)) if x == y && *x != V::Null));
+            if matches!((a.as_ref(), b.as_ref()), (Expr::Lit(x), Expr::Lit(y)) if x == y && *x != Datum::Null));
         Ok(Where {
             expr: if trivial { None } else { Some(e) },
         })
@@ -594,58 +594,60 @@ impl Where {
     }
 }
 
-fn truth(v: &V<'_>) -> Option<bool> {
+fn truth(v: &Datum<'_>) -> Option<bool> {
     match v {
-        V::Bool(b) => Some(*b),
-        V::Int(i) => Some(*i != 0),
+        Datum::Bool(b) => Some(*b),
+        Datum::Int(i) => Some(*i != 0),
         _ => None,
     }
 }
 
-fn bool_v(b: Option<bool>) -> V<'static> {
-    b.map_or(V::Null, V::Bool)
+fn bool_v(b: Option<bool>) -> Datum<'static> {
+    b.map_or(Datum::Null, Datum::Bool)
 }
 
-fn num(v: &V<'_>) -> Option<f64> {
+fn num(v: &Datum<'_>) -> Option<f64> {
     match v {
-        V::Int(i) => Some(*i as f64),
-        V::Float(f) => Some(*f),
-        V::Bool(b) => Some(f64::from(u8::from(*b))),
-        V::Date(ms) => Some(*ms as f64),
-        V::Str(s) => s.trim().parse().ok(),
-        V::Null => None,
+        Datum::Int(i) => Some(*i as f64),
+        Datum::Float(f) => Some(*f),
+        Datum::Bool(b) => Some(f64::from(u8::from(*b))),
+        Datum::Date(ms) => Some(*ms as f64),
+        Datum::Str(s) => s.trim().parse().ok(),
+        Datum::Null => None,
     }
 }
 
 /// SQL comparison; `None` when either side is NULL or the two cannot be compared.
-pub fn compare(a: &V<'_>, b: &V<'_>) -> Option<Ordering> {
+pub fn compare(a: &Datum<'_>, b: &Datum<'_>) -> Option<Ordering> {
     match (a, b) {
-        (V::Null, _) | (_, V::Null) => None,
-        (V::Int(x), V::Int(y)) => Some(x.cmp(y)),
-        (V::Str(x), V::Str(y)) => Some(x.as_ref().cmp(y.as_ref())),
-        (V::Date(x), V::Date(y)) => Some(x.cmp(y)),
-        (V::Date(x), V::Str(s)) => parse_datetime(s).map(|y| x.cmp(&y)),
-        (V::Str(s), V::Date(y)) => parse_datetime(s).map(|x| x.cmp(y)),
-        (V::Bool(x), V::Bool(y)) => Some(x.cmp(y)),
+        (Datum::Null, _) | (_, Datum::Null) => None,
+        (Datum::Int(x), Datum::Int(y)) => Some(x.cmp(y)),
+        (Datum::Str(x), Datum::Str(y)) => Some(x.as_ref().cmp(y.as_ref())),
+        (Datum::Date(x), Datum::Date(y)) => Some(x.cmp(y)),
+        (Datum::Date(x), Datum::Str(s)) => parse_datetime(s).map(|y| x.cmp(&y)),
+        (Datum::Str(s), Datum::Date(y)) => parse_datetime(s).map(|x| x.cmp(y)),
+        (Datum::Bool(x), Datum::Bool(y)) => Some(x.cmp(y)),
         _ => num(a)?.partial_cmp(&num(b)?),
     }
 }
 
-fn eval<'r>(e: &'r Expr, row: &'r dyn Row) -> V<'r> {
+fn eval<'r>(e: &'r Expr, row: &'r dyn Row) -> Datum<'r> {
     match e {
         Expr::Lit(v) => v.clone(),
         Expr::Col(c) => row.get(*c),
         Expr::Neg(inner) => match eval(inner, row) {
-            V::Int(i) => i.checked_neg().map_or(V::Float(-(i as f64)), V::Int),
-            V::Float(f) => V::Float(-f),
-            _ => V::Null,
+            Datum::Int(i) => i
+                .checked_neg()
+                .map_or(Datum::Float(-(i as f64)), Datum::Int),
+            Datum::Float(f) => Datum::Float(-f),
+            _ => Datum::Null,
         },
         Expr::Func(f, inner) => match eval(inner, row) {
-            V::Str(s) => V::Str(Cow::Owned(match f {
+            Datum::Str(s) => Datum::Str(Cow::Owned(match f {
                 Func::Upper => s.to_uppercase(),
                 Func::Lower => s.to_lowercase(),
             })),
-            V::Null => V::Null,
+            Datum::Null => Datum::Null,
             other => other,
         },
         Expr::Cmp(a, op, b) => {
@@ -663,33 +665,37 @@ fn eval<'r>(e: &'r Expr, row: &'r dyn Row) -> V<'r> {
         Expr::And(terms) => chain(terms, row, false),
         Expr::Or(terms) => chain(terms, row, true),
         Expr::Not(a) => bool_v(truth(&eval(a, row)).map(|b| !b)),
-        Expr::IsNull(a, negated) => V::Bool((eval(a, row) == V::Null) != *negated),
+        Expr::IsNull(a, negated) => Datum::Bool((eval(a, row) == Datum::Null) != *negated),
         Expr::In(a, items, negated) => {
             let v = eval(a, row);
-            if v == V::Null {
-                return V::Null;
+            if v == Datum::Null {
+                return Datum::Null;
             }
             let mut unknown = false;
             for item in items {
                 match compare(&v, &eval(item, row)) {
-                    Some(Ordering::Equal) => return V::Bool(!*negated),
+                    Some(Ordering::Equal) => return Datum::Bool(!*negated),
                     None => unknown = true,
                     _ => {}
                 }
             }
-            if unknown { V::Null } else { V::Bool(*negated) }
+            if unknown {
+                Datum::Null
+            } else {
+                Datum::Bool(*negated)
+            }
         }
         Expr::Like(a, like, negated) => match eval(a, row) {
-            V::Null => V::Null,
-            V::Str(s) => V::Bool(like.matches(&s) != *negated),
+            Datum::Null => Datum::Null,
+            Datum::Str(s) => Datum::Bool(like.matches(&s) != *negated),
             other => {
                 let text = match other {
-                    V::Int(i) => i.to_string(),
-                    V::Float(f) => f.to_string(),
-                    V::Bool(b) => b.to_string(),
-                    _ => return V::Null,
+                    Datum::Int(i) => i.to_string(),
+                    Datum::Float(f) => f.to_string(),
+                    Datum::Bool(b) => b.to_string(),
+                    _ => return Datum::Null,
                 };
-                V::Bool(like.matches(&text) != *negated)
+                Datum::Bool(like.matches(&text) != *negated)
             }
         },
         Expr::Between(a, lo, hi, negated) => {
@@ -707,16 +713,20 @@ fn eval<'r>(e: &'r Expr, row: &'r dyn Row) -> V<'r> {
 
 /// An `AND` chain (`decisive` false) or an `OR` chain (`decisive` true), three-valued: the
 /// first term whose truth is `decisive` decides; else unknown if any term is unknown.
-fn chain(terms: &[Expr], row: &dyn Row, decisive: bool) -> V<'static> {
+fn chain(terms: &[Expr], row: &dyn Row, decisive: bool) -> Datum<'static> {
     let mut unknown = false;
     for t in terms {
         match truth(&eval(t, row)) {
-            Some(b) if b == decisive => return V::Bool(decisive),
+            Some(b) if b == decisive => return Datum::Bool(decisive),
             Some(_) => {}
             None => unknown = true,
         }
     }
-    if unknown { V::Null } else { V::Bool(!decisive) }
+    if unknown {
+        Datum::Null
+    } else {
+        Datum::Bool(!decisive)
+    }
 }
 
 /// A compiled LIKE pattern.
@@ -793,9 +803,9 @@ impl Like {
 mod tests {
     use super::*;
 
-    struct R(Vec<V<'static>>);
+    struct R(Vec<Datum<'static>>);
     impl Row for R {
-        fn get(&self, c: usize) -> V<'_> {
+        fn get(&self, c: usize) -> Datum<'_> {
             self.0[c].clone()
         }
     }
@@ -812,11 +822,11 @@ mod tests {
 
     fn row() -> R {
         R(vec![
-            V::Int(7),
-            V::Str("O'Hara Falls".into()),
-            V::Float(2.5),
-            V::Date(parse_datetime("2017-05-24T06:00:00Z").unwrap()),
-            V::Null,
+            Datum::Int(7),
+            Datum::Str("O'Hara Falls".into()),
+            Datum::Float(2.5),
+            Datum::Date(parse_datetime("2017-05-24T06:00:00Z").unwrap()),
+            Datum::Null,
         ])
     }
 
