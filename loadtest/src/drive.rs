@@ -97,9 +97,8 @@ pub enum Sender {
 /// integer id are left out.
 ///
 /// Parsed into a struct that keeps only the ids: every other member (the geometries, most of
-/// the bytes) is skipped without being built. A `serde_json::Value` of the whole answer cost
-/// the load generator about 20 µs a checked pip-counties answer, 0.4 µs over every request of
-/// a run, CPU that the server it shares the machine with then lacks.
+/// the bytes) is skipped without being built: building a `serde_json::Value` of every answer
+/// took CPU from the server the load generator shares the machine with.
 pub fn response_ids(body: &[u8]) -> Option<Vec<i64>> {
     #[derive(Deserialize)]
     struct Answer {
@@ -194,8 +193,7 @@ const PENDING: usize = 1024;
 struct Tally {
     hist: Histogram<u64>,
     /// Latencies (µs) not yet in `hist`. A histogram is 150 KB of counts, one per connection
-    /// task: recorded one at a time, each latency was a cache miss into a different one,
-    /// 0.2–0.4 µs of the load generator's CPU a request (perf, 64 and 256 connections). In a
+    /// task: recorded one at a time, each latency was a cache miss into a different one. In a
     /// batch, the few lines a run's latencies land on stay in cache.
     pending: Vec<u64>,
     errors: u64,

@@ -14,17 +14,8 @@
 //! request is due, but at least [`STEP`], so at high rates it wakes every `STEP` and releases
 //! the few requests due by then. It never releases a request before it is due.
 //!
-//! Tried and not kept (2026-11-23): a current-thread runtime per load-generator thread, each
-//! with its share of the connections and pacing its own share of the requests on a `timerfd`
-//! read through its runtime, so that no release wakes a thread from outside. At 50k requests/s
-//! against geoshard (2 io threads, 2 client threads, 64 connections) the futex calls went
-//! (1.45 µs of client CPU a request), but `epoll_wait` and `sendto` took more (1.93 against
-//! 1.11 µs, 6.90 against 6.43, one 4 s profile each). In alternating runs the client spent
-//! 14.3–15.4 µs a request (6 runs) against 13.8–14.1 with this pacer, and the server 20.4–22.8
-//! against 19.0–20.5: the 4 runs of this pacer between them that kept up (two more fell
-//! behind, p50 0.33 and 0.94 s, in a slow minute of the machine). Pacers waking apart send
-//! smaller bursts, and the server wakes more often for them; putting them on one `STEP` grid
-//! did not bring the CPU back.
+//! A pacer per load-generator thread on a `timerfd` was tried and cost both sides more CPU
+//! a request; `reports/pacing.md` has the figures.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -32,10 +23,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-/// The shortest wait between two releases: at 26k requests/s, about 6.5 requests a wake.
-/// At 100 µs the client and the server each spent about 3 µs more per request at 26k/s in two
-/// A/B runs against geoshard (fewer requests per wake on both sides), for 0.1 ms less
-/// lateness.
+/// The shortest wait between two releases: long enough that a wake releases several
+/// requests at high rates (a shorter step cost both sides CPU a request; see
+/// `reports/pacing.md`).
 pub const STEP: Duration = Duration::from_micros(250);
 
 pub struct Pacer {

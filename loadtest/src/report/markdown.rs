@@ -1,5 +1,8 @@
 //! Writing the report: the Markdown text and its tables, and the JSON beside it.
 
+use minijinja::value::Kwargs;
+use minijinja::{Environment, context};
+
 use super::*;
 
 /// geoshard, PostGIS and the ceiling at each concurrency PostGIS ran, each in its best setup
@@ -36,23 +39,23 @@ pub(super) fn by_concurrency(runs: &[RunRecord], workload: &str) -> String {
         (Some(a), Some(b)) if b.median > 0.0 => format!("{:.2}x", a.median / b.median),
         _ => "-".into(),
     };
-    let mut md = format!(
-        "\n{workload} at the same concurrency: each target in its fastest setup at that many connections, medians (minimum in brackets). The ceiling's lead over PostGIS is the most any HTTP server could show at that concurrency here.\n\n| conns | geoshard | PostGIS | geoshard / PostGIS | HTTP ceiling | ceiling / PostGIS |\n|---|---|---|---|---|---|\n"
-    );
-    for c in conns {
-        let g = best_where(runs, "geoshard", workload, Some(c), |_| true);
-        let p = best_where(runs, "postgis", workload, Some(c), |_| true);
-        let h = best_where(runs, "baseline", workload, Some(c), |_| true);
-        md.push_str(&format!(
-            "| {c} | {} | {} | {} | {} | {} |\n",
-            cell(g),
-            cell(p),
-            ratio(g, p),
-            cell(h),
-            ratio(h, p)
-        ));
-    }
-    md
+    let rows: Vec<[String; 6]> = conns
+        .into_iter()
+        .map(|c| {
+            let g = best_where(runs, "geoshard", workload, Some(c), |_| true);
+            let p = best_where(runs, "postgis", workload, Some(c), |_| true);
+            let h = best_where(runs, "baseline", workload, Some(c), |_| true);
+            [
+                c.to_string(),
+                cell(g),
+                cell(p),
+                ratio(g, p),
+                cell(h),
+                ratio(h, p),
+            ]
+        })
+        .collect();
+    say("by_concurrency", context! { workload, rows })
 }
 
 /// `, 1 io thread, 2 client threads`; the parts not recorded are left out.
@@ -95,14 +98,14 @@ pub(super) fn other_setups_at(runs: &[RunRecord], workload: &str, offered: f64) 
             .into_iter()
             .find(|p| (p.offered - offered).abs() <= 0.01 * offered);
         if let Some(p) = at {
-            text.push_str(&format!(
-                " geoshard on{}{} at the same offered load, {}{}.",
-                setup_text(s).get(1..).unwrap_or(" another setup"),
-                p.connections_text(),
-                p.percentiles(),
-                p.busy
-                    .map(|b| format!(", {b:.2} busy cores"))
-                    .unwrap_or_default()
+            text.push_str(&say(
+                "other_setup",
+                context! {
+                    setup => setup_text(s).get(1..).unwrap_or(" another setup"),
+                    connections => p.connections_text(),
+                    percentiles => p.percentiles(),
+                    busy => p.busy.map(|b| format!("{b:.2}")),
+                },
             ));
         }
     }
@@ -123,17 +126,17 @@ pub(super) fn ceiling_at_own_peak(runs: &[RunRecord], workload: &str) -> String 
     let Some(p) = near else {
         return String::new();
     };
-    format!(
-        " The HTTP ceiling at {:.0} requests/s offered, {:.0}% of its own closed-loop median peak {} (these runs on{}{}), {}{}.",
-        p.offered,
-        100.0 * p.offered / peak.median,
-        fmt_k(peak.median),
-        setup_text(peak.setup).get(1..).unwrap_or(" its best setup"),
-        p.connections_text(),
-        p.percentiles(),
-        p.busy
-            .map(|b| format!(", {b:.2} busy cores"))
-            .unwrap_or_default()
+    say(
+        "ceiling_at_own_peak",
+        context! {
+            offered => format!("{:.0}", p.offered),
+            share => format!("{:.0}", 100.0 * p.offered / peak.median),
+            peak => fmt_k(peak.median),
+            setup => setup_text(peak.setup).get(1..).unwrap_or(" its best setup"),
+            connections => p.connections_text(),
+            percentiles => p.percentiles(),
+            busy => p.busy.map(|b| format!("{b:.2}")),
+        },
     )
 }
 
@@ -141,20 +144,15 @@ pub(super) fn ceiling_at_own_peak(runs: &[RunRecord], workload: &str) -> String 
 /// no run recorded it.
 pub(super) fn client_policy(runs: &[RunRecord]) -> String {
     let count = |want: Option<bool>| runs.iter().filter(|r| r.client_sched_batch == want).count();
-    let (batch, plain, unknown) = (count(Some(true)), count(Some(false)), count(None));
-    let what = "under SCHED_BATCH, so that it never preempts the server it shares the cores with when it wakes (a real client takes nothing from the server's cores)";
-    if unknown == runs.len() {
-        String::new()
-    } else if batch == runs.len() {
-        format!(" The load generator ran {what}, in every run and for every target alike.")
-    } else if plain == runs.len() {
-        " The load generator ran under the default scheduling policy.".into()
-    } else {
-        format!(
-            " The load generator ran {what} in {batch} of the {} runs (the default policy in {plain}, not recorded in {unknown}).",
-            runs.len()
-        )
-    }
+    say(
+        "client_policy",
+        context! {
+            batch => count(Some(true)),
+            plain => count(Some(false)),
+            unknown => count(None),
+            total => runs.len(),
+        },
+    )
 }
 
 /// The open-loop medians of geoshard and the ceiling by offered load, with the cores both
@@ -162,31 +160,34 @@ pub(super) fn client_policy(runs: &[RunRecord]) -> String {
 /// follows how busy the whole machine is, and rows where the two keep it equally busy compare
 /// the servers at the same machine load.
 pub(super) fn open_table(geoshard: &[OpenPoint], ceiling: &[OpenPoint], cores: usize) -> String {
-    let cell = |p: Option<&OpenPoint>| match p {
-        Some(p) => format!(
-            "{:.2} | {:.2} ({:.2}–{:.2}; {} run{}) | {}",
-            p.p50,
-            p.p99,
-            p.p99_min,
-            p.p99_max,
-            p.runs,
-            if p.runs == 1 { "" } else { "s" },
-            p.busy.map(|b| format!("{b:.2}")).unwrap_or("-".into())
-        ),
-        None => "- | - | -".into(),
+    let cells = |p: Option<&OpenPoint>| match p {
+        Some(p) => [
+            format!("{:.2}", p.p50),
+            format!(
+                "{:.2} ({:.2}–{:.2}; {} run{})",
+                p.p99,
+                p.p99_min,
+                p.p99_max,
+                p.runs,
+                if p.runs == 1 { "" } else { "s" }
+            ),
+            p.busy.map(|b| format!("{b:.2}")).unwrap_or("-".into()),
+        ],
+        None => ["-".into(), "-".into(), "-".into()],
     };
     let mut offered: Vec<f64> = geoshard.iter().chain(ceiling).map(|p| p.offered).collect();
     offered.sort_by(f64::total_cmp);
     offered.dedup();
-    let mut md = format!(
-        "\nOpen loop, pip-counties, medians by offered load. Busy cores: the server's and the load generator's CPU time a request, times the requests a second, out of the machine's {cores}; the server and its load generator share them.\n\n| offered/s | geoshard p50 ms | geoshard p99 ms (range; runs) | geoshard busy cores | ceiling p50 ms | ceiling p99 ms (range; runs) | ceiling busy cores |\n|---|---|---|---|---|---|---|\n"
-    );
-    for o in offered {
-        let g = geoshard.iter().find(|p| p.offered == o);
-        let c = ceiling.iter().find(|p| p.offered == o);
-        md.push_str(&format!("| {o:.0} | {} | {} |\n", cell(g), cell(c)));
-    }
-    md
+    let rows: Vec<Vec<String>> = offered
+        .into_iter()
+        .map(|o| {
+            let mut row = vec![format!("{o:.0}")];
+            row.extend(cells(geoshard.iter().find(|p| p.offered == o)));
+            row.extend(cells(ceiling.iter().find(|p| p.offered == o)));
+            row
+        })
+        .collect();
+    say("open_table", context! { cores, rows })
 }
 
 pub(super) fn fmt_k(v: f64) -> String {
@@ -221,16 +222,46 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
         &dir.join(format!("{name}-latency.svg")),
     )?;
     comparison_chart(runs, &workloads, &dir.join(format!("{name}-compare.svg")))?;
+    // The latency chart exists only when there were open-loop runs.
+    let charts: Vec<&str> = ["throughput", "latency", "compare"]
+        .into_iter()
+        .filter(|c| *c != "latency" || latency)
+        .collect();
+    let text = environment()
+        .get_template("report")
+        .and_then(|t| {
+            t.render(context! {
+                name,
+                date => ctx.date,
+                commit => ctx.commit,
+                cores => ctx.cores,
+                cpu_model => ctx.cpu_model,
+                memory => ctx.memory,
+                kernel => ctx.kernel,
+                summary => summary_rows(runs, &workloads),
+                by_concurrency => by_concurrency(runs, "pip-counties"),
+                open => open_loop(runs, ctx.cores),
+                client_policy => client_policy(runs),
+                extra => ctx.extra,
+                charts,
+                runs => run_rows(runs),
+                commands => ctx.commands,
+            })
+        })
+        .map_err(|e| format!("the report template: {e:#}"))?;
+    let md_path = dir.join(format!("{name}.md"));
+    std::fs::write(&md_path, text).map_err(|e| e.to_string())?;
+    let json = serde_json::json!({"context": ctx, "runs": runs});
+    std::fs::write(
+        dir.join(format!("{name}.json")),
+        serde_json::to_vec_pretty(&json).unwrap_or_default(),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(md_path)
+}
 
-    let mut md = String::new();
-    md.push_str(&format!("# geoshard load test: {name}\n\n"));
-    md.push_str(&format!(
-        "- date: {}\n- commit: `{}`\n- machine: {} cores, {}, {} memory, Linux {}\n- server and load generator share the machine; PostGIS runs on the same machine over a local socket and pays no HTTP cost.\n\n",
-        ctx.date, ctx.commit, ctx.cores, ctx.cpu_model, ctx.memory, ctx.kernel
-    ));
-    md.push_str("## Summary\n\n");
-    md.push_str("Throughput is the median of repeated closed-loop runs (minimum in brackets) at the setup (the server's io threads, the load generator's threads) and concurrency where that median is highest: every target, the ceiling included, at its fastest. A median never mixes setups. Ratios compare medians.\n\n");
-    md.push_str("| workload | geoshard (conns) | HTTP ceiling (conns) | geoshard / ceiling | PostGIS (conns) | geoshard / PostGIS, best vs best | geoshard / PostGIS at PostGIS's best conns and client threads | answers checked (wrong) |\n|---|---|---|---|---|---|---|---|\n");
+/// One summary row a workload: each target at its fastest, the ratios, the answers checked.
+fn summary_rows(runs: &[RunRecord], workloads: &[&str]) -> Vec<[String; 8]> {
     let ceiling = best(runs, "baseline", "");
     let cell = |b: Option<Best>| {
         b.map(|b| {
@@ -245,128 +276,133 @@ pub fn write(dir: &Path, ctx: &Context, runs: &[RunRecord]) -> Result<std::path:
         })
         .unwrap_or("-".into())
     };
-    for w in &workloads {
-        let g = best(runs, "geoshard", w);
-        let p = best(runs, "postgis", w);
-        // geoshard at PostGIS's best connections and client threads, in its best setup there.
-        let at_pg = p.and_then(|p| {
-            best_at(runs, "geoshard", w, p.connections, p.setup.client).map(|g| g.median / p.median)
-        });
-        let checks: (u64, u64) = runs
-            .iter()
-            .filter(|r| r.workload == *w && r.target != "baseline")
-            .fold((0, 0), |a, r| (a.0 + r.checked, a.1 + r.mismatched));
-        md.push_str(&format!(
-            "| {w} | {} | {} | {} | {} | {} | {} | {} ({}) |\n",
-            cell(g),
-            cell(ceiling),
-            match (g, ceiling) {
-                // One decimal: the target is a fraction of the ceiling, and 69.7% is not 70%.
-                (Some(g), Some(c)) => format!("{:.1}%", 100.0 * g.median / c.median),
-                _ => "-".into(),
-            },
-            cell(p),
-            match (g, p) {
-                (Some(g), Some(p)) => format!("{:.2}x", g.median / p.median),
-                _ => "-".into(),
-            },
-            at_pg.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
-            checks.0,
-            checks.1
-        ));
-    }
-    md.push_str(&by_concurrency(runs, "pip-counties"));
-    // Open loop: the latency at about 70% of the closed-loop peak.
-    if let Some(Best { median: peak, .. }) = best(runs, "geoshard", "pip-counties") {
-        let open = sweep_points(runs, "pip-counties");
-        let near = open.iter().min_by(|a, b| {
-            (a.offered - 0.7 * peak)
-                .abs()
-                .total_cmp(&(b.offered - 0.7 * peak).abs())
-        });
-        if let Some(p) = near {
-            md.push_str(&format!(
-                "\nOpen loop, pip-counties at {:.0} requests/s offered ({:.0}% of the closed-loop median peak {}{}{}), {} (latency from each request's due time).",
-                p.offered,
-                100.0 * p.offered / peak,
-                fmt_k(peak),
-                p.setup
-                    .map(setup_text)
-                    .filter(|t| !t.is_empty())
-                    .map(|t| format!("; these runs on {}", &t[2..]))
-                    .unwrap_or_default(),
-                p.connections_text(),
-                p.percentiles()
-            ));
-            // The same offered load on the ceiling server: what the client and machine add.
-            let ceiling = ceiling_beside(runs, &open, "pip-counties");
-            if let Some(b) = ceiling.iter().find(|b| b.offered == p.offered) {
-                md.push_str(&format!(
-                    " The HTTP ceiling server at the same offered load, {}.",
-                    b.percentiles()
-                ));
-            }
-            md.push_str(&other_setups_at(runs, "pip-counties", p.offered));
-            md.push_str(&ceiling_at_own_peak(runs, "pip-counties"));
-            md.push('\n');
-            md.push_str(&open_table(&open, &ceiling, ctx.cores));
-        }
-    }
-    md.push_str("\nThe ceiling is the harness's own minimal hyper server answering a fixed small JSON body, measured in the same run by the same client code. It serves its connections on geoshard's own io threads (`geoshard::http::io_threads`), which poll for events for geoshard's default `io_poll_us` after a request before they sleep (`geoshard::http::poll`); PostgreSQL's backends sleep at once.");
-    md.push_str(&client_policy(runs));
-    md.push_str("\n\n");
-    if !ctx.extra.is_empty() {
-        md.push_str("## Other figures\n\n");
-        for (k, v) in &ctx.extra {
-            md.push_str(&format!("- {k}: {v}\n"));
-        }
-        md.push('\n');
-    }
-    md.push_str("## Charts\n\n");
-    for chart in ["throughput", "latency", "compare"] {
-        // The latency chart exists only when there were open-loop runs.
-        if chart != "latency" || latency {
-            md.push_str(&format!("![{chart}]({name}-{chart}.svg)\n\n"));
-        }
-    }
-    md.push_str("## Every run\n\nServer and client CPU are the CPU time (user and system) each process used in the measured window, divided by the requests measured: on a shared machine, a minute in which every request costs more shows there. Blank where the process is not one (PostGIS runs a backend a connection).\n\n| target | workload | dataset | mode | conns | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | server CPU µs/req | client CPU µs/req | errors | checked | mismatched |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    workloads
+        .iter()
+        .map(|w| {
+            let g = best(runs, "geoshard", w);
+            let p = best(runs, "postgis", w);
+            // geoshard at PostGIS's best connections and client threads, in its best setup there.
+            let at_pg = p.and_then(|p| {
+                best_at(runs, "geoshard", w, p.connections, p.setup.client)
+                    .map(|g| g.median / p.median)
+            });
+            let checks: (u64, u64) = runs
+                .iter()
+                .filter(|r| r.workload == *w && r.target != "baseline")
+                .fold((0, 0), |a, r| (a.0 + r.checked, a.1 + r.mismatched));
+            [
+                w.to_string(),
+                cell(g),
+                cell(ceiling),
+                match (g, ceiling) {
+                    // One decimal: the target is a fraction of the ceiling, and 69.7% is not 70%.
+                    (Some(g), Some(c)) => format!("{:.1}%", 100.0 * g.median / c.median),
+                    _ => "-".into(),
+                },
+                cell(p),
+                match (g, p) {
+                    (Some(g), Some(p)) => format!("{:.2}x", g.median / p.median),
+                    _ => "-".into(),
+                },
+                at_pg.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
+                format!("{} ({})", checks.0, checks.1),
+            ]
+        })
+        .collect()
+}
+
+/// The open-loop paragraph's figures: pip-counties at about 70% of geoshard's closed-loop
+/// peak, with the ceiling and geoshard's other setups at the same offered load.
+fn open_loop(runs: &[RunRecord], cores: usize) -> Option<minijinja::Value> {
+    let peak = best(runs, "geoshard", "pip-counties")?.median;
+    let open = sweep_points(runs, "pip-counties");
+    let p = open.iter().min_by(|a, b| {
+        (a.offered - 0.7 * peak)
+            .abs()
+            .total_cmp(&(b.offered - 0.7 * peak).abs())
+    })?;
+    // The same offered load on the ceiling server: what the client and machine add.
+    let ceiling = ceiling_beside(runs, &open, "pip-counties");
+    Some(context! {
+        offered => format!("{:.0}", p.offered),
+        share => format!("{:.0}", 100.0 * p.offered / peak),
+        peak => fmt_k(peak),
+        setup => p.setup.map(setup_text).and_then(|t| t.get(2..).map(str::to_string)),
+        connections => p.connections_text(),
+        percentiles => p.percentiles(),
+        ceiling => ceiling.iter().find(|b| b.offered == p.offered).map(|b| b.percentiles()),
+        other_setups => other_setups_at(runs, "pip-counties", p.offered),
+        ceiling_own_peak => ceiling_at_own_peak(runs, "pip-counties"),
+        table => open_table(&open, &ceiling, cores),
+    })
+}
+
+/// One row a run for the table of every run.
+fn run_rows(runs: &[RunRecord]) -> Vec<Vec<String>> {
     let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
     let cpu = |us: Option<f64>| us.map_or(String::new(), |us| format!("{us:.1}"));
-    for r in runs {
-        md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            label(&r.target, setup_of(r)),
-            r.workload,
-            r.dataset,
-            r.mode,
-            r.connections,
-            r.offered.map(|o| format!("{o:.0}")).unwrap_or("-".into()),
-            r.throughput,
-            ms(r.p50_us),
-            ms(r.p90_us),
-            ms(r.p99_us),
-            ms(r.p999_us),
-            ms(r.max_us),
-            cpu(r.server_cpu_us_per_request),
-            cpu(r.client_cpu_us_per_request),
-            r.errors,
-            r.checked,
-            r.mismatched
-        ));
+    runs.iter()
+        .map(|r| {
+            vec![
+                label(&r.target, setup_of(r)),
+                r.workload.clone(),
+                r.dataset.clone(),
+                r.mode.clone(),
+                r.connections.to_string(),
+                r.offered.map(|o| format!("{o:.0}")).unwrap_or("-".into()),
+                format!("{:.0}", r.throughput),
+                ms(r.p50_us),
+                ms(r.p90_us),
+                ms(r.p99_us),
+                ms(r.p999_us),
+                ms(r.max_us),
+                cpu(r.server_cpu_us_per_request),
+                cpu(r.client_cpu_us_per_request),
+                r.errors.to_string(),
+                r.checked.to_string(),
+                r.mismatched.to_string(),
+            ]
+        })
+        .collect()
+}
+
+/// The report's templates: the document and the sentences it is made of.
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(true);
+    for (name, source) in [
+        ("prose", include_str!("templates/prose.j2")),
+        ("report", include_str!("templates/report.md.j2")),
+    ] {
+        // Both are compiled into the binary and covered by the tests: a syntax error cannot ship.
+        if let Err(e) = env.add_template(name, source) {
+            panic!("report template {name}: {e}");
+        }
     }
-    md.push_str("\n## How these figures were made\n\n```sh\n");
-    for c in &ctx.commands {
-        md.push_str(c);
-        md.push('\n');
+    env
+}
+
+/// One macro of the prose template, called with the members of `args` as its keyword
+/// arguments.
+fn say(name: &str, args: minijinja::Value) -> String {
+    thread_local! {
+        static ENV: Environment<'static> = environment();
     }
-    md.push_str("```\n");
-    let md_path = dir.join(format!("{name}.md"));
-    std::fs::write(&md_path, md).map_err(|e| e.to_string())?;
-    let json = serde_json::json!({"context": ctx, "runs": runs});
-    std::fs::write(
-        dir.join(format!("{name}.json")),
-        serde_json::to_vec_pretty(&json).unwrap_or_default(),
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(md_path)
+    ENV.with(|env| {
+        let call = || -> Result<String, minijinja::Error> {
+            let kwargs: Kwargs = args
+                .try_iter()?
+                .map(|k| Ok((k.to_string(), args.get_item(&k)?)))
+                .collect::<Result<Vec<(String, _)>, minijinja::Error>>()?
+                .into_iter()
+                .collect();
+            env.get_template("prose")?
+                .render_captured(())?
+                .state()
+                .call_macro(name, &[kwargs.into()])
+        };
+        call().unwrap_or_else(|e| panic!("report template macro {name}: {e:#}"))
+    })
 }
