@@ -152,44 +152,57 @@ impl ExactTable {
     }
 
     fn remove(&mut self, slot: u32, xy: [f64; 2]) {
-        if self.table.is_empty() {
-            return;
+        if let Some((i, _)) = self.probe(xy).find(|&(_, t)| t == slot) {
+            self.table[i] = TOMB;
+            self.live -= 1;
         }
-        let mask = self.table.len() - 1;
-        let mut i = coord_hash(xy) as usize & mask;
-        loop {
-            match self.table[i] {
-                EMPTY => return,
-                t if t == slot => {
-                    self.table[i] = TOMB;
-                    self.live -= 1;
-                    return;
-                }
-                _ => i = (i + 1) & mask,
-            }
+    }
+
+    /// The positions a lookup of `xy` visits and what each holds, from its home position up
+    /// to (not including) the first empty one; nothing for an empty table.
+    #[inline]
+    fn probe(&self, xy: [f64; 2]) -> Probe<'_> {
+        let mask = self.table.len().wrapping_sub(1);
+        Probe {
+            table: &self.table,
+            i: coord_hash(xy) as usize & mask,
+            mask,
         }
     }
 
     #[inline]
     fn for_each_at(&self, xy: [f64; 2], arena: &[PointEntry], mut f: impl FnMut(u32, &PointEntry)) {
-        if self.table.is_empty() {
-            return;
-        }
-        let mask = self.table.len() - 1;
-        let mut i = coord_hash(xy) as usize & mask;
-        loop {
-            match self.table[i] {
-                EMPTY => return,
-                TOMB => {}
-                s => {
-                    let e = &arena[s as usize];
-                    if e.xy[0] == xy[0] && e.xy[1] == xy[1] {
-                        f(s, e);
-                    }
-                }
+        for (_, s) in self.probe(xy) {
+            if s == TOMB {
+                continue;
             }
-            i = (i + 1) & mask;
+            let e = &arena[s as usize];
+            if e.xy[0] == xy[0] && e.xy[1] == xy[1] {
+                f(s, e);
+            }
         }
+    }
+}
+
+/// Linear probing from a home position: `(position, slot)` until an [`EMPTY`] one.
+struct Probe<'t> {
+    table: &'t [u32],
+    i: usize,
+    mask: usize,
+}
+
+impl Iterator for Probe<'_> {
+    type Item = (usize, u32);
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, u32)> {
+        let i = self.i;
+        let t = *self.table.get(i)?;
+        if t == EMPTY {
+            return None;
+        }
+        self.i = (i + 1) & self.mask;
+        Some((i, t))
     }
 }
 
