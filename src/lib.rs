@@ -38,6 +38,7 @@ pub mod flow;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod load;
 pub mod security;
 pub mod service;
 pub mod spatial;

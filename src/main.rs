@@ -1,4 +1,4 @@
-//! The `geoshard` command: serve, demo, user administration.
+//! The `geoshard` command: serve, demo, load, user administration.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,6 +42,9 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// Load files (GeoJSON, NDJSON, CSV) into a layer: a running server's (`--url`) or a
+    /// stopped server's data directory (`--data-dir`).
+    Load(Box<geoshard::load::LoadArgs>),
     /// Deploy a project's input flows into a stopped server's data directory.
     Deploy {
         #[arg(long, default_value = "./geoshard-data")]
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         } => demo(listen, config, examples),
         Command::User { command } => user(command),
         Command::Deploy { data_dir, project } => deploy(&data_dir, &project),
+        Command::Load(args) => return load(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -226,6 +230,24 @@ fn demo(
             |_, addr| println!("{}", service::demo_banner(addr, &data_dir)),
         ))
         .map_err(|e| e.to_string())
+}
+
+/// Exit 0 only when every record was loaded (or skips were allowed).
+fn load(args: &geoshard::load::LoadArgs) -> ExitCode {
+    match geoshard::load::run(args) {
+        Ok(summary) => {
+            print!("{}", summary.report(&args.service, args.layer));
+            if summary.success(args.allow_skips) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("geoshard load: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn deploy(data_dir: &std::path::Path, project: &std::path::Path) -> Result<(), String> {

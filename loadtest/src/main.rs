@@ -55,6 +55,14 @@ enum Command {
         #[arg(long)]
         server_pid: Option<u32>,
     },
+    /// Write `places-<n>` as NDJSON GeoJSON features (name, cc), for `geoshard load`.
+    Ndjson {
+        /// places-1m, places-10m, places-<n>
+        #[arg(long)]
+        dataset: String,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Drive a target with a workload and append the result to --out.
     Run(RunArgs),
     /// Serve the HTTP ceiling: a fixed small JSON body for every request.
@@ -253,6 +261,7 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             );
             Ok(())
         }
+        Command::Ndjson { dataset, out } => Ok(ndjson(&dataset, &out)?),
         Command::Run(args) => run(args),
         Command::Baseline {
             listen,
@@ -560,4 +569,25 @@ async fn put(
         total.max(),
     );
     Ok(())
+}
+
+/// `places-<n>` as one GeoJSON feature a line: the points the load test's places datasets
+/// hold, with their place's name and country code.
+fn ndjson(dataset: &str, out: &std::path::Path) -> Result<(), String> {
+    let n = match data::Dataset::parse(dataset)? {
+        data::Dataset::Places(n) => n,
+        _ => return Err(format!("{dataset}: only places-<n> is written as NDJSON")),
+    };
+    let places = data::places()?;
+    let file = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+    for (x, y, p) in data::Jitter::new(&places).take(n) {
+        let line = serde_json::json!({
+            "type": "Feature",
+            "properties": {"name": p.name, "cc": p.cc},
+            "geometry": {"type": "Point", "coordinates": [x, y]},
+        });
+        writeln!(w, "{line}").map_err(|e| e.to_string())?;
+    }
+    w.flush().map_err(|e| e.to_string())
 }

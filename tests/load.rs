@@ -1,0 +1,460 @@
+//! `geoshard load` end to end: real files loaded offline into a stopped server's directory
+//! and over HTTP into a running server, then queried through geoQueryService. Answers are
+//! checked against GEOS (the shapely oracle in `tests/fixtures/pip_oracle.csv`), brute-force
+//! scans of the source files, and counts taken from the files themselves.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::layers::{ids, query};
+use common::*;
+use geo::Contains;
+use serde_json::{Value, json};
+
+/// The loader's exit code and printed report.
+struct Loaded {
+    code: i32,
+    report: String,
+}
+
+fn load(args: &[&str]) -> Loaded {
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .arg("load")
+        .args(args)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Loaded {
+        code: out.status.code().unwrap_or(-1),
+        report: format!("{report}{stderr}"),
+    }
+}
+
+fn real(name: &str) -> PathBuf {
+    data_dir().join("real").join(name)
+}
+
+fn mollusks_csv() -> PathBuf {
+    data_dir().join("gds/mollusks/mollusks.csv")
+}
+
+/// Where the loads go: `--data-dir DIR` or `--url … --user … --password …`.
+fn target_args(target: &Target) -> Vec<String> {
+    match target {
+        Target::Offline(dir) => vec!["--data-dir".into(), dir.display().to_string()],
+        Target::Http(addr) => vec![
+            "--url".into(),
+            format!("http://{addr}"),
+            "--user".into(),
+            GEO.0.into(),
+            "--password".into(),
+            GEO.1.into(),
+        ],
+    }
+}
+
+enum Target {
+    Offline(PathBuf),
+    Http(std::net::SocketAddr),
+}
+
+fn load_into(target: &Target, file: &Path, service: &str, extra: &[&str]) -> Loaded {
+    let t = target_args(target);
+    let mut args: Vec<&str> = vec![file.to_str().unwrap(), "--service", service];
+    args.extend(t.iter().map(String::as_str));
+    args.extend(extra);
+    load(&args)
+}
+
+/// Load the five real files into `target`, checking each report.
+fn load_all(target: &Target) {
+    let r = load_into(target, &real("us-counties.geojson"), "counties", &[]);
+    assert_eq!(r.code, 0, "{}", r.report);
+    assert!(
+        r.report.contains("loaded 3231 of 3231 records"),
+        "{}",
+        r.report
+    );
+
+    // Illinois's outer ring is not closed: skipped, reported by name, and the exit says so.
+    let r = load_into(target, &real("us-states.geojson"), "states", &[]);
+    assert_eq!(r.code, 1, "{}", r.report);
+    assert!(r.report.contains("loaded 55 of 56 records"), "{}", r.report);
+    assert!(
+        r.report.contains(
+            "us-states.geojson feature 20 (Illinois): the geometry is not usable: \
+             coordinates[0][0]: ring is not closed"
+        ),
+        "{}",
+        r.report
+    );
+
+    let r = load_into(
+        target,
+        &real("world-countries-50m.geojson"),
+        "countries",
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.report);
+    assert!(
+        r.report.contains("loaded 241 of 241 records"),
+        "{}",
+        r.report
+    );
+
+    let r = load_into(target, &real("geonames-cities1000.csv"), "places", &[]);
+    assert_eq!(r.code, 0, "{}", r.report);
+    assert!(
+        r.report.contains("loaded 144563 of 144563 records"),
+        "{}",
+        r.report
+    );
+
+    let r = load_into(target, &mollusks_csv(), "mollusks", &[]);
+    assert_eq!(r.code, 0, "{}", r.report);
+    let rows = csv::Reader::from_path(mollusks_csv())
+        .unwrap()
+        .records()
+        .count();
+    assert!(
+        r.report
+            .contains(&format!("loaded {rows} of {rows} records")),
+        "{}",
+        r.report
+    );
+}
+
+/// The GEOS oracle's GeoNames rows: (lon, lat, counties, countries) by feature index.
+fn oracle() -> Vec<(f64, f64, Vec<i64>, Vec<i64>)> {
+    let places: Vec<(f64, f64)> = std::fs::read_to_string(real("geonames-cities1000.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let mut it = l.split(',');
+            let lat: f64 = it.next().unwrap().parse().unwrap();
+            let lon: f64 = it.next().unwrap().parse().unwrap();
+            (lon, lat)
+        })
+        .collect();
+    let ids = |s: &str| -> Vec<i64> {
+        s.split('|')
+            .filter(|v| !v.is_empty())
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pip_oracle.csv"),
+    )
+    .unwrap()
+    .lines()
+    .filter(|l| !l.starts_with('#'))
+    .skip(1)
+    .filter(|l| l.starts_with("g,"))
+    .map(|l| {
+        let f: Vec<&str> = l.split(',').collect();
+        let (x, y) = places[f[1].parse::<usize>().unwrap()];
+        (x, y, ids(f[4]), ids(f[5]))
+    })
+    .collect()
+}
+
+fn point(x: f64, y: f64) -> Value {
+    json!({"type": "Point", "coordinates": [x, y]})
+}
+
+fn contains_ids(c: &mut Client, service: &str, x: f64, y: f64) -> Vec<i64> {
+    let r = query(
+        c,
+        service,
+        json!({"returnIdsOnly": true, "extension": {"geometry": point(x, y)}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    ids(&r.json())
+}
+
+fn count(c: &mut Client, service: &str, q: Value) -> i64 {
+    let mut q = q;
+    q["returnCountOnly"] = json!(true);
+    let r = query(c, service, q);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["count"].as_i64().unwrap()
+}
+
+/// Query what was loaded; every answer computed independently of the engine.
+fn check_layers(c: &mut Client) {
+    // Counties and countries: OBJECTID is the feature's position in its file, so GEOS's
+    // feature index + 1. Every 400th GeoNames place.
+    let oracle = oracle();
+    let mut checked = (0, 0);
+    for (x, y, counties, countries) in oracle.iter().step_by(400) {
+        let want: Vec<i64> = counties.iter().map(|i| i + 1).collect();
+        assert_eq!(
+            contains_ids(c, "counties", *x, *y),
+            want,
+            "counties at {x},{y}"
+        );
+        let want: Vec<i64> = countries.iter().map(|i| i + 1).collect();
+        assert_eq!(
+            contains_ids(c, "countries", *x, *y),
+            want,
+            "countries at {x},{y}"
+        );
+        checked.0 += usize::from(!counties.is_empty());
+        checked.1 += usize::from(!countries.is_empty());
+    }
+    assert!(checked.0 > 20 && checked.1 > 300, "{checked:?}");
+
+    // States: a brute-force scan of the file (Illinois left out, as it was not loaded).
+    let text = std::fs::read_to_string(real("us-states.geojson")).unwrap();
+    let fc: Value = serde_json::from_str(&text).unwrap();
+    for (x, y) in [
+        (-97.7, 30.3),
+        (-89.65, 39.78),
+        (-74.0, 40.7),
+        (-120.5, 47.4),
+    ] {
+        let want: Vec<String> = fc["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["properties"]["name"] != "Illinois")
+            .filter(|f| {
+                geoshard::spatial::parse_geojson(&f["geometry"])
+                    .is_ok_and(|g| g.contains(&geo::Point::new(x, y)))
+            })
+            .map(|f| f["properties"]["name"].as_str().unwrap().to_string())
+            .collect();
+        let r = query(
+            c,
+            "states",
+            json!({"outFields": "name", "returnGeometry": false,
+                   "extension": {"geometry": point(x, y)}}),
+        );
+        let got: Vec<String> = r.json()["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["properties"]["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(got, want, "states at {x},{y}");
+    }
+
+    // Places: counts by name and by country from the CSV itself; a point query at a place's
+    // coordinates finds every row at exactly those coordinates (OBJECTID = row number).
+    let mut rows = csv::Reader::from_path(real("geonames-cities1000.csv")).unwrap();
+    let rows: Vec<csv::StringRecord> = rows.records().map(Result::unwrap).collect();
+    let named = rows.iter().filter(|r| &r[2] == "Springfield").count() as i64;
+    assert_eq!(
+        count(c, "places", json!({"where": "name = 'Springfield'"})),
+        named
+    );
+    let in_ad = rows.iter().filter(|r| &r[5] == "AD").count() as i64;
+    assert_eq!(count(c, "places", json!({"where": "cc = 'AD'"})), in_ad);
+    for i in [0usize, 777, 144_562] {
+        let (lat, lon) = (&rows[i][0], &rows[i][1]);
+        let want: Vec<i64> = rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| &r[0] == lat && &r[1] == lon)
+            .map(|(j, _)| j as i64 + 1)
+            .collect();
+        let got = contains_ids(c, "places", lon.parse().unwrap(), lat.parse().unwrap());
+        assert_eq!(got, want, "places at row {i}");
+    }
+
+    // Mollusks: every row, and a count by species and by a numeric column from the CSV.
+    let mut reader = csv::Reader::from_path(mollusks_csv()).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
+    let (species, year) = (col("scientificName"), col("year"));
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(count(c, "mollusks", json!({})), rows.len() as i64);
+    let name = rows[0][species].to_string();
+    let want = rows.iter().filter(|r| r[species] == *name).count() as i64;
+    assert_eq!(
+        count(
+            c,
+            "mollusks",
+            json!({"where": format!("scientificName = '{name}'")})
+        ),
+        want
+    );
+    let want = rows
+        .iter()
+        .filter(|r| r[year].parse::<i64>().is_ok_and(|y| y >= 2000))
+        .count() as i64;
+    assert_eq!(count(c, "mollusks", json!({"where": "year >= 2000"})), want);
+}
+
+#[test]
+fn offline_into_a_stopped_server_then_served() {
+    let dir = temp_dir("load-offline");
+    seed_users(&dir);
+    load_all(&Target::Offline(dir.path().to_path_buf()));
+    let srv = ChildServer::start(dir.path(), &[]);
+    let mut c = srv.client(GEO);
+    check_layers(&mut c);
+    srv.kill();
+}
+
+#[test]
+fn over_http_into_a_running_server() {
+    let srv = TestServer::start();
+    load_all(&Target::Http(srv.addr));
+    let mut c = srv.client(GEO);
+    check_layers(&mut c);
+    // A second load of the same file replaces (stable OBJECTIDs): the count stays.
+    let r = load_into(
+        &Target::Http(srv.addr),
+        &real("us-counties.geojson"),
+        "counties",
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.report);
+    assert_eq!(count(&mut c, "counties", json!({})), 3231);
+}
+
+/// Every kind of broken record, skipped with its place and reason; the good ones loaded.
+#[test]
+fn broken_records_are_reported_exactly() {
+    let dir = temp_dir("load-broken");
+    seed_users(&dir);
+    let file = dir.path().join("broken.ndjson");
+    let good = |n: i64, x: f64, y: f64| {
+        json!({"type": "Feature", "properties": {"name": format!("p{n}"), "n": n},
+               "geometry": {"type": "Point", "coordinates": [x, y]}})
+        .to_string()
+    };
+    let lines = [
+        good(1, 1.0, 1.0),
+        "{\"type\": \"Feature\", \"geometry\": ".to_string(),
+        json!({"type": "Feature", "properties": {"name": "nowhere"}}).to_string(),
+        json!({"type": "Feature", "properties": {"name": "text"},
+               "geometry": {"type": "Point", "coordinates": ["east", 1]}})
+        .to_string(),
+        json!({"type": "Feature", "properties": {"name": "open"},
+               "geometry": {"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1]]]}})
+        .to_string(),
+        json!({"type": "Feature", "properties": {"name": "high"},
+               "geometry": {"type": "Point", "coordinates": [10, 200]}})
+        .to_string(),
+        json!({"type": "Feature", "properties": {"name": "misfit", "n": "many"},
+               "geometry": {"type": "Point", "coordinates": [2, 2]}})
+        .to_string(),
+        good(2, 3.0, 3.0),
+    ];
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    // The schema from the first record: "n" is an int column, and "many" does not fit it.
+    let r = load(&[
+        file.to_str().unwrap(),
+        "--service",
+        "broken",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--sample",
+        "1",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.report);
+    let skipped: Vec<&str> = r
+        .report
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            "broken.ndjson line 2: bad JSON: EOF while parsing a value at line 1 column 32",
+            "broken.ndjson line 3: no geometry",
+            "broken.ndjson line 4 (text): the geometry is not usable: coordinates[0]: not a number",
+            "broken.ndjson line 5 (open): the geometry is not usable: coordinates[0]: ring is not closed: first [0, 0] differs from last [0, 1]",
+            "broken.ndjson line 6 (high): the geometry is not usable: coordinates: latitude 200 is outside [-90, 90]",
+            "broken.ndjson line 7 (misfit): property \"n\" value \"many\" does not fit its column n (int)",
+        ],
+        "{}",
+        r.report
+    );
+    assert!(
+        r.report
+            .starts_with("loaded 2 of 8 records into broken layer 0 (6 skipped, 0 failed)"),
+        "{}",
+        r.report
+    );
+    // --allow-skips: the same load succeeds; --strict stops at the first bad record.
+    let args = |extra: &str| {
+        vec![
+            file.to_str().unwrap().to_string(),
+            "--service".into(),
+            "broken".into(),
+            "--data-dir".into(),
+            dir.path().to_str().unwrap().to_string(),
+            extra.to_string(),
+        ]
+    };
+    let allowed = args("--allow-skips");
+    let r = load(&allowed.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(r.code, 0, "{}", r.report);
+    let strict = args("--strict");
+    let r = load(&strict.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(r.code, 1, "{}", r.report);
+    assert!(
+        r.report
+            .contains("stopped at broken.ndjson line 2: bad JSON"),
+        "{}",
+        r.report
+    );
+
+    // CSV: empty and non-numeric coordinates, a short row.
+    let csv = dir.path().join("broken.csv");
+    std::fs::write(&csv, "name,lon,lat\na,1,2\nb,,2\nc,east,2\nd,1\ne,3,4\n").unwrap();
+    let r = load(&[
+        csv.to_str().unwrap(),
+        "--service",
+        "broken-csv",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let skipped: Vec<&str> = r
+        .report
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            "broken.csv row 2: missing coordinates: lon or lat is empty",
+            "broken.csv row 3: lon is not a number: \"east\"",
+            "broken.csv row 4: a row of 2 fields where the header has 3",
+        ],
+        "{}",
+        r.report
+    );
+
+    // What was loaded is served, and nothing else.
+    let srv = ChildServer::start(dir.path(), &[]);
+    let mut c = srv.client(GEO);
+    assert_eq!(count(&mut c, "broken", json!({})), 2);
+    assert_eq!(count(&mut c, "broken-csv", json!({})), 2);
+    let r = query(
+        &mut c,
+        "broken",
+        json!({"outFields": "name,n", "returnGeometry": false, "orderByFields": "n"}),
+    );
+    let got: Vec<Value> = r.json()["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["properties"].clone())
+        .collect();
+    assert_eq!(
+        got,
+        [json!({"name": "p1", "n": 1}), json!({"name": "p2", "n": 2})]
+    );
+    srv.kill();
+}
