@@ -458,3 +458,154 @@ fn broken_records_are_reported_exactly() {
     );
     srv.kill();
 }
+
+/// The Shapefile (UTM 14N, reprojected through its .prj), GeoPackage (Web Mercator) and
+/// FlatGeobuf fixtures GDAL made from one GeoJSON (`scripts/make-load-fixtures.sh`) load as
+/// that GeoJSON does: the same features, attributes and coordinates within 1e-7 degrees.
+#[test]
+fn gis_files_load_as_their_geojson() {
+    use geo::HausdorffDistance;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/load");
+    let source: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures.join("counties-tx-co.geojson")).unwrap(),
+    )
+    .unwrap();
+    let want: std::collections::BTreeMap<String, (Value, geo::Geometry<f64>)> = source["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let g = geoshard::spatial::parse_geojson(&f["geometry"]).unwrap();
+            (
+                f["properties"]["fips"].as_str().unwrap().to_string(),
+                (f["properties"].clone(), g),
+            )
+        })
+        .collect();
+    assert_eq!(want.len(), 318);
+
+    let dir = temp_dir("load-gis");
+    seed_users(&dir);
+    let files = [
+        ("c-geojson", "counties-tx-co.geojson"),
+        ("c-shp", "counties-tx-co-utm14.shp"),
+        ("c-gpkg", "counties-tx-co-3857.gpkg"),
+        ("c-fgb", "counties-tx-co.fgb"),
+    ];
+    for (service, file) in files {
+        let r = load_into(
+            &Target::Offline(dir.path().to_path_buf()),
+            &fixtures.join(file),
+            service,
+            &[],
+        );
+        assert_eq!(r.code, 0, "{file}: {}", r.report);
+        assert!(
+            r.report.contains("loaded 318 of 318"),
+            "{file}: {}",
+            r.report
+        );
+    }
+    let srv = ChildServer::start(dir.path(), &[]);
+    let mut c = srv.client(GEO);
+    for (service, file) in files {
+        let r = query(
+            &mut c,
+            service,
+            json!({"outFields": "name,fips,state,vertices,west", "returnGeometry": true}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let features = r.json()["features"].as_array().unwrap().clone();
+        assert_eq!(features.len(), 318, "{file}");
+        let mut worst: f64 = 0.0;
+        for f in &features {
+            let p = &f["properties"];
+            let fips = p["fips"].as_str().unwrap_or_else(|| panic!("{file}: {p}"));
+            let (props, geometry) = &want[fips];
+            assert_eq!(p["name"], props["name"], "{file} {fips}");
+            assert_eq!(
+                p["state"].as_i64(),
+                props["state"].as_i64(),
+                "{file} {fips}"
+            );
+            assert_eq!(
+                p["vertices"].as_i64(),
+                props["vertices"].as_i64(),
+                "{file} {fips}"
+            );
+            let west = (p["west"].as_f64().unwrap() - props["west"].as_f64().unwrap()).abs();
+            assert!(west < 1e-9, "{file} {fips}: west off by {west}");
+            let got = geoshard::spatial::parse_geojson(&f["geometry"]).unwrap();
+            worst = worst.max(got.hausdorff_distance(geometry));
+        }
+        eprintln!("{file}: largest Hausdorff distance from the GeoJSON {worst:e} degrees");
+        assert!(
+            worst < 1e-7,
+            "{file}: coordinates {worst} degrees from the GeoJSON"
+        );
+    }
+    srv.kill();
+
+    // A CRS that cannot be reprojected stops the load, naming it; nothing is written.
+    let odd = temp_dir("load-crs");
+    for ext in ["shp", "shx", "dbf"] {
+        std::fs::copy(
+            fixtures.join(format!("counties-tx-co-utm14.{ext}")),
+            odd.path().join(format!("odd.{ext}")),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        odd.path().join("odd.prj"),
+        r#"PROJCS["Mystery Grid",GEOGCS["GCS_WGS_1984",DATUM["D_WGS_1984",SPHEROID["WGS_1984",6378137.0,298.257223563]],PRIMEM["Greenwich",0.0],UNIT["Degree",0.0174532925199433]],PROJECTION["Nowhere_Conic"],UNIT["Meter",1.0]]"#,
+    )
+    .unwrap();
+    let r = load_into(
+        &Target::Offline(dir.path().to_path_buf()),
+        &odd.path().join("odd.shp"),
+        "c-odd",
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.report);
+    assert!(
+        r.report
+            .contains("odd.shp: cannot reproject from Mystery Grid"),
+        "{}",
+        r.report
+    );
+}
+
+/// A CSV whose geometry is a WKT column.
+#[test]
+fn csv_with_a_wkt_column() {
+    let dir = temp_dir("load-wkt");
+    seed_users(&dir);
+    let r = load_into(
+        &Target::Offline(dir.path().to_path_buf()),
+        &mollusks_csv(),
+        "m-wkt",
+        &["--wkt-field", "footprintWKT"],
+    );
+    assert_eq!(r.code, 0, "{}", r.report);
+    let mut reader = csv::Reader::from_path(mollusks_csv()).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let (x, y, wkt) = (
+        headers.iter().position(|h| h == "X").unwrap(),
+        headers.iter().position(|h| h == "Y").unwrap(),
+        headers.iter().position(|h| h == "footprintWKT").unwrap(),
+    );
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let srv = ChildServer::start(dir.path(), &[]);
+    let mut c = srv.client(GEO);
+    assert_eq!(count(&mut c, "m-wkt", json!({})), rows.len() as i64);
+    // The first row's point, from its WKT, is where its X and Y say.
+    assert!(rows[0][wkt].starts_with("POINT"), "{}", &rows[0][wkt]);
+    let got = contains_ids(
+        &mut c,
+        "m-wkt",
+        rows[0][x].parse().unwrap(),
+        rows[0][y].parse().unwrap(),
+    );
+    assert!(got.contains(&1), "{got:?}");
+    srv.kill();
+}

@@ -5,6 +5,7 @@
 //! running one). Every record is accounted for: loaded, skipped with its reason, or failed
 //! with its batch.
 
+mod gis;
 mod schema;
 mod source;
 mod target;

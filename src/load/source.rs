@@ -23,6 +23,12 @@ pub enum Format {
     Geojsonseq,
     /// Comma-separated values with coordinate columns or a WKT column.
     Csv,
+    /// An ESRI Shapefile (`.shp`, with its `.dbf` and `.prj`).
+    Shapefile,
+    /// FlatGeobuf.
+    Flatgeobuf,
+    /// A GeoPackage (its first feature table).
+    Geopackage,
 }
 
 impl Format {
@@ -35,6 +41,9 @@ impl Format {
                 Format::Geojsonseq
             }
             "csv" | "tsv" | "txt" => Format::Csv,
+            "shp" => Format::Shapefile,
+            "fgb" => Format::Flatgeobuf,
+            "gpkg" => Format::Geopackage,
             _ => return None,
         })
     }
@@ -139,6 +148,12 @@ pub fn read(
     bytes: Arc<AtomicU64>,
     each: &mut dyn FnMut(Record) -> bool,
 ) -> Result<(), LoadError> {
+    match format {
+        Format::Shapefile => return super::gis::read_shapefile(path, &bytes, each),
+        Format::Flatgeobuf => return super::gis::read_flatgeobuf(path, &bytes, each),
+        Format::Geopackage => return super::gis::read_geopackage(path, &bytes, each),
+        Format::Geojson | Format::Geojsonseq | Format::Csv => {}
+    }
     let file = std::fs::File::open(path).map_err(|e| LoadError::Open(path.into(), e))?;
     let name: Arc<str> = Arc::from(
         path.file_name()
@@ -150,6 +165,7 @@ pub fn read(
         Format::Geojson => read_collection(input, name, each),
         Format::Geojsonseq => read_lines(input, name, each),
         Format::Csv => read_csv(input, name, csv, each),
+        Format::Shapefile | Format::Flatgeobuf | Format::Geopackage => Ok(()),
     }
 }
 

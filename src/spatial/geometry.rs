@@ -9,7 +9,7 @@
 use std::fmt;
 
 use geo::{Coord, Geometry, LineString, MultiLineString, MultiPoint, MultiPolygon, Point, Polygon};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A geometry that cannot be used, and where in it the fault is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,6 +237,60 @@ fn polygon(v: &Value, path: &str, opts: ParseOptions) -> Result<Polygon<f64>, Ge
     }
     let exterior = out.remove(0);
     Ok(Polygon::new(exterior, out))
+}
+
+/// Twice the signed area of a ring (positive when counter-clockwise).
+fn signed_area(r: &[[f64; 2]]) -> f64 {
+    r.windows(2)
+        .map(|w| w[0][0] * w[1][1] - w[1][0] * w[0][1])
+        .sum()
+}
+
+/// Whether `p` is inside ring `r` (even-odd crossings).
+fn inside(r: &[[f64; 2]], p: [f64; 2]) -> bool {
+    let mut inside = false;
+    for w in r.windows(2) {
+        let ([x1, y1], [x2, y2]) = (w[0], w[1]);
+        if (y1 > p[1]) != (y2 > p[1]) && p[0] < x1 + (p[1] - y1) / (y2 - y1) * (x2 - x1) {
+            inside = !inside;
+        }
+    }
+    inside
+}
+
+/// Rings in the Esri (and Shapefile) convention as a GeoJSON Polygon or MultiPolygon:
+/// clockwise rings are shells, counter-clockwise ones holes of the shell that holds them (a
+/// hole no shell holds, as from a writer that ignores orientation, becomes a shell of its
+/// own). Open rings are closed.
+pub(crate) fn rings_to_polygon(rings: Vec<Vec<[f64; 2]>>) -> (&'static str, Value) {
+    let mut rings = rings;
+    for r in &mut rings {
+        if r.first() != r.last() {
+            let first = r[0];
+            r.push(first);
+        }
+    }
+    type Ring = Vec<[f64; 2]>;
+    let mut shells: Vec<Vec<Ring>> = Vec::new();
+    let mut holes: Vec<Ring> = Vec::new();
+    for r in rings {
+        if signed_area(&r) <= 0.0 {
+            shells.push(vec![r]);
+        } else {
+            holes.push(r);
+        }
+    }
+    for h in holes {
+        match shells.iter_mut().find(|s| inside(&s[0], h[0])) {
+            Some(s) => s.push(h),
+            None => shells.push(vec![h]),
+        }
+    }
+    if shells.len() == 1 {
+        ("Polygon", json!(shells[0]))
+    } else {
+        ("MultiPolygon", json!(shells))
+    }
 }
 
 /// The GeoJSON object of a geometry. Coordinates are written with the shortest decimal form

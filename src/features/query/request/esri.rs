@@ -91,7 +91,7 @@ pub(super) fn to_geojson(
                     _ => ("MultiLineString", json!(paths)),
                 }
             } else if let Some(rings) = o.get("rings") {
-                polygon(lists(rings, "geometry.rings")?)
+                crate::spatial::geometry::rings_to_polygon(lists(rings, "geometry.rings")?)
             } else if o.contains_key("xmin") {
                 let n = |k: &'static str| {
                     o.get(k)
@@ -168,59 +168,6 @@ fn lists(v: &Value, at: &'static str) -> Result<Vec<Vec<[f64; 2]>>, EsriError> {
         return Err(EsriError::Empty(at));
     }
     a.iter().map(|l| positions(l, at)).collect()
-}
-
-/// Twice the signed area of a ring (positive when counter-clockwise).
-fn signed_area(r: &[[f64; 2]]) -> f64 {
-    r.windows(2)
-        .map(|w| w[0][0] * w[1][1] - w[1][0] * w[0][1])
-        .sum()
-}
-
-/// Whether `p` is inside ring `r` (even-odd crossings).
-fn inside(r: &[[f64; 2]], p: [f64; 2]) -> bool {
-    let mut inside = false;
-    for w in r.windows(2) {
-        let ([x1, y1], [x2, y2]) = (w[0], w[1]);
-        if (y1 > p[1]) != (y2 > p[1]) && p[0] < x1 + (p[1] - y1) / (y2 - y1) * (x2 - x1) {
-            inside = !inside;
-        }
-    }
-    inside
-}
-
-/// Esri rings as a GeoJSON Polygon or MultiPolygon: clockwise rings are shells,
-/// counter-clockwise ones holes of the shell that holds them (a hole no shell holds, as from
-/// a client that ignores orientation, becomes a shell of its own).
-fn polygon(rings: Vec<Vec<[f64; 2]>>) -> (&'static str, Value) {
-    let mut rings = rings;
-    for r in &mut rings {
-        if r.first() != r.last() {
-            let first = r[0];
-            r.push(first);
-        }
-    }
-    type Ring = Vec<[f64; 2]>;
-    let mut shells: Vec<Vec<Ring>> = Vec::new();
-    let mut holes: Vec<Ring> = Vec::new();
-    for r in rings {
-        if signed_area(&r) <= 0.0 {
-            shells.push(vec![r]);
-        } else {
-            holes.push(r);
-        }
-    }
-    for h in holes {
-        match shells.iter_mut().find(|s| inside(&s[0], h[0])) {
-            Some(s) => s.push(h),
-            None => shells.push(vec![h]),
-        }
-    }
-    if shells.len() == 1 {
-        ("Polygon", json!(shells[0]))
-    } else {
-        ("MultiPolygon", json!(shells))
-    }
 }
 
 fn envelope([xmin, ymin, xmax, ymax]: [f64; 4]) -> (&'static str, Value) {
