@@ -87,9 +87,9 @@ pub struct LoadArgs {
     /// Parallel connections to the server.
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
-    /// Documents a request (over HTTP) or a commit (offline).
-    #[arg(long, default_value_t = 1000)]
-    pub batch: usize,
+    /// Documents a request (over HTTP; default 1000) or a commit (offline; default 10000).
+    #[arg(long)]
+    pub batch: Option<usize>,
     /// Over HTTP: run the documents through an input flow (`svc:inputFlow` or
     /// `svc:sjsInputFlow`), with `--entity` and `--flow`.
     #[arg(long, requires = "url")]
@@ -311,12 +311,17 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
     };
     publish(args, &schema, &collection, target.as_mut())?;
 
+    let batch = args
+        .batch
+        .unwrap_or(if args.url.is_some() { 1000 } else { 10_000 })
+        .max(1);
     let mut loader = Loader {
         args,
+        batch_size: batch,
         schema: &schema,
         summary: &mut summary,
         ordinal: 0,
-        batch: Vec::with_capacity(args.batch),
+        batch: Vec::with_capacity(batch),
         first: None,
     };
     let mut progress = Progress::new(args.quiet, total_bytes, bytes.clone());
@@ -485,6 +490,7 @@ struct Loader<'a> {
     args: &'a LoadArgs,
     schema: &'a Schema,
     summary: &'a mut Summary,
+    batch_size: usize,
     /// Records seen, bad ones included: a record's default OBJECTID, the same on every load
     /// of the same files.
     ordinal: i64,
@@ -500,16 +506,15 @@ impl Loader<'_> {
     ) -> Result<(), LoadError> {
         self.ordinal += 1;
         self.summary.read += 1;
-        let (name, converted) = match record {
-            Err(p) => (None, Err(p)),
-            Ok(f) => {
-                let name = label(&f);
-                let doc = match crate::spatial::parse_geojson(&f.geometry) {
-                    Err(e) => Err(Problem::Geometry(e.to_string())),
-                    Ok(_) => self.schema.document(f, self.ordinal),
-                };
-                (name, doc)
-            }
+        let converted = match record {
+            Err(p) => Err((None, p)),
+            Ok(mut f) => match crate::spatial::parse_geojson(&f.geometry) {
+                Err(e) => Err((label(&f), Problem::Geometry(e.to_string()))),
+                Ok(_) => self
+                    .schema
+                    .document(&mut f, self.ordinal)
+                    .map_err(|p| (label(&f), p)),
+            },
         };
         match converted {
             Ok((id, doc)) => {
@@ -520,12 +525,12 @@ impl Loader<'_> {
                     .replace("{layer}", &self.args.layer.to_string())
                     .replace("{id}", &id.to_string());
                 self.first.get_or_insert(at);
-                self.batch.push((uri, Bytes::from(doc.to_string())));
-                if self.batch.len() >= self.args.batch.max(1) {
+                self.batch.push((uri, Bytes::from(doc)));
+                if self.batch.len() >= self.batch_size {
                     self.flush(target)?;
                 }
             }
-            Err(problem) => {
+            Err((name, problem)) => {
                 if self.args.strict {
                     return Err(LoadError::Strict { at, problem });
                 }
@@ -542,7 +547,10 @@ impl Loader<'_> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let docs = std::mem::replace(&mut self.batch, Vec::with_capacity(self.args.batch));
+        let mut docs = std::mem::replace(&mut self.batch, Vec::with_capacity(self.batch_size));
+        // In key order the store's B-tree takes a batch as runs of neighbouring inserts; the
+        // sort is stable, so of two records with one URI the later still wins.
+        docs.sort_by(|a, b| a.0.cmp(&b.0));
         let first = self.first.take().unwrap_or(At {
             file: Arc::from(""),
             unit: source::Unit::Line,

@@ -180,37 +180,50 @@ impl Schema {
     }
 
     /// The document of a record: a GeoJSON Feature whose properties are typed for their
-    /// columns, with its `OBJECTID` (the record's own, or `ordinal`). Properties outside the
-    /// schema are kept as they came.
-    pub fn document(&self, f: Feature, ordinal: i64) -> Result<(i64, Value), Problem> {
-        let Feature {
-            mut properties,
-            geometry,
-        } = f;
+    /// columns, with its `OBJECTID` (the record's own, or `ordinal`), as JSON bytes.
+    /// Properties outside the schema are kept as they came. On a refusal the record keeps its
+    /// properties (for its name in the report).
+    pub fn document(&self, f: &mut Feature, ordinal: i64) -> Result<(i64, Vec<u8>), Problem> {
+        let properties = &mut f.properties;
         let id = match &self.id_property {
-            Some(p) => match properties.get(p).map(|v| (v, fit(v, Kind::Int))) {
-                Some((_, Ok(Value::Number(n)))) => n.as_i64().unwrap_or(ordinal),
-                Some((v, _)) if !v.is_null() && v.as_str() != Some("") => {
-                    return Err(does_not_fit(p, OBJECTID, v, Kind::Int));
-                }
-                _ => ordinal,
+            Some(p) => match properties.get(p) {
+                None => ordinal,
+                Some(v) => match fit(v, Kind::Int) {
+                    Ok(Some(Value::Number(n))) => n.as_i64().unwrap_or(ordinal),
+                    Ok(None) => v.as_i64().unwrap_or(ordinal),
+                    _ if v.is_null() || v.as_str() == Some("") => ordinal,
+                    _ => return Err(does_not_fit(p, OBJECTID, v, Kind::Int)),
+                },
             },
             None => ordinal,
         };
         for c in &self.columns {
             if let Some(v) = properties.get_mut(&c.property) {
-                *v = fit(v, c.kind).map_err(|()| does_not_fit(&c.property, &c.name, v, c.kind))?;
+                match fit(v, c.kind) {
+                    Ok(Some(typed)) => *v = typed,
+                    Ok(None) => {}
+                    Err(()) => return Err(does_not_fit(&c.property, &c.name, v, c.kind)),
+                }
             }
         }
         if let Some(p) = &self.id_property {
-            properties.remove(p);
+            properties.shift_remove(p);
         }
         properties.insert(OBJECTID.into(), json!(id));
-        let mut doc = Map::new();
-        doc.insert("type".into(), json!("Feature"));
-        doc.insert("properties".into(), Value::Object(properties));
-        doc.insert("geometry".into(), geometry);
-        Ok((id, Value::Object(doc)))
+        #[derive(serde::Serialize)]
+        struct Document<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            properties: &'a Map<String, Value>,
+            geometry: &'a Value,
+        }
+        let bytes = serde_json::to_vec(&Document {
+            kind: "Feature",
+            properties: &f.properties,
+            geometry: &f.geometry,
+        })
+        .map_err(|e| Problem::BadJson(e.to_string()))?;
+        Ok((id, bytes))
     }
 }
 
@@ -287,45 +300,42 @@ pub fn geometry_type(sample: &[&Feature]) -> &'static str {
 }
 
 /// `v` as a value of a `kind` column: numbers from text, text from anything; null for
-/// empty text.
-fn fit(v: &Value, kind: Kind) -> Result<Value, ()> {
-    if let Value::String(s) = v
-        && s.trim().is_empty()
-    {
-        return Ok(Value::Null);
-    }
-    if v.is_null() {
-        return Ok(Value::Null);
-    }
-    match (kind, v) {
-        (Kind::Int, Value::Number(n)) if n.is_i64() => Ok(v.clone()),
+/// empty text. `None` when `v` is that already.
+fn fit(v: &Value, kind: Kind) -> Result<Option<Value>, ()> {
+    let typed = match (kind, v) {
+        (_, Value::Null) => return Ok(None),
+        (_, Value::String(s)) if s.trim().is_empty() => Value::Null,
+        (Kind::Int, Value::Number(n)) if n.is_i64() => return Ok(None),
         (Kind::Int, Value::Number(n)) => match n.as_f64() {
-            Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(json!(f as i64)),
-            _ => Err(()),
+            Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => json!(f as i64),
+            _ => return Err(()),
         },
-        (Kind::Int, Value::String(s)) => s.trim().parse::<i64>().map(|i| json!(i)).map_err(|_| ()),
-        (Kind::Double, Value::Number(_)) => Ok(v.clone()),
-        (Kind::Double, Value::String(s)) => s
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|f| f.is_finite())
-            .map(|f| json!(f))
-            .ok_or(()),
-        (Kind::Boolean, Value::Bool(_)) => Ok(v.clone()),
+        (Kind::Int, Value::String(s)) => json!(s.trim().parse::<i64>().map_err(|_| ())?),
+        (Kind::Double, Value::Number(_)) => return Ok(None),
+        (Kind::Double, Value::String(s)) => json!(
+            s.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .ok_or(())?
+        ),
+        (Kind::Boolean, Value::Bool(_)) => return Ok(None),
         (Kind::Boolean, Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-            "true" => Ok(json!(true)),
-            "false" => Ok(json!(false)),
-            _ => Err(()),
+            "true" => json!(true),
+            "false" => json!(false),
+            _ => return Err(()),
         },
         (Kind::DateTime, Value::String(s)) if parse_datetime(s.trim()).is_some() => {
-            Ok(json!(s.trim()))
+            if s.trim().len() == s.len() {
+                return Ok(None);
+            }
+            json!(s.trim())
         }
-        (Kind::String, Value::String(_)) => Ok(v.clone()),
-        (Kind::String, Value::Number(_) | Value::Bool(_)) => Ok(json!(v.to_string())),
-        (Kind::String, _) => Ok(json!(v.to_string())),
-        _ => Err(()),
-    }
+        (Kind::String, Value::String(_)) => return Ok(None),
+        (Kind::String, _) => json!(v.to_string()),
+        _ => return Err(()),
+    };
+    Ok(Some(typed))
 }
 
 /// A property name as a column name: letters, digits and `_`, not starting with a digit.
@@ -436,15 +446,17 @@ mod tests {
     fn documents_are_typed_and_misfits_refused() {
         let s = Schema::infer(&[&feature(json!({"ct": "7", "name": "a"}))], true);
         let (id, doc) = s
-            .document(feature(json!({"ct": "8", "name": "b"})), 5)
+            .document(&mut feature(json!({"ct": "8", "name": "b"})), 5)
             .unwrap();
         assert_eq!(id, 5);
+        let doc: Value = serde_json::from_slice(&doc).unwrap();
         assert_eq!(
             doc["properties"],
             json!({"ct": 8, "name": "b", "OBJECTID": 5})
         );
+        assert_eq!(doc["type"], "Feature");
         let err = s
-            .document(feature(json!({"ct": "many", "name": "c"})), 6)
+            .document(&mut feature(json!({"ct": "many", "name": "c"})), 6)
             .unwrap_err();
         assert_eq!(
             err.to_string(),

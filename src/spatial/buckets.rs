@@ -5,8 +5,8 @@
 //! - Buckets of up to [`SPLIT_AT`] arena slots form the leaf level of an R-tree. An rstar
 //!   entry costs as much as an internal node (~64 bytes) however small the object, so the
 //!   tree indexes buckets, not points. A bulk load cuts the Hilbert order into buckets of
-//!   [`BULK_FILL`]; a single insert joins the nearest bucket (splitting it on its longer axis
-//!   when full); a removal takes the slot out of its bucket and drops the bucket when empty.
+//!   [`BULK_FILL`]; a single insert joins a bucket whose box holds it, else the nearest bucket
+//!   (splitting it on its longer axis when full); a removal takes the slot out of its bucket and drops the bucket when empty.
 //!   A bucket's box may outgrow its points after removals, which only costs some filtering.
 //! - Exact-point lookups (a point query on a point layer) do not walk the tree: an
 //!   open-addressing table of arena slots, keyed by the exact coordinates, answers in one or
@@ -271,6 +271,16 @@ impl PointIndex {
         };
         self.len += 1;
         self.exact.insert(slot, &self.arena);
+        // Inside the box of a bucket with room, the point joins it in place: the box stays,
+        // so the tree does not change. Dense data mostly lands here.
+        if let Some(b) = self
+            .tree
+            .locate_in_envelope_intersecting_mut(AABB::from_point(e.xy))
+            .find(|b| b.slots.len() + 1 < SPLIT_AT)
+        {
+            b.slots.push(slot);
+            return;
+        }
         let Some(nearest) = self.tree.nearest_neighbor(e.xy).cloned() else {
             self.tree.insert(bucket(vec![slot], &self.arena));
             return;

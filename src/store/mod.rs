@@ -729,9 +729,19 @@ fn plan_request(
     ops: Vec<Op>,
     hook: Option<&dyn CommitHook>,
 ) -> Result<(Vec<Planned>, Written), StoreError> {
-    // Earlier operations of the same request are visible to later ones.
-    let mut overlay: std::collections::HashMap<String, Option<(Permissions, Vec<String>)>> =
-        std::collections::HashMap::new();
+    // Earlier operations of the same request are visible to later ones, through the overlay.
+    // Only a request that names a URI twice needs it, and most never do: they skip its copies.
+    let repeats = {
+        let mut seen: crate::FastMap<&str, ()> = crate::FastMap::default();
+        seen.reserve(ops.len());
+        ops.iter().any(|op| match op {
+            Op::PutDocument(p) => seen.insert(&p.uri, ()).is_some(),
+            Op::DeleteDocument { uri } => seen.insert(uri, ()).is_some(),
+            _ => false,
+        })
+    };
+    let mut overlay: crate::FastMap<String, Option<(Permissions, Vec<String>)>> =
+        crate::FastMap::default();
     let mut planned = Vec::with_capacity(ops.len());
     let mut outcomes = Vec::with_capacity(ops.len());
     let mut warnings = Vec::new();
@@ -787,10 +797,12 @@ fn plan_request(
                     uri: doc.uri.clone(),
                     message,
                 }));
-                overlay.insert(
-                    doc.uri.clone(),
-                    Some((doc.permissions, doc.collections.clone())),
-                );
+                if repeats {
+                    overlay.insert(
+                        doc.uri.clone(),
+                        Some((doc.permissions, doc.collections.clone())),
+                    );
+                }
                 outcomes.push(outcome);
                 planned.push(Planned::Document {
                     uri: doc.uri.clone(),
@@ -821,7 +833,9 @@ fn plan_request(
                                 uri,
                             });
                         }
-                        overlay.insert(uri.clone(), None);
+                        if repeats {
+                            overlay.insert(uri.clone(), None);
+                        }
                         outcomes.push(Outcome::Deleted);
                         planned.push(Planned::Document {
                             uri,
