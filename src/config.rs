@@ -127,6 +127,21 @@ pub struct Config {
     pub io_poll_us: u64,
     /// The `tracing` filter, e.g. `info` or `geoshard=debug`.
     pub log: String,
+    /// `text` (human-readable lines) or `json` (one JSON object a line).
+    pub log_format: LogFormat,
+    /// One `info` line a request: method, route, status, bytes, duration, user, request id.
+    pub access_log: bool,
+    /// Record the Prometheus metrics served at `/metrics`.
+    pub metrics: bool,
+    /// `/metrics` asks for credentials (any authenticated user) instead of answering anyone.
+    pub metrics_auth: bool,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 impl Default for Config {
@@ -174,6 +189,10 @@ impl Default for Config {
             pin_io_threads: true,
             io_poll_us: 100,
             log: "info".to_string(),
+            log_format: LogFormat::Text,
+            access_log: true,
+            metrics: true,
+            metrics_auth: false,
         }
     }
 }
@@ -218,6 +237,10 @@ pub const KEYS: &[&str] = &[
     "pin_io_threads",
     "io_poll_us",
     "log",
+    "log_format",
+    "access_log",
+    "metrics",
+    "metrics_auth",
 ];
 
 fn parse<T: std::str::FromStr>(key: &str, text: &str) -> Result<T, ConfigError>
@@ -342,6 +365,21 @@ impl Config {
                 self.io_poll_us = us
             }
             "log" => self.log = text.to_string(),
+            "log_format" => {
+                self.log_format = match text.trim().to_ascii_lowercase().as_str() {
+                    "text" => LogFormat::Text,
+                    "json" => LogFormat::Json,
+                    other => {
+                        return Err(ConfigError::BadValue {
+                            key: key.to_string(),
+                            message: format!("{other:?} is not text or json"),
+                        });
+                    }
+                }
+            }
+            "access_log" => self.access_log = parse_bool(key, text)?,
+            "metrics" => self.metrics = parse_bool(key, text)?,
+            "metrics_auth" => self.metrics_auth = parse_bool(key, text)?,
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
         Ok(())
@@ -495,6 +533,10 @@ mod tests {
             ("pin_io_threads", "off"),
             ("io_poll_us", "0"),
             ("log", "debug"),
+            ("log_format", "json"),
+            ("access_log", "off"),
+            ("metrics", "false"),
+            ("metrics_auth", "true"),
         ];
         assert_eq!(samples.len(), KEYS.len());
         let mut c = Config::default();
@@ -505,6 +547,9 @@ mod tests {
         assert_eq!(c.h3_resolution, 5);
         assert!(!c.pin_io_threads);
         assert_eq!(c.io_poll_us, 0);
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(!c.access_log && !c.metrics && c.metrics_auth);
+        assert!(c.set("log_format", "xml").is_err());
     }
 
     #[test]

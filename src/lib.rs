@@ -39,6 +39,7 @@ pub mod flow;
 pub mod fuzzing;
 pub mod http;
 pub mod load;
+pub mod metrics;
 pub mod security;
 pub mod service;
 pub mod spatial;

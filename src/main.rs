@@ -149,7 +149,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         Ok::<(), ConfigError>(())
     })
     .map_err(|e| e.to_string())?;
-    service::init_logging(&config.log);
+    service::init_logging(&config.log, config.log_format);
     runtime()?
         .block_on(service::serve(
             config,
@@ -194,7 +194,7 @@ fn demo(
         Ok::<(), ConfigError>(())
     })
     .map_err(|e| e.to_string())?;
-    service::init_logging(&config.log);
+    service::init_logging(&config.log, config.log_format);
     // Before any loading: a port in use fails at once, and nothing is left behind.
     std::net::TcpListener::bind(config.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;

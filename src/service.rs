@@ -23,26 +23,34 @@ pub fn load_config(
 }
 
 /// Log through `tracing` with the configured filter (`RUST_LOG` wins when set).
-pub fn init_logging(filter: &str) {
+pub fn init_logging(filter: &str, format: crate::config::LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
     // geo's relate warns once per candidate feature about a query polygon of no area ("no
-    // winding order"): dozens of lines a query. Its warnings are kept out unless asked for.
-    let filter = if filter.to_string().contains("geo=") {
+    // winding order"): dozens of lines a query. Its warnings are kept out unless asked for
+    // (a filter naming `geo::`).
+    let filter = if filter.to_string().contains("geo::") {
         filter
     } else {
         filter.add_directive(quiet_geo())
     };
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        // One object a line, a request's span fields (its request id) in `span`/`spans`.
+        crate::config::LogFormat::Json => builder.json().with_current_span(true).try_init(),
+        crate::config::LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+    };
 }
 
+/// geo's algorithms at `error` only. A target directive matches by prefix, so plain `geo`
+/// would silence `geoshard` too.
 fn quiet_geo() -> tracing_subscriber::filter::Directive {
-    "geo=error".parse().expect("a valid directive")
+    "geo::algorithm=error".parse().expect("a valid directive")
 }
 
 /// Resolves on SIGINT or SIGTERM.

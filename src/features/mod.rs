@@ -807,10 +807,50 @@ impl Features {
         (list, d.omitted)
     }
 
+    /// For `/metrics`: the rows of each layer as `(service, layer, rows)`, and the entries
+    /// (points and polygon parts) of each view's shard indexes as `(view, shard, entries)`.
+    pub fn sizes(&self) -> (Vec<LayerRows>, Vec<ShardEntries>) {
+        let c = self.catalog.read();
+        let layers = c
+            .descriptors
+            .values()
+            .flat_map(|d| {
+                d.layers.iter().map(|l| {
+                    let rows = c.views.get(&l.view).map_or(0, |v| v.data.read().len());
+                    (d.name.clone(), l.id, rows)
+                })
+            })
+            .collect();
+        let mut shards = Vec::new();
+        for (key, v) in &c.views {
+            let mut per_shard: Vec<usize> = Vec::new();
+            for engine in v.indexes.read().values() {
+                for (i, (points, parts, _)) in engine.shard_sizes().into_iter().enumerate() {
+                    if per_shard.len() <= i {
+                        per_shard.resize(i + 1, 0);
+                    }
+                    per_shard[i] += points + parts;
+                }
+            }
+            shards.extend(
+                per_shard
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, n)| (key.to_string(), i, n)),
+            );
+        }
+        (layers, shards)
+    }
+
     pub fn view(&self, key: &ViewKey) -> Option<Arc<ViewState>> {
         self.catalog.read().views.get(key).cloned()
     }
 }
+
+/// `(service, layer id, rows)`.
+pub type LayerRows = (String, i64, usize);
+/// `(view, shard, index entries)`.
+pub type ShardEntries = (String, usize, usize);
 
 /// The store's commit hook: validation before a write, derived data after it.
 pub(crate) struct FeatureHook(pub Arc<Features>);

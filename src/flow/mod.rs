@@ -243,6 +243,17 @@ impl Flows {
 
     /// Run a flow on a document; the envelope to store, or the failure (with its trace).
     pub async fn run(&self, run: FlowRun) -> Result<FlowOutput, FlowFailure> {
+        let started = std::time::Instant::now();
+        let result = self.run_recorded(run).await;
+        crate::metrics::record(|m| {
+            let outcome = if result.is_ok() { "ok" } else { "failed" };
+            m.flow_runs.with_label_values(&[outcome]).inc();
+            m.flow_seconds.observe(started.elapsed().as_secs_f64());
+        });
+        result
+    }
+
+    async fn run_recorded(&self, run: FlowRun) -> Result<FlowOutput, FlowFailure> {
         let (flow, generation) = {
             let reg = self.registry.read();
             match reg.flows.get(&flow_key(&run.entity, &run.flow)) {

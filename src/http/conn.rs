@@ -200,6 +200,7 @@ pub async fn watch(
         let since = activity.head_since.load(Ordering::Relaxed);
         if since != 0 && in_flight == 0 && now >= since + head_ms {
             tracing::debug!("a request head took too long: 408");
+            crate::metrics::record(|m| m.shed.with_label_values(&["slow_client"]).inc());
             activity.head_expired.store(true, Ordering::Relaxed);
             activity.reader.wake();
             expired_at = Some(now);

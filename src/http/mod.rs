@@ -82,6 +82,7 @@ pub enum StartError {
 impl App {
     /// Open the store in the configured data directory and load the users.
     pub fn open(config: Config) -> Result<Arc<App>, StartError> {
+        crate::metrics::set_enabled(config.metrics);
         let store = Arc::new(Store::open(
             &config.data_dir,
             StoreOptions {
@@ -225,6 +226,7 @@ impl Server {
                 Ok(p) => (Some(p), false),
                 Err(_) if reserve.admit() => (None, true),
                 Err(_) => {
+                    crate::metrics::record(|m| m.shed.with_label_values(&["connections"]).inc());
                     if let Ok(slot) = shedding.clone().try_acquire_owned() {
                         tokio::spawn(async move {
                             shed(stream).await;
@@ -268,10 +270,12 @@ impl Server {
                 );
             let conn = graceful.watch(conn);
             let runtime = placement.runtime().clone();
+            crate::metrics::record(|m| m.connections_open.inc());
             let task = runtime.spawn(async move {
                 if let Err(e) = conn.await {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
+                crate::metrics::record(|m| m.connections_open.dec());
                 drop(permit);
                 drop(placement);
             });
@@ -367,21 +371,64 @@ where
         .headers
         .get(hyper::header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let started = Instant::now();
+    let route = router::label(parts.uri.path());
+    let method = parts.method.clone();
+    let request_id = request_id(&parts.headers);
+    let span = tracing::info_span!("request", id = %request_id);
+    crate::metrics::record(|m| m.in_flight.inc());
     let back = conn::Back::default();
     let req = hyper::Request::from_parts(parts, conn::Tracked::new(body, &back));
-    let mut resp = match std::panic::AssertUnwindSafe(router::dispatch(&app, conn, req))
-        .catch_unwind()
-        .await
-    {
+    let dispatched = tracing::Instrument::instrument(
+        std::panic::AssertUnwindSafe(router::dispatch(&app, conn, req)).catch_unwind(),
+        span.clone(),
+    )
+    .await;
+    let mut resp = match dispatched {
         Ok(resp) => resp,
         Err(_) => {
-            tracing::error!("request handler panicked");
+            span.in_scope(|| tracing::error!("request handler panicked"));
             response::error(&ApiError::new(
                 ErrorCode::Internal,
                 "internal error while handling the request",
             ))
         }
     };
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    let status = resp.status();
+    let bytes_out = hyper::body::Body::size_hint(resp.body())
+        .exact()
+        .unwrap_or(0);
+    let elapsed = started.elapsed();
+    crate::metrics::record(|m| {
+        m.in_flight.dec();
+        m.requests
+            .with_label_values(&[route, method_label(&method), status.as_str()])
+            .inc();
+        m.duration
+            .with_label_values(&[route])
+            .observe(elapsed.as_secs_f64());
+        m.bytes_out.inc_by(bytes_out);
+    });
+    if app.config.access_log {
+        let user = resp
+            .extensions()
+            .get::<router::User>()
+            .map_or("-", |u| u.0.as_str());
+        span.in_scope(|| {
+            tracing::info!(
+                method = method.as_str(),
+                route,
+                status = status.as_u16(),
+                bytes = bytes_out,
+                duration_us = elapsed.as_micros() as u64,
+                user,
+                "request"
+            )
+        });
+    }
     // An answer given before the body was read (a challenge, a bad parameter): read the rest
     // so the connection can go on, or say it closes. A body behind `Expect: 100-continue`
     // that nobody polled was never sent; a body too slow is not waited for again.
@@ -401,6 +448,43 @@ where
         }
     }
     resp
+}
+
+/// The header that carries a request's id, in and out.
+const REQUEST_ID: hyper::header::HeaderName =
+    hyper::header::HeaderName::from_static("x-request-id");
+
+/// The id a client sent in `X-Request-Id` (up to 128 visible ASCII characters), else a new
+/// one: unique in this process, and across restarts through a random prefix.
+fn request_id(headers: &hyper::HeaderMap) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static PREFIX: std::sync::LazyLock<u32> = std::sync::LazyLock::new(rand::random);
+    if let Some(sent) = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok())
+        && !sent.is_empty()
+        && sent.len() <= 128
+        && sent.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return sent.to_string();
+    }
+    format!(
+        "{:08x}-{:012x}",
+        *PREFIX,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A method as a metrics label: the ones the API knows, else `other` (labels stay few).
+fn method_label(m: &hyper::Method) -> &'static str {
+    match *m {
+        hyper::Method::GET => "GET",
+        hyper::Method::HEAD => "HEAD",
+        hyper::Method::PUT => "PUT",
+        hyper::Method::POST => "POST",
+        hyper::Method::DELETE => "DELETE",
+        hyper::Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
 }
 
 /// How fast request bodies must arrive (`body_min_bytes_per_sec` after
@@ -486,7 +570,9 @@ where
         }
         joined.extend_from_slice(&data);
     }
-    Ok(whole.unwrap_or_else(|| Bytes::from(joined)))
+    let body = whole.unwrap_or_else(|| Bytes::from(joined));
+    crate::metrics::record(|m| m.bytes_in.inc_by(body.len() as u64));
+    Ok(body)
 }
 
 /// A 403 unless the caller holds one of `roles`.

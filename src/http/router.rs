@@ -17,6 +17,8 @@ use bytes::Bytes;
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Route {
     Health,
+    Ready,
+    Metrics,
     Ping,
     Documents,
     Users,
@@ -34,6 +36,8 @@ impl Route {
     fn of(path: &str) -> Route {
         match path {
             "/health" => Route::Health,
+            "/ready" => Route::Ready,
+            "/metrics" => Route::Metrics,
             "/v1/ping" => Route::Ping,
             "/v1/documents" => Route::Documents,
             "/manage/v2/users" => Route::Users,
@@ -65,7 +69,7 @@ impl Route {
 
     fn methods(&self) -> &'static [Method] {
         match self {
-            Route::Health => &[Method::GET, Method::HEAD],
+            Route::Health | Route::Ready | Route::Metrics => &[Method::GET, Method::HEAD],
             Route::Ping => &[Method::GET, Method::HEAD],
             Route::Documents => &[
                 Method::GET,
@@ -100,9 +104,14 @@ where
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let route = Route::of(&path);
-    if route == Route::Health {
+    let open = match route {
+        Route::Health | Route::Ready => true,
+        Route::Metrics => !app.config.metrics_auth,
+        _ => false,
+    };
+    if open {
         return match parts.method {
-            Method::GET | Method::HEAD => health(app),
+            Method::GET | Method::HEAD => unauthenticated(app, &route),
             _ => method_not_allowed(&route, &parts.method, &path),
         };
     }
@@ -125,9 +134,11 @@ where
     ) {
         AuthOutcome::Authenticated(c) => c,
         AuthOutcome::Challenge { stale } => {
+            crate::metrics::record(|m| m.challenges.inc());
             return response::unauthorized(&app.security.challenges(stale));
         }
         AuthOutcome::Throttled { retry_after_secs } => {
+            crate::metrics::record(|m| m.shed.with_label_values(&["auth_throttled"]).inc());
             let mut r = response::error(&ApiError::new(
                 ErrorCode::TooManyRequests,
                 "too many failed authentications from this client or for this user; \
@@ -138,8 +149,34 @@ where
             return r;
         }
     };
+    let user = app
+        .config
+        .access_log
+        .then(|| User(caller.name().to_string()));
+    let mut resp = authenticated(app, conn, caller, route, parts, body, path).await;
+    if let Some(user) = user {
+        resp.extensions_mut().insert(user);
+    }
+    resp
+}
+
+/// The rest of [`dispatch`], for an authenticated caller.
+async fn authenticated<B>(
+    app: &Arc<App>,
+    conn: Option<&super::conn::Activity>,
+    caller: crate::acl::Caller,
+    route: Route,
+    parts: hyper::http::request::Parts,
+    body: B,
+    path: String,
+) -> Resp
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+    B::Error: Into<BoxError>,
+{
     // A connection taken from the reserve (past max_connections) serves admins only.
     if conn.is_some_and(|c| c.reserve) && !caller.has(crate::acl::Role::Admin) {
+        crate::metrics::record(|m| m.shed.with_label_values(&["reserve"]).inc());
         let mut r = response::error(&ApiError::new(
             ErrorCode::Unavailable,
             "the server is at its connection limit (max_connections); retry shortly",
@@ -168,7 +205,8 @@ where
     };
     let method = parts.method;
     let result = match route {
-        Route::Health | Route::NotFound => unreachable_route(),
+        Route::Health | Route::Ready | Route::NotFound => unreachable_route(),
+        Route::Metrics => Ok(metrics(app)),
         Route::Ping => Ok(response::empty(204)),
         Route::Documents => match method {
             Method::PUT => documents::put(app, &ctx, body).await,
@@ -200,6 +238,85 @@ where
         }
         response::error(&e)
     })
+}
+
+/// The authenticated user of a request, on its answer for the access log.
+#[derive(Clone)]
+pub(super) struct User(pub String);
+
+/// A request's route as a metrics label: one of a few fixed names.
+pub(super) fn label(path: &str) -> &'static str {
+    match Route::of(path) {
+        Route::Health => "health",
+        Route::Ready => "ready",
+        Route::Metrics => "metrics",
+        Route::Ping => "ping",
+        Route::Documents => "documents",
+        Route::Users | Route::User(_) | Route::UserProperties(_) => "users",
+        Route::ModelService => "modelService",
+        Route::GeoQueryService => "geoQueryService",
+        Route::Deploy => "deploy",
+        Route::Traces => "traces",
+        Route::Diagnostics => "diagnostics",
+        Route::NotFound => "unknown",
+    }
+}
+
+/// The routes served before authentication: liveness, readiness, and the metrics unless
+/// `metrics_auth`.
+fn unauthenticated(app: &App, route: &Route) -> Resp {
+    match route {
+        Route::Ready => ready(app),
+        Route::Metrics => metrics(app),
+        _ => health(app),
+    }
+}
+
+/// Readiness: this answers only once the store is open, every view and index built and the
+/// project (if any) deployed, since the server listens after all of that.
+fn ready(app: &App) -> Resp {
+    let (layers, _) = app.features.sizes();
+    response::json_value(
+        200,
+        &serde_json::json!({
+            "status": "ready",
+            "store": "open",
+            "layers": layers.len(),
+            "project": app.config.project.as_ref().map(|p| p.display().to_string()),
+        }),
+    )
+}
+
+/// The Prometheus text format, with the gauges read now.
+fn metrics(app: &App) -> Resp {
+    let (layers, shards) = app.features.sizes();
+    let m = &crate::metrics::METRICS;
+    m.features.reset();
+    for (service, layer, rows) in layers {
+        m.features
+            .with_label_values(&[service.as_str(), layer.to_string().as_str()])
+            .set(rows as i64);
+    }
+    m.shard_features.reset();
+    for (view, shard, n) in shards {
+        m.shard_features
+            .with_label_values(&[view.as_str(), shard.to_string().as_str()])
+            .set(n as i64);
+    }
+    if let Some(rss) = crate::metrics::resident_bytes() {
+        m.resident_bytes.set(rss);
+    }
+    if let Ok(meta) = std::fs::metadata(app.store.path()) {
+        m.store_bytes.set(meta.len() as i64);
+    }
+    let mut r = hyper::Response::new(http_body_util::Full::new(Bytes::from(
+        crate::metrics::encode(),
+    )));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
 }
 
 fn unreachable_route() -> Result<Resp, ApiError> {

@@ -296,6 +296,7 @@ impl Security {
             Verdict::Stale => AuthOutcome::Challenge { stale: true },
             Verdict::Throttled(retry_after_secs) => AuthOutcome::Throttled { retry_after_secs },
             Verdict::Failed { user } => {
+                crate::metrics::record(|m| m.auth_failures.inc());
                 self.throttle.failed(peer, user, now);
                 AuthOutcome::Challenge { stale: false }
             }
@@ -384,6 +385,7 @@ impl Security {
             Verdict::Authenticated(Caller::new(name, user.roles))
         } else {
             // The name lives in the decoded token; the user's own key is counted instead.
+            crate::metrics::record(|m| m.auth_failures.inc());
             self.throttle.failed(None, Some(name), now);
             fail
         }

@@ -673,11 +673,18 @@ fn commit_batch(
                 answers.push(answer);
             }
         }
+        let committing = std::time::Instant::now();
         txn.commit().map_err(storage)?;
+        crate::metrics::record(|m| m.commit_seconds.observe(committing.elapsed().as_secs_f64()));
         Ok(())
     })();
     match result {
         Ok(()) => {
+            crate::metrics::record(|m| {
+                m.commits.inc();
+                m.commit_batch.observe(batch.len() as f64);
+                m.documents_written.inc_by(changes.len() as u64);
+            });
             stats.commits.fetch_add(1, Ordering::Relaxed);
             stats
                 .writes

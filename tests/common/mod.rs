@@ -485,6 +485,8 @@ pub fn read_response(r: &mut BufReader<TcpStream>, head_request: bool) -> Option
 pub struct ChildServer {
     pub child: std::process::Child,
     pub addr: SocketAddr,
+    /// Its standard error, line by line (the first 2,000 lines).
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ChildServer {
@@ -510,7 +512,7 @@ impl ChildServer {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     let mut log = log.lock().unwrap();
-                    if log.len() < 200 {
+                    if log.len() < 2000 {
                         log.push(line);
                     }
                 }
@@ -526,6 +528,7 @@ impl ChildServer {
                 return ChildServer {
                     child,
                     addr: addr.parse().unwrap(),
+                    log,
                 };
             }
         }

@@ -1,0 +1,229 @@
+//! Operating the service: Prometheus metrics that move by what was done, request ids carried
+//! from the request to its answer and its log lines, JSON logs, liveness and readiness.
+//! One server process a test, since the metrics are the process's.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::layers::{load_counties, query};
+use common::*;
+use serde_json::{Value, json};
+
+/// The samples of a scrape, by name and labels (sorted `k=v` pairs), parsed with
+/// `prometheus-parse`, an implementation of the text format independent of the encoder.
+fn scrape(c: &mut Client) -> HashMap<String, f64> {
+    let r = c.get("/metrics");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
+        "{:?}",
+        r.header("content-type")
+    );
+    let text = r.text();
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let parsed = prometheus_parse::Scrape::parse(lines).expect("a valid Prometheus text page");
+    let mut out = HashMap::new();
+    for s in parsed.samples {
+        let mut labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        labels.sort();
+        let value = match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Histogram(h) => h.iter().map(|b| b.count).fold(0.0, f64::max),
+            prometheus_parse::Value::Summary(_) => continue,
+        };
+        out.insert(format!("{}{{{}}}", s.metric, labels.join(",")), value);
+    }
+    out
+}
+
+fn get(m: &HashMap<String, f64>, key: &str) -> f64 {
+    m.get(key).copied().unwrap_or(0.0)
+}
+
+fn delta(before: &HashMap<String, f64>, after: &HashMap<String, f64>, key: &str) -> f64 {
+    get(after, key) - get(before, key)
+}
+
+#[test]
+fn metrics_move_by_what_was_done() {
+    let dir = temp_dir("ops-metrics");
+    seed_users(&dir);
+    let srv = ChildServer::start(
+        dir.path(),
+        &[(
+            "GEOSHARD_PROJECT",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/project"),
+        )],
+    );
+    let mut anon = Client::new(srv.addr, Auth::None);
+    let mut geo = srv.client(GEO);
+    let mut w = srv.client(WRITER);
+    load_counties(&mut geo);
+    let before = scrape(&mut anon);
+
+    // 7 queries, 3 unknown endpoints, 5 documents written one by one, 2 flow runs (one fails).
+    for i in 0..7 {
+        let r = query(
+            &mut geo,
+            "Counties",
+            json!({"returnCountOnly": true, "extension": {"geometry":
+                {"type": "Point", "coordinates": [-100.0 + i as f64, 40.0]}}}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    for _ in 0..3 {
+        assert_eq!(geo.get("/v1/nowhere").status, 404);
+    }
+    for i in 0..5 {
+        let r = w.put_json(&format!("/v1/documents?uri=/ops/{i}.json"), r#"{"a":1}"#);
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let ok = w.request(
+        "PUT",
+        "/v1/documents?uri=/ops/flow.json&transform=svc:sjsInputFlow&trans:entity-name=Default&trans:flow-name=Json",
+        &[("Content-Type", "application/json")],
+        br#"{"testing":1}"#,
+    );
+    assert_eq!(ok.status, 201, "{}", ok.text());
+    let failed = w.request(
+        "PUT",
+        "/v1/documents?uri=/ops/fail.json&transform=svc:sjsInputFlow&trans:entity-name=Broken&trans:flow-name=Fail",
+        &[("Content-Type", "application/json")],
+        b"{}",
+    );
+    assert_eq!(failed.status, 500, "{}", failed.text());
+
+    let after = scrape(&mut anon);
+    let requests = |route: &str, method: &str, status: &str| {
+        format!("geoshard_http_requests_total{{method={method},route={route},status={status}}}")
+    };
+    assert_eq!(
+        delta(&before, &after, &requests("geoQueryService", "POST", "200")),
+        7.0
+    );
+    assert_eq!(
+        delta(&before, &after, &requests("unknown", "GET", "404")),
+        3.0
+    );
+    assert_eq!(
+        delta(&before, &after, &requests("documents", "PUT", "201")),
+        6.0
+    );
+    assert_eq!(
+        delta(&before, &after, &requests("documents", "PUT", "500")),
+        1.0
+    );
+    assert_eq!(
+        delta(&before, &after, "geoshard_documents_written_total{}"),
+        6.0
+    );
+    assert_eq!(
+        delta(&before, &after, "geoshard_flow_runs_total{outcome=ok}"),
+        1.0
+    );
+    assert_eq!(
+        delta(&before, &after, "geoshard_flow_runs_total{outcome=failed}"),
+        1.0
+    );
+    // The first request of each client was a Digest challenge; these clients had theirs.
+    assert!(get(&after, "geoshard_auth_challenges_total{}") >= 2.0);
+    // The scrape itself was counted once between the two.
+    assert_eq!(
+        delta(&before, &after, &requests("metrics", "GET", "200")),
+        1.0
+    );
+    assert_eq!(
+        get(&after, "geoshard_layer_features{layer=0,service=Counties}"),
+        3231.0
+    );
+    let shards: f64 = after
+        .iter()
+        .filter(|(k, _)| k.starts_with("geoshard_shard_features{"))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(shards >= 3231.0, "{shards}");
+    assert!(get(&after, "geoshard_process_resident_memory_bytes{}") > 1e6);
+    assert!(get(&after, "geoshard_store_file_bytes{}") > 1e5);
+    assert!(get(&after, "geoshard_http_connections_open{}") >= 3.0);
+    assert!(get(&after, "geoshard_store_commits_total{}") >= 6.0);
+    srv.kill();
+}
+
+#[test]
+fn request_ids_are_echoed_and_logged_as_json() {
+    let dir = temp_dir("ops-logs");
+    seed_users(&dir);
+    let srv = ChildServer::start(
+        dir.path(),
+        &[("GEOSHARD_LOG_FORMAT", "json"), ("GEOSHARD_LOG", "info")],
+    );
+    let mut c = srv.client(ADMIN);
+    let r = c.request(
+        "GET",
+        "/v1/nowhere",
+        &[("X-Request-Id", "trace-me-42")],
+        b"",
+    );
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("x-request-id"), Some("trace-me-42"));
+    // Without one, the server makes one, different each time.
+    let a = c.get("/v1/ping");
+    let b = c.get("/v1/ping");
+    let (a, b) = (
+        a.header("x-request-id").unwrap(),
+        b.header("x-request-id").unwrap(),
+    );
+    assert_ne!(a, b);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let log = srv.log.lock().unwrap().clone();
+    let mine: Vec<Value> = log
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["span"]["id"] == "trace-me-42")
+        .collect();
+    assert!(
+        !mine.is_empty(),
+        "no JSON line of the request in:\n{}",
+        log.join("\n")
+    );
+    // The Digest client's first try was challenged (a 401 line with the same id); the last
+    // access line is the answered request.
+    let access = mine
+        .iter()
+        .rev()
+        .find(|v| v["fields"]["message"] == "request")
+        .unwrap_or_else(|| panic!("no access line: {mine:?}"));
+    assert_eq!(access["fields"]["status"], 404);
+    assert_eq!(access["fields"]["route"], "unknown");
+    assert_eq!(access["fields"]["method"], "GET");
+    assert_eq!(access["fields"]["user"], ADMIN.0);
+    assert!(access["fields"]["duration_us"].is_u64());
+    // Every line of the log is JSON.
+    for l in &log {
+        assert!(serde_json::from_str::<Value>(l).is_ok(), "not JSON: {l}");
+    }
+    srv.kill();
+}
+
+#[test]
+fn liveness_readiness_and_guarded_metrics() {
+    let dir = temp_dir("ops-ready");
+    seed_users(&dir);
+    let srv = ChildServer::start(dir.path(), &[("GEOSHARD_METRICS_AUTH", "true")]);
+    let mut anon = Client::new(srv.addr, Auth::None);
+    assert_eq!(anon.get("/health").status, 200);
+    let ready = anon.get("/ready");
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    assert_eq!(ready.json()["status"], "ready");
+    // metrics_auth: anonymous scrapes are challenged, any user may scrape.
+    assert_eq!(anon.get("/metrics").status, 401);
+    let mut reader = srv.client(READER);
+    let r = reader.get("/metrics");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("geoshard_http_requests_total"));
+    srv.kill();
+}
