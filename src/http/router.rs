@@ -19,6 +19,7 @@ enum Route {
     Health,
     Ready,
     Metrics,
+    OpenApi,
     Ping,
     Documents,
     Users,
@@ -38,6 +39,7 @@ impl Route {
             "/health" => Route::Health,
             "/ready" => Route::Ready,
             "/metrics" => Route::Metrics,
+            "/v1/openapi.json" => Route::OpenApi,
             "/v1/ping" => Route::Ping,
             "/v1/documents" => Route::Documents,
             "/manage/v2/users" => Route::Users,
@@ -81,7 +83,7 @@ impl Route {
             Route::Users => &[Method::GET, Method::POST],
             Route::User(_) => &[Method::GET, Method::DELETE],
             Route::UserProperties(_) => &[Method::GET, Method::PUT],
-            Route::ModelService => &[Method::GET],
+            Route::ModelService | Route::OpenApi => &[Method::GET],
             Route::GeoQueryService => &[Method::POST],
             Route::Deploy => &[Method::POST],
             Route::Traces => &[Method::GET],
@@ -207,6 +209,10 @@ where
     let result = match route {
         Route::Health | Route::Ready | Route::NotFound => unreachable_route(),
         Route::Metrics => Ok(metrics(app)),
+        Route::OpenApi => Ok(response::json_bytes(
+            200,
+            Bytes::from_static(OPENAPI.as_bytes()),
+        )),
         Route::Ping => Ok(response::empty(204)),
         Route::Documents => match method {
             Method::PUT => documents::put(app, &ctx, body).await,
@@ -240,6 +246,10 @@ where
     })
 }
 
+/// The OpenAPI 3.1 description of every route, kept by hand beside the code
+/// (`docs/openapi.json`); a test holds it to the router.
+const OPENAPI: &str = include_str!("../../docs/openapi.json");
+
 /// The authenticated user of a request, on its answer for the access log.
 #[derive(Clone)]
 pub(super) struct User(pub String);
@@ -250,6 +260,7 @@ pub(super) fn label(path: &str) -> &'static str {
         Route::Health => "health",
         Route::Ready => "ready",
         Route::Metrics => "metrics",
+        Route::OpenApi => "openapi",
         Route::Ping => "ping",
         Route::Documents => "documents",
         Route::Users | Route::User(_) | Route::UserProperties(_) => "users",
@@ -353,6 +364,70 @@ fn health(app: &App) -> Resp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every route the router knows is in the OpenAPI document with exactly its methods, and
+    /// the document has nothing else.
+    #[test]
+    fn the_openapi_document_is_the_router() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI).unwrap();
+        let mut seen = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            let route = Route::of(&path.replace("{name}", "ann"));
+            assert_ne!(route, Route::NotFound, "{path} is no route");
+            let mut documented: Vec<String> = item
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| *k != "parameters")
+                .map(|k| k.to_ascii_uppercase())
+                .collect();
+            documented.sort();
+            let mut served: Vec<String> = route.methods().iter().map(|m| m.to_string()).collect();
+            served.sort();
+            assert_eq!(documented, served, "{path}");
+            seen.push(std::mem::discriminant(&route));
+        }
+        let all = [
+            Route::Health,
+            Route::Ready,
+            Route::Metrics,
+            Route::OpenApi,
+            Route::Ping,
+            Route::Documents,
+            Route::Users,
+            Route::User("a".into()),
+            Route::UserProperties("a".into()),
+            Route::ModelService,
+            Route::GeoQueryService,
+            Route::Deploy,
+            Route::Traces,
+            Route::Diagnostics,
+        ];
+        for r in all {
+            // A new route must be added here, and to the document.
+            match r {
+                Route::Health
+                | Route::Ready
+                | Route::Metrics
+                | Route::OpenApi
+                | Route::Ping
+                | Route::Documents
+                | Route::Users
+                | Route::User(_)
+                | Route::UserProperties(_)
+                | Route::ModelService
+                | Route::GeoQueryService
+                | Route::Deploy
+                | Route::Traces
+                | Route::Diagnostics
+                | Route::NotFound => {}
+            }
+            assert!(
+                seen.contains(&std::mem::discriminant(&r)),
+                "{r:?} is not in docs/openapi.json"
+            );
+        }
+    }
 
     #[test]
     fn routes() {
