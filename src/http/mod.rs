@@ -12,6 +12,7 @@ mod flows;
 pub mod io_threads;
 mod manage;
 pub(crate) mod multipart;
+mod ogc;
 pub mod params;
 pub mod poll;
 pub mod response;

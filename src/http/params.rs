@@ -19,6 +19,11 @@ impl Params {
         Params { pairs }
     }
 
+    /// Every `(name, value)`, in the order sent.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     pub fn get(&self, name: &str) -> Option<&str> {
         self.pairs
             .iter()

@@ -30,6 +30,8 @@ enum Route {
     Deploy,
     Traces,
     Diagnostics,
+    /// OGC API – Features: the path after `/ogc`.
+    Ogc(String),
     NotFound,
 }
 
@@ -49,6 +51,9 @@ impl Route {
             "/v1/traces" => Route::Traces,
             "/v1/diagnostics" => Route::Diagnostics,
             _ => {
+                if path == "/ogc" || path.starts_with("/ogc/") {
+                    return Route::Ogc(path["/ogc".len()..].to_string());
+                }
                 if let Some(rest) = path.strip_prefix("/manage/v2/users/") {
                     let decode = |s: &str| {
                         form_urlencoded::parse(format!("n={s}").as_bytes())
@@ -87,7 +92,7 @@ impl Route {
             Route::GeoQueryService => &[Method::POST],
             Route::Deploy => &[Method::POST],
             Route::Traces => &[Method::GET],
-            Route::Diagnostics => &[Method::GET],
+            Route::Diagnostics | Route::Ogc(_) => &[Method::GET],
             Route::NotFound => &[],
         }
     }
@@ -237,6 +242,7 @@ where
         Route::Deploy => flows::deploy(app, &ctx, body).await,
         Route::Traces => flows::traces(app, &ctx),
         Route::Diagnostics => features::diagnostics(app, &ctx),
+        Route::Ogc(rest) => super::ogc::get(app, &ctx, &rest).await,
     };
     result.unwrap_or_else(|e| {
         if e.status() >= 500 {
@@ -269,6 +275,7 @@ pub(super) fn label(path: &str) -> &'static str {
         Route::Deploy => "deploy",
         Route::Traces => "traces",
         Route::Diagnostics => "diagnostics",
+        Route::Ogc(_) => "ogc",
         Route::NotFound => "unknown",
     }
 }
@@ -372,7 +379,12 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(OPENAPI).unwrap();
         let mut seen = Vec::new();
         for (path, item) in doc["paths"].as_object().unwrap() {
-            let route = Route::of(&path.replace("{name}", "ann"));
+            let route = Route::of(
+                &path
+                    .replace("{name}", "ann")
+                    .replace("{collectionId}", "c.0")
+                    .replace("{featureId}", "1"),
+            );
             assert_ne!(route, Route::NotFound, "{path} is no route");
             let mut documented: Vec<String> = item
                 .as_object()
@@ -402,6 +414,7 @@ mod tests {
             Route::Deploy,
             Route::Traces,
             Route::Diagnostics,
+            Route::Ogc(String::new()),
         ];
         for r in all {
             // A new route must be added here, and to the document.
@@ -420,6 +433,7 @@ mod tests {
                 | Route::Deploy
                 | Route::Traces
                 | Route::Diagnostics
+                | Route::Ogc(_)
                 | Route::NotFound => {}
             }
             assert!(

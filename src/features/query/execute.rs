@@ -190,6 +190,13 @@ impl Features {
     }
 }
 
+impl Features {
+    /// The box `[xmin, ymin, xmax, ymax]` of a layer's features (none without features).
+    pub(crate) fn layer_extent(&self, layer: &Layer) -> Option<crate::spatial::pip::BBox> {
+        data_extent(layer, self.view(&layer.view).as_deref())
+    }
+}
+
 /// The box of a layer's features, from its index (none without features).
 fn data_extent(layer: &Layer, view: Option<&ViewState>) -> Option<crate::spatial::pip::BBox> {
     view?

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install the Debian packages the tests drive, when they are missing: gdal-bin (GDAL's ogrinfo
+# and ogr2ogr read the OGC API in tests/ogc.rs). Idempotent; .ci/run and a new machine run it
+# before `cargo test`. Needs root, or sudo.
+set -euo pipefail
+missing=()
+command -v ogr2ogr >/dev/null || missing+=(gdal-bin)
+[ ${#missing[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

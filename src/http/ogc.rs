@@ -1,0 +1,497 @@
+//! OGC API – Features, Part 1 (Core, GeoJSON) under `/ogc`: the landing page, conformance,
+//! collections (one a layer, `<service>.<layer id>`), a collection's items with `bbox`,
+//! `limit`, `offset` (the `next` link), `datetime` on layers with a time field and property
+//! filters `name=value`, and one item by its id.
+//!
+//! Items are geoQueryService queries run for the caller (same roles, same document
+//! permissions, same engine); their answers are reshaped into the standard's documents.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use super::response::{self, Resp};
+use super::{App, Ctx, require_any};
+use crate::acl::Role;
+use crate::error::{ApiError, ErrorCode};
+use crate::features::descriptor::{Descriptor, Layer};
+use crate::features::template::Kind;
+use crate::features::{FeatureRequest, ViewState};
+
+const CORE: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/core";
+const GEOJSON: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/geojson";
+const CRS84: &str = "http://www.opengis.net/def/crs/OGC/1.3/CRS84";
+/// Items a page when `limit` is not given, and the most a page may ask for.
+const DEFAULT_LIMIT: usize = 10;
+const MAX_LIMIT: usize = 10_000;
+
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorCode::InvalidParam, message)
+}
+
+fn not_found(message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorCode::ExtensionNotFound, message)
+}
+
+/// A link object.
+fn link(href: String, rel: &str, kind: &str, title: &str) -> Value {
+    json!({"href": href, "rel": rel, "type": kind, "title": title})
+}
+
+/// `http://host` of the request, for absolute links.
+fn base(ctx: &Ctx) -> String {
+    let host = ctx
+        .headers
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}/ogc")
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+fn geojson(status: u16, v: &Value) -> Resp {
+    let mut r = response::json_value(status, v);
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/geo+json"),
+    );
+    r
+}
+
+/// `GET /ogc…`: `rest` is the path after `/ogc`.
+pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, ApiError> {
+    require_any(&ctx.caller, &[Role::GeoWriter, Role::Admin])?;
+    let parts: Vec<&str> = rest
+        .trim_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    match parts.as_slice() {
+        [] => landing(ctx),
+        ["conformance"] => Ok(response::json_value(
+            200,
+            &json!({"conformsTo": [CORE, GEOJSON]}),
+        )),
+        ["collections"] => collections(app, ctx),
+        ["collections", id] => {
+            let (d, layer) = find(app, ctx, id)?;
+            Ok(response::json_value(200, &collection(app, ctx, &d, layer)))
+        }
+        ["collections", id, "items"] => items(app, ctx, id).await,
+        ["collections", id, "items", fid] => item(app, ctx, id, fid).await,
+        _ => Err(ApiError::new(
+            ErrorCode::UnknownEndpoint,
+            format!("no endpoint at {}", ctx.path),
+        )),
+    }
+}
+
+fn landing(ctx: &Ctx) -> Result<Resp, ApiError> {
+    let b = base(ctx);
+    Ok(response::json_value(
+        200,
+        &json!({
+            "title": "geoshard",
+            "description": "The layers of this geoshard server as OGC API – Features collections",
+            "links": [
+                link(b.clone(), "self", "application/json", "this document"),
+                link(
+                    b.replace("/ogc", "/v1/openapi.json"),
+                    "service-desc",
+                    "application/vnd.oai.openapi+json;version=3.1",
+                    "the API definition"
+                ),
+                link(format!("{b}/conformance"), "conformance", "application/json", "conformance classes"),
+                link(format!("{b}/collections"), "data", "application/json", "the collections"),
+            ]
+        }),
+    ))
+}
+
+/// A collection id: `<service>.<layer id>`, percent-decoded by the router.
+fn find(app: &App, ctx: &Ctx, id: &str) -> Result<(Arc<Descriptor>, i64), ApiError> {
+    let id = percent_decode(id);
+    let missing = || not_found(format!("Collection {id} not found"));
+    let (service, layer) = id.rsplit_once('.').ok_or_else(missing)?;
+    let layer: i64 = layer.parse().map_err(|_| missing())?;
+    let d = app
+        .features
+        .descriptor(service, ctx.caller.roles())
+        .ok_or_else(missing)?;
+    if !d.layers.iter().any(|l| l.id == layer) {
+        return Err(missing());
+    }
+    Ok((d, layer))
+}
+
+fn percent_decode(s: &str) -> String {
+    form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+fn collection_id(d: &Descriptor, layer: &Layer) -> String {
+    format!("{}.{}", d.name, layer.id)
+}
+
+fn collection(app: &App, ctx: &Ctx, d: &Descriptor, layer_id: i64) -> Value {
+    let Some(layer) = d.layers.iter().find(|l| l.id == layer_id) else {
+        return Value::Null;
+    };
+    let id = collection_id(d, layer);
+    let href = format!("{}/collections/{}", base(ctx), enc(&id));
+    let mut c = json!({
+        "id": id,
+        "title": layer.name,
+        "description": layer.description,
+        "itemType": "feature",
+        "crs": [CRS84],
+        "links": [
+            link(href.clone(), "self", "application/json", "this collection"),
+            link(format!("{href}/items"), "items", "application/geo+json", "its features"),
+        ],
+    });
+    if let Some([xmin, ymin, xmax, ymax]) = app.features.layer_extent(layer) {
+        c["extent"] = json!({"spatial": {"bbox": [[xmin, ymin, xmax, ymax]], "crs": CRS84}});
+    }
+    c
+}
+
+fn collections(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
+    let b = base(ctx);
+    let mut list = Vec::new();
+    for d in app.features.descriptors(ctx.caller.roles()) {
+        let mut layers: Vec<i64> = d.layers.iter().map(|l| l.id).collect();
+        layers.sort_unstable();
+        for l in layers {
+            list.push(collection(app, ctx, &d, l));
+        }
+    }
+    Ok(response::json_value(
+        200,
+        &json!({
+            "links": [link(format!("{b}/collections"), "self", "application/json", "the collections")],
+            "collections": list,
+        }),
+    ))
+}
+
+/// The parameters of an items request, checked.
+struct ItemsQuery {
+    bbox: Option<[f64; 4]>,
+    limit: usize,
+    offset: usize,
+    time: Option<String>,
+    filters: Vec<(String, String)>,
+}
+
+fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery, ApiError> {
+    let mut q = ItemsQuery {
+        bbox: None,
+        limit: DEFAULT_LIMIT,
+        offset: 0,
+        time: None,
+        filters: Vec::new(),
+    };
+    for (k, v) in ctx.params.pairs() {
+        match k {
+            "bbox" => {
+                let n: Vec<f64> = v
+                    .split(',')
+                    .map(|p| p.trim().parse::<f64>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| bad(format!("bbox {v:?} is not four (or six) numbers")))?;
+                let b = match n[..] {
+                    [a, b, c, d] => [a, b, c, d],
+                    [a, b, _, c, d, _] => [a, b, c, d],
+                    _ => return Err(bad(format!("bbox {v:?} is not four (or six) numbers"))),
+                };
+                if b.iter().any(|x| !x.is_finite()) || b[1] > b[3] || b[1] < -90.0 || b[3] > 90.0 {
+                    return Err(bad(format!(
+                        "bbox {v:?}: latitudes must be within -90..90, the lower first"
+                    )));
+                }
+                q.bbox = Some(b);
+            }
+            "limit" => {
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| bad(format!("limit {v:?} is not a positive integer")))?;
+                if n == 0 || n > MAX_LIMIT {
+                    return Err(bad(format!("limit {n} is outside 1..{MAX_LIMIT}")));
+                }
+                q.limit = n;
+            }
+            "offset" => {
+                q.offset = v
+                    .parse()
+                    .map_err(|_| bad(format!("offset {v:?} is not a non-negative integer")))?;
+            }
+            "datetime" => {
+                if layer.time_fields.is_none() {
+                    return Err(bad("datetime: this collection has no time field"));
+                }
+                q.time = Some(interval(v)?);
+            }
+            "f" => {
+                if v != "json" && v != "geojson" {
+                    return Err(bad(format!("f={v}: only json is served")));
+                }
+            }
+            name => {
+                let column = view
+                    .def
+                    .columns
+                    .iter()
+                    .find(|c| c.name == name)
+                    .ok_or_else(|| bad(format!("unknown parameter {name}")))?;
+                q.filters
+                    .push((column.name.clone(), where_value(column.scalar.kind(), v)?));
+            }
+        }
+    }
+    Ok(q)
+}
+
+/// A value as a where-clause literal for a column of `kind`.
+fn where_value(kind: Kind, v: &str) -> Result<String, ApiError> {
+    match kind {
+        Kind::Int | Kind::Float => v
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(|_| v.to_string())
+            .ok_or_else(|| bad(format!("{v:?} is not a number"))),
+        Kind::Bool => match v {
+            "true" | "false" => Ok(v.to_string()),
+            _ => Err(bad(format!("{v:?} is not true or false"))),
+        },
+        Kind::Str | Kind::Date => Ok(format!("'{}'", v.replace('\'', "''"))),
+    }
+}
+
+/// An RFC 3339 instant or interval (`a/b`, `../b`, `a/..`) as geoQueryService's `time`
+/// (`start,end` in milliseconds).
+fn interval(v: &str) -> Result<String, ApiError> {
+    let one = |s: &str| -> Result<String, ApiError> {
+        if s.is_empty() || s == ".." {
+            return Ok("null".into());
+        }
+        crate::time::parse_datetime(s)
+            .map(|ms| ms.to_string())
+            .ok_or_else(|| bad(format!("datetime {s:?} is not an RFC 3339 instant")))
+    };
+    Ok(match v.split_once('/') {
+        Some((a, b)) => format!("{},{}", one(a)?, one(b)?),
+        None => {
+            let t = one(v)?;
+            format!("{t},{t}")
+        }
+    })
+}
+
+/// Run a geoQueryService body for the caller on the query threads.
+async fn run(app: &Arc<App>, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+    let bytes = Bytes::from(body.to_string());
+    let max_vertices = app.features.settings().max_query_vertices;
+    let request = FeatureRequest::parse_for(ctx.caller.name(), &bytes, max_vertices)?;
+    let features = app.features.clone();
+    let caller = ctx.caller.clone();
+    let out =
+        crate::cpu::run_cpu_intensive(move || features.execute_within(&caller, &request, None))
+            .await
+            .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??;
+    serde_json::from_slice(&out)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the query's answer: {e}")))
+}
+
+fn query_body(service: &str, layer: i64, q: &ItemsQuery) -> Value {
+    let mut query = Map::new();
+    if !q.filters.is_empty() {
+        let clause: Vec<String> = q
+            .filters
+            .iter()
+            .map(|(c, v)| format!("{c} = {v}"))
+            .collect();
+        query.insert("where".into(), json!(clause.join(" AND ")));
+    }
+    if let Some(t) = &q.time {
+        query.insert("time".into(), json!(t));
+    }
+    if let Some([xmin, ymin, xmax, ymax]) = q.bbox {
+        // A box across the antimeridian (xmin > xmax) is its two halves.
+        let rect =
+            |a: f64, b: f64| json!([[[a, ymin], [b, ymin], [b, ymax], [a, ymax], [a, ymin]]]);
+        let geometry = if xmin <= xmax {
+            json!({"type": "Polygon", "coordinates": rect(xmin, xmax)})
+        } else {
+            json!({"type": "MultiPolygon", "coordinates": [rect(xmin, 180.0), rect(-180.0, xmax)]})
+        };
+        query.insert("extension".into(), json!({"geometry": geometry}));
+    }
+    json!({"params": {"id": service, "layer": layer, "method": "query"}, "query": query})
+}
+
+async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
+    let (d, layer_id) = find(app, ctx, id)?;
+    let layer = d
+        .layers
+        .iter()
+        .find(|l| l.id == layer_id)
+        .ok_or_else(|| not_found(format!("Collection {id} not found")))?;
+    let view = app
+        .features
+        .view(&layer.view)
+        .ok_or_else(|| not_found(format!("Collection {id} has no view")))?;
+    let q = items_query(ctx, layer, &view)?;
+    let max = app.features.settings().max_record_count.max(1);
+    let limit = q.limit.min(max);
+
+    let mut count = query_body(&d.name, layer_id, &q);
+    count["query"]["returnCountOnly"] = json!(true);
+    let matched = run(app, ctx, count).await?["count"].as_u64().unwrap_or(0);
+
+    let mut page = query_body(&d.name, layer_id, &q);
+    page["query"]["outFields"] = json!("*");
+    page["query"]["returnGeometry"] = json!(true);
+    page["query"]["orderByFields"] = json!(view.def.columns[view.def.id_column].name);
+    page["query"]["resultOffset"] = json!(q.offset);
+    page["query"]["resultRecordCount"] = json!(limit);
+    let answer = run(app, ctx, page).await?;
+    let features: Vec<Value> = answer["features"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(item_of)
+        .collect();
+
+    let href = format!(
+        "{}/collections/{}/items",
+        base(ctx),
+        enc(&collection_id(&d, layer))
+    );
+    let with = |offset: usize| {
+        let mut pairs: Vec<(String, String)> = ctx
+            .params
+            .pairs()
+            .filter(|(k, _)| *k != "offset" && *k != "limit")
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        pairs.push(("limit".into(), limit.to_string()));
+        pairs.push(("offset".into(), offset.to_string()));
+        let mut s = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in &pairs {
+            s.append_pair(k, v);
+        }
+        format!("{href}?{}", s.finish())
+    };
+    let mut links = vec![link(
+        with(q.offset),
+        "self",
+        "application/geo+json",
+        "this page",
+    )];
+    if (q.offset + features.len()) < matched as usize && !features.is_empty() {
+        links.push(link(
+            with(q.offset + limit),
+            "next",
+            "application/geo+json",
+            "the next page",
+        ));
+    }
+    if q.offset > 0 {
+        links.push(link(
+            with(q.offset.saturating_sub(limit)),
+            "prev",
+            "application/geo+json",
+            "the previous page",
+        ));
+    }
+    links.push(link(
+        format!(
+            "{}/collections/{}",
+            base(ctx),
+            enc(&collection_id(&d, layer))
+        ),
+        "collection",
+        "application/json",
+        "the collection",
+    ));
+    Ok(geojson(
+        200,
+        &json!({
+            "type": "FeatureCollection",
+            "timeStamp": crate::time::format_datetime(now_ms()),
+            "numberMatched": matched,
+            "numberReturned": features.len(),
+            "features": features,
+            "links": links,
+        }),
+    ))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A geoQueryService feature as an OGC item: `type`, `id`, `geometry`, `properties`.
+fn item_of(f: Value) -> Value {
+    json!({
+        "type": "Feature",
+        "id": f["id"],
+        "geometry": f["geometry"],
+        "properties": f["properties"],
+    })
+}
+
+async fn item(app: &Arc<App>, ctx: &Ctx, id: &str, fid: &str) -> Result<Resp, ApiError> {
+    let (d, layer_id) = find(app, ctx, id)?;
+    let missing = || not_found(format!("Feature {fid} not found in collection {id}"));
+    let oid: i64 = fid.parse().map_err(|_| missing())?;
+    let body = json!({
+        "params": {"id": d.name, "layer": layer_id, "method": "query"},
+        "query": {"objectIds": [oid], "outFields": "*", "returnGeometry": true},
+    });
+    let answer = run(app, ctx, body).await?;
+    let f = answer["features"]
+        .as_array()
+        .and_then(|a| a.first().cloned())
+        .ok_or_else(missing)?;
+    let layer = d
+        .layers
+        .iter()
+        .find(|l| l.id == layer_id)
+        .ok_or_else(missing)?;
+    let collection = format!(
+        "{}/collections/{}",
+        base(ctx),
+        enc(&collection_id(&d, layer))
+    );
+    let mut item = item_of(f);
+    item["links"] = json!([
+        link(
+            format!("{collection}/items/{oid}"),
+            "self",
+            "application/geo+json",
+            "this feature"
+        ),
+        link(
+            collection,
+            "collection",
+            "application/json",
+            "the collection"
+        ),
+    ]);
+    Ok(geojson(200, &item))
+}

@@ -1,0 +1,288 @@
+//! OGC API – Features under `/ogc`: a conformance test of our own for the Core requirements
+//! (links, `numberMatched`/`numberReturned`, `limit` bounds, paging through `next`, `bbox`
+//! errors, unknown collections), answers compared with geoQueryService's and with the source
+//! file, and GDAL's OAPIF driver (Debian's `gdal-bin`) reading it unchanged.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use common::layers::query;
+use common::*;
+use serde_json::{Value, json};
+
+const COLLECTION: &str = "US%20Counties.0";
+
+fn fixture() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/load/counties-tx-co.geojson")
+}
+
+/// A stopped server's directory with the 318 Texas and Colorado counties as `US Counties`.
+fn loaded_dir() -> TestDir {
+    let dir = temp_dir("ogc");
+    seed_users(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args(["load", "--quiet", "--service", "US Counties", "--data-dir"])
+        .arg(dir.path())
+        .arg(fixture())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    dir
+}
+
+fn source() -> Vec<Value> {
+    let fc: Value = serde_json::from_str(&std::fs::read_to_string(fixture()).unwrap()).unwrap();
+    fc["features"].as_array().unwrap().clone()
+}
+
+fn rel<'a>(doc: &'a Value, rel: &str) -> Option<&'a str> {
+    doc["links"]
+        .as_array()?
+        .iter()
+        .find(|l| l["rel"] == rel)
+        .and_then(|l| l["href"].as_str())
+}
+
+/// The path and query of an absolute link of this server.
+fn local(href: &str) -> String {
+    let rest = href.strip_prefix("http://").unwrap();
+    rest[rest.find('/').unwrap()..].to_string()
+}
+
+fn ids(fc: &Value) -> Vec<i64> {
+    fc["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_i64().unwrap())
+        .collect()
+}
+
+#[test]
+fn core_requirements() {
+    let dir = loaded_dir();
+    let srv = ChildServer::start(dir.path(), &[]);
+    let mut c = srv.client(GEO);
+
+    // Landing page and conformance.
+    let landing = c.get("/ogc").json();
+    for r in ["self", "conformance", "data", "service-desc"] {
+        assert!(
+            rel(&landing, r).is_some(),
+            "landing has no {r} link: {landing}"
+        );
+    }
+    let conf = c.get(&local(rel(&landing, "conformance").unwrap())).json();
+    let classes: Vec<&str> = conf["conformsTo"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(classes.contains(&"http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/core"));
+    assert!(classes.contains(&"http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/geojson"));
+
+    // Collections: one a layer, with its extent holding every source feature.
+    let cols = c.get(&local(rel(&landing, "data").unwrap())).json();
+    let list = cols["collections"].as_array().unwrap();
+    assert_eq!(list.len(), 1);
+    let col = &list[0];
+    assert_eq!(col["id"], "US Counties.0");
+    let bbox = col["extent"]["spatial"]["bbox"][0]
+        .as_array()
+        .unwrap()
+        .clone();
+    let b: Vec<f64> = bbox.iter().map(|v| v.as_f64().unwrap()).collect();
+    for f in source() {
+        let g = geoshard::spatial::parse_geojson(&f["geometry"]).unwrap();
+        let r = geo::BoundingRect::bounding_rect(&g).unwrap();
+        assert!(r.min().x >= b[0] && r.min().y >= b[1] && r.max().x <= b[2] && r.max().y <= b[3]);
+    }
+    let items_href = local(rel(col, "items").unwrap());
+    assert_eq!(
+        c.get(&format!("/ogc/collections/{COLLECTION}")).json()["id"],
+        "US Counties.0"
+    );
+
+    // Paging: limit bounds numberReturned, next walks every feature exactly once.
+    let mut seen = Vec::new();
+    let mut next = Some(format!("{items_href}?limit=50"));
+    let mut pages = 0;
+    while let Some(href) = next {
+        let r = c.get(&href);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/geo+json"));
+        let page = r.json();
+        assert_eq!(page["type"], "FeatureCollection");
+        assert_eq!(page["numberMatched"], 318);
+        let n = page["features"].as_array().unwrap().len();
+        assert_eq!(page["numberReturned"].as_u64().unwrap() as usize, n);
+        assert!(n <= 50);
+        assert!(rel(&page, "self").is_some());
+        seen.extend(ids(&page));
+        next = rel(&page, "next").map(local);
+        pages += 1;
+    }
+    assert_eq!(pages, 7);
+    let unique: BTreeSet<i64> = seen.iter().copied().collect();
+    assert_eq!(seen.len(), 318);
+    assert_eq!(unique, (1..=318).collect());
+
+    // bbox: the same features as a geoQueryService envelope query.
+    let (xmin, ymin, xmax, ymax) = (-105.1, 39.6, -104.8, 39.9);
+    let page = c
+        .get(&format!(
+            "{items_href}?bbox={xmin},{ymin},{xmax},{ymax}&limit=1000"
+        ))
+        .json();
+    let mut got = ids(&page);
+    got.sort_unstable();
+    let env = json!({"type": "Polygon", "coordinates": [[[xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax], [xmin, ymin]]]});
+    let mut want = common::layers::ids(
+        &query(
+            &mut c,
+            "US Counties",
+            json!({"returnIdsOnly": true, "extension": {"geometry": env}}),
+        )
+        .json(),
+    );
+    want.sort_unstable();
+    assert_eq!(got, want);
+    assert!(got.len() >= 3, "{got:?}");
+    assert_eq!(page["numberMatched"].as_u64().unwrap() as usize, got.len());
+
+    // A property filter, and one item by id with the source's attributes.
+    let denver = c.get(&format!("{items_href}?name=Denver")).json();
+    assert_eq!(denver["numberMatched"], 1);
+    let id = ids(&denver)[0];
+    let item = c.get(&format!("{items_href}/{id}"));
+    assert_eq!(item.status, 200);
+    let item = item.json();
+    assert_eq!(item["properties"]["name"], "Denver");
+    assert_eq!(item["properties"]["fips"], "08031");
+    assert!(rel(&item, "collection").is_some());
+
+    // Errors: limit bounds, bbox, unknown collection and feature, unknown parameter.
+    for bad in [
+        "limit=0",
+        "limit=10001",
+        "limit=ten",
+        "bbox=1,2,3",
+        "bbox=a,b,c,d",
+        "bbox=0,50,1,40",
+        "offset=-1",
+        "nosuchfield=1",
+        "datetime=2020-01-01T00:00:00Z",
+    ] {
+        let r = c.get(&format!("{items_href}?{bad}"));
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert!(r.json()["errorResponse"]["message"].is_string());
+    }
+    assert_eq!(c.get("/ogc/collections/nope.0").status, 404);
+    assert_eq!(c.get("/ogc/collections/nope.0/items").status, 404);
+    assert_eq!(c.get(&format!("{items_href}/99999")).status, 404);
+    assert_eq!(c.get("/ogc/nothing").status, 404);
+    // As geoQueryService: credentials and the feature-service role.
+    assert_eq!(Client::new(srv.addr, Auth::None).get("/ogc").status, 401);
+    assert_eq!(srv.client(READER).get("/ogc/collections").status, 403);
+    srv.kill();
+}
+
+/// GDAL's OAPIF driver: `ogrinfo` lists the collection, `ogr2ogr` copies every feature (paged)
+/// equal to the source, and `ogrinfo -spat` returns the features of an envelope query.
+#[test]
+fn gdal_reads_it() {
+    let have = || Command::new("ogr2ogr").arg("--version").output().is_ok();
+    if !have() {
+        // As .ci/run does; it needs root or sudo.
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-system.sh");
+        let _ = Command::new(setup).status();
+    }
+    assert!(
+        have(),
+        "ogr2ogr is missing and scripts/setup-system.sh could not install Debian's gdal-bin"
+    );
+    let dir = loaded_dir();
+    let srv = ChildServer::start(dir.path(), &[]);
+    let url = format!("OAPIF:http://{}/ogc", srv.addr);
+    let auth = [
+        "--config",
+        "GDAL_HTTP_AUTH",
+        "ANY",
+        "--config",
+        "GDAL_HTTP_USERPWD",
+        "geo:geo-pw",
+    ];
+    let info = Command::new("ogrinfo")
+        .args(["-ro"])
+        .args(auth)
+        .arg(&url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(info.status.success(), "{info:?}");
+    assert!(text.contains("1: US Counties.0"), "{text}");
+
+    let out = dir.path().join("copy.geojson");
+    let copy = Command::new("ogr2ogr")
+        .args(auth)
+        .args(["-f", "GeoJSON"])
+        .arg(&out)
+        .arg(&url)
+        .arg("US Counties.0")
+        .args(["-oo", "PAGE_SIZE=40"])
+        .output()
+        .unwrap();
+    assert!(copy.status.success(), "{copy:?}");
+    let copied: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let copied = copied["features"].as_array().unwrap();
+    assert_eq!(copied.len(), 318);
+    let by_fips: std::collections::HashMap<String, &Value> = copied
+        .iter()
+        .map(|f| (f["properties"]["fips"].as_str().unwrap().to_string(), f))
+        .collect();
+    for f in source() {
+        let fips = f["properties"]["fips"].as_str().unwrap();
+        let got = by_fips[fips];
+        for k in ["name", "state", "vertices"] {
+            assert_eq!(got["properties"][k], f["properties"][k], "{fips} {k}");
+        }
+        let a = geoshard::spatial::parse_geojson(&f["geometry"]).unwrap();
+        let b = geoshard::spatial::parse_geojson(&got["geometry"]).unwrap();
+        let d = geo::HausdorffDistance::hausdorff_distance(&a, &b);
+        assert!(d < 1e-7, "{fips}: {d}");
+    }
+
+    // -spat: GDAL sends bbox; the answer is an envelope query's.
+    let spat = Command::new("ogrinfo")
+        .args(["-ro", "-q"])
+        .args(auth)
+        .args(["-spat", "-105.1", "39.6", "-104.8", "39.9"])
+        .arg(&url)
+        .arg("US Counties.0")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&spat.stdout);
+    let mut got: Vec<i64> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("OBJECTID (Integer) = "))
+        .map(|v| v.trim().parse().unwrap())
+        .collect();
+    got.sort_unstable();
+    let mut c = srv.client(GEO);
+    let env = json!({"type": "Polygon", "coordinates": [[[-105.1, 39.6], [-104.8, 39.6], [-104.8, 39.9], [-105.1, 39.9], [-105.1, 39.6]]]});
+    let mut want = common::layers::ids(
+        &query(
+            &mut c,
+            "US Counties",
+            json!({"returnIdsOnly": true, "extension": {"geometry": env}}),
+        )
+        .json(),
+    );
+    want.sort_unstable();
+    assert_eq!(got, want, "{text}");
+    srv.kill();
+}
