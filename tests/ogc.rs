@@ -286,3 +286,156 @@ fn gdal_reads_it() {
     assert_eq!(got, want, "{text}");
     srv.kill();
 }
+
+/// A vector tile decoded by GDAL's MVT driver (not the encoder's crate) holds the features a
+/// box query of the tile's buffered bounds returns, clipped to that buffer.
+#[test]
+fn tiles_hold_the_box_query_clipped() {
+    let have = || Command::new("ogr2ogr").arg("--version").output().is_ok();
+    if !have() {
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-system.sh");
+        let _ = Command::new(setup).status();
+    }
+    assert!(
+        have(),
+        "ogr2ogr is missing (scripts/setup-system.sh installs gdal-bin)"
+    );
+    let dir = loaded_dir();
+    let srv = ChildServer::start(dir.path(), &[]);
+    let mut c = srv.client(GEO);
+    let tj = c.get(&format!("/tiles/{COLLECTION}.json"));
+    assert_eq!(tj.status, 200, "{}", tj.text());
+    let tj = tj.json();
+    assert_eq!(tj["tilejson"], "3.0.0");
+    assert!(
+        tj["tiles"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("/{z}/{x}/{y}.mvt")
+    );
+    assert_eq!(tj["vector_layers"][0]["id"], "US Counties.0");
+
+    const HALF: f64 = 20_037_508.342_789_244;
+    const R: f64 = 6_378_137.0;
+    for (z, x, y) in [(6u32, 13u32, 24u32), (8, 53, 97), (4, 3, 6)] {
+        let r = c.get(&format!("/tiles/{COLLECTION}/{z}/{x}/{y}.mvt"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/vnd.mapbox-vector-tile")
+        );
+        let tile = dir.path().join(format!("{z}-{x}-{y}.mvt"));
+        std::fs::write(&tile, &r.body).unwrap();
+        let out = dir.path().join(format!("{z}-{x}-{y}.geojson"));
+        let decoded = Command::new("ogr2ogr")
+            .args(["-f", "GeoJSON"])
+            .arg(&out)
+            .arg(&tile)
+            .args([
+                "-oo",
+                &format!("X={x}"),
+                "-oo",
+                &format!("Y={y}"),
+                "-oo",
+                &format!("Z={z}"),
+            ])
+            // GDAL clips to the tile itself unless told not to; the buffer is part of the test.
+            .args(["-oo", "CLIP=NO"])
+            .output()
+            .unwrap();
+        assert!(decoded.status.success(), "{decoded:?}");
+        let fc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let features = fc["features"].as_array().unwrap();
+        let mut got: Vec<i64> = features
+            .iter()
+            .map(|f| f["properties"]["OBJECTID"].as_i64().unwrap())
+            .collect();
+        got.sort_unstable();
+
+        // The buffered bounds (64 of 4096 units each side), in metres and in degrees.
+        let size = 2.0 * HALF / f64::from(1u32 << z);
+        let pad = size * 64.0 / 4096.0;
+        let (l, t) = (
+            -HALF + f64::from(x) * size - pad,
+            HALF - f64::from(y) * size + pad,
+        );
+        let (r_, b) = (l + size + 2.0 * pad, t - size - 2.0 * pad);
+        let lon = |m: f64| (m / R).to_degrees();
+        let lat = |m: f64| (2.0 * (m / R).exp().atan() - std::f64::consts::FRAC_PI_2).to_degrees();
+        let env = json!({"type": "Polygon", "coordinates": [[
+            [lon(l), lat(b)], [lon(r_), lat(b)], [lon(r_), lat(t)], [lon(l), lat(t)], [lon(l), lat(b)]
+        ]]});
+        let mut want = common::layers::ids(
+            &query(
+                &mut c,
+                "US Counties",
+                json!({"returnIdsOnly": true, "extension": {"geometry": env}}),
+            )
+            .json(),
+        );
+        want.sort_unstable();
+        // A polygon of the query that only touches the buffer's edge has nothing left inside
+        // it: every feature the tile leaves out must be one (geo's boolean intersection, in
+        // degrees, as the oracle), and the tile holds nothing the query does not.
+        let src = source();
+        let boxed = geo::Rect::new(
+            geo::coord! {x: lon(l), y: lat(b)},
+            geo::coord! {x: lon(r_), y: lat(t)},
+        )
+        .to_polygon();
+        for id in &want {
+            if got.contains(id) {
+                continue;
+            }
+            let g = geoshard::spatial::parse_geojson(&src[(*id - 1) as usize]["geometry"]).unwrap();
+            let mp: geo::MultiPolygon<f64> = match g {
+                geo::Geometry::Polygon(p) => p.into(),
+                geo::Geometry::MultiPolygon(m) => m,
+                other => panic!("{other:?}"),
+            };
+            let inside = geo::Area::unsigned_area(&geo::BooleanOps::intersection(
+                &mp,
+                &geo::MultiPolygon::from(boxed.clone()),
+            ));
+            let tile_area = geo::Area::unsigned_area(&boxed);
+            assert!(
+                inside < tile_area * 1e-7,
+                "tile {z}/{x}/{y} leaves out {id}, which has {inside} square degrees inside"
+            );
+        }
+        assert!(
+            got.iter().all(|id| want.contains(id)),
+            "tile {z}/{x}/{y}: {got:?} / {want:?}"
+        );
+        assert!(
+            got.len() * 10 >= want.len() * 7,
+            "tile {z}/{x}/{y}: {got:?} / {want:?}"
+        );
+
+        // Clipped: every position within the buffer (GDAL writes EPSG:3857 metres here), to a
+        // tile unit's rounding.
+        let unit = size / 4096.0;
+        let mut positions = Vec::new();
+        fn walk(v: &Value, out: &mut Vec<(f64, f64)>) {
+            match v.as_array() {
+                Some(a) if a.first().is_some_and(Value::is_number) => {
+                    out.push((a[0].as_f64().unwrap(), a[1].as_f64().unwrap()))
+                }
+                Some(a) => a.iter().for_each(|x| walk(x, out)),
+                None => {}
+            }
+        }
+        for f in features {
+            walk(&f["geometry"]["coordinates"], &mut positions);
+        }
+        for (px, py) in positions {
+            assert!(
+                px >= l - unit && px <= r_ + unit && py >= b - unit && py <= t + unit,
+                "tile {z}/{x}/{y}: ({px}, {py}) outside the buffer"
+            );
+        }
+    }
+    assert_eq!(c.get(&format!("/tiles/{COLLECTION}/2/9/0.mvt")).status, 400);
+    assert_eq!(c.get("/tiles/nope.0/0/0/0.mvt").status, 404);
+    srv.kill();
+}

@@ -17,6 +17,7 @@ pub mod params;
 pub mod poll;
 pub mod response;
 mod router;
+mod tiles;
 mod wire;
 
 use std::convert::Infallible;

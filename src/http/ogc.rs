@@ -49,7 +49,7 @@ fn base(ctx: &Ctx) -> String {
     format!("http://{host}/ogc")
 }
 
-fn enc(s: &str) -> String {
+pub(super) fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes())
         .collect::<String>()
         .replace('+', "%20")
@@ -115,7 +115,7 @@ fn landing(ctx: &Ctx) -> Result<Resp, ApiError> {
 }
 
 /// A collection id: `<service>.<layer id>`, percent-decoded by the router.
-fn find(app: &App, ctx: &Ctx, id: &str) -> Result<(Arc<Descriptor>, i64), ApiError> {
+pub(super) fn find(app: &App, ctx: &Ctx, id: &str) -> Result<(Arc<Descriptor>, i64), ApiError> {
     let id = percent_decode(id);
     let missing = || not_found(format!("Collection {id} not found"));
     let (service, layer) = id.rsplit_once('.').ok_or_else(missing)?;
@@ -137,7 +137,7 @@ fn percent_decode(s: &str) -> String {
         .unwrap_or_default()
 }
 
-fn collection_id(d: &Descriptor, layer: &Layer) -> String {
+pub(super) fn collection_id(d: &Descriptor, layer: &Layer) -> String {
     format!("{}.{}", d.name, layer.id)
 }
 
@@ -298,7 +298,14 @@ fn interval(v: &str) -> Result<String, ApiError> {
 }
 
 /// Run a geoQueryService body for the caller on the query threads.
-async fn run(app: &Arc<App>, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+pub(super) async fn run(app: &Arc<App>, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+    let out = run_bytes(app, ctx, body).await?;
+    serde_json::from_slice(&out)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the query's answer: {e}")))
+}
+
+/// [`run`], the answer's JSON as written.
+pub(super) async fn run_bytes(app: &Arc<App>, ctx: &Ctx, body: Value) -> Result<Bytes, ApiError> {
     let bytes = Bytes::from(body.to_string());
     let max_vertices = app.features.settings().max_query_vertices;
     let request = FeatureRequest::parse_for(ctx.caller.name(), &bytes, max_vertices)?;
@@ -308,8 +315,7 @@ async fn run(app: &Arc<App>, ctx: &Ctx, body: Value) -> Result<Value, ApiError> 
         crate::cpu::run_cpu_intensive(move || features.execute_within(&caller, &request, None))
             .await
             .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??;
-    serde_json::from_slice(&out)
-        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the query's answer: {e}")))
+    Ok(Bytes::from(out))
 }
 
 fn query_body(service: &str, layer: i64, q: &ItemsQuery) -> Value {

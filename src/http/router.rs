@@ -32,6 +32,8 @@ enum Route {
     Diagnostics,
     /// OGC API – Features: the path after `/ogc`.
     Ogc(String),
+    /// Vector tiles and TileJSON: the path after `/tiles/`.
+    Tiles(String),
     NotFound,
 }
 
@@ -51,6 +53,9 @@ impl Route {
             "/v1/traces" => Route::Traces,
             "/v1/diagnostics" => Route::Diagnostics,
             _ => {
+                if let Some(rest) = path.strip_prefix("/tiles/") {
+                    return Route::Tiles(rest.to_string());
+                }
                 if path == "/ogc" || path.starts_with("/ogc/") {
                     return Route::Ogc(path["/ogc".len()..].to_string());
                 }
@@ -92,7 +97,7 @@ impl Route {
             Route::GeoQueryService => &[Method::POST],
             Route::Deploy => &[Method::POST],
             Route::Traces => &[Method::GET],
-            Route::Diagnostics | Route::Ogc(_) => &[Method::GET],
+            Route::Diagnostics | Route::Ogc(_) | Route::Tiles(_) => &[Method::GET],
             Route::NotFound => &[],
         }
     }
@@ -243,6 +248,7 @@ where
         Route::Traces => flows::traces(app, &ctx),
         Route::Diagnostics => features::diagnostics(app, &ctx),
         Route::Ogc(rest) => super::ogc::get(app, &ctx, &rest).await,
+        Route::Tiles(rest) => super::tiles::get(app, &ctx, &rest).await,
     };
     result.unwrap_or_else(|e| {
         if e.status() >= 500 {
@@ -276,6 +282,7 @@ pub(super) fn label(path: &str) -> &'static str {
         Route::Traces => "traces",
         Route::Diagnostics => "diagnostics",
         Route::Ogc(_) => "ogc",
+        Route::Tiles(_) => "tiles",
         Route::NotFound => "unknown",
     }
 }
@@ -383,7 +390,10 @@ mod tests {
                 &path
                     .replace("{name}", "ann")
                     .replace("{collectionId}", "c.0")
-                    .replace("{featureId}", "1"),
+                    .replace("{featureId}", "1")
+                    .replace("{z}", "0")
+                    .replace("{x}", "0")
+                    .replace("{y}", "0"),
             );
             assert_ne!(route, Route::NotFound, "{path} is no route");
             let mut documented: Vec<String> = item
@@ -415,6 +425,7 @@ mod tests {
             Route::Traces,
             Route::Diagnostics,
             Route::Ogc(String::new()),
+            Route::Tiles(String::new()),
         ];
         for r in all {
             // A new route must be added here, and to the document.
@@ -434,6 +445,7 @@ mod tests {
                 | Route::Traces
                 | Route::Diagnostics
                 | Route::Ogc(_)
+                | Route::Tiles(_)
                 | Route::NotFound => {}
             }
             assert!(

@@ -1,0 +1,543 @@
+//! Mapbox vector tiles of a collection (an OGC collection id, `<service>.<layer id>`):
+//! `GET /tiles/{collection}/{z}/{x}/{y}.mvt` in Web Mercator, and its TileJSON at
+//! `GET /tiles/{collection}.json`.
+//!
+//! A tile is a box query of its buffered bounds through the same engine and permissions as
+//! geoQueryService; each geometry is projected, simplified for the zoom (Douglas-Peucker, half
+//! a tile unit), clipped to the buffer and encoded with geozero's MVT writer.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use geo::orient::{Direction, Orient};
+use geo::{
+    Coord, Geometry, LineString, MapCoords, MultiLineString, MultiPolygon, Polygon, Simplify,
+};
+use geozero::ToMvt;
+use geozero::mvt::tile::{self, Layer};
+use geozero::mvt::{Message, TagsBuilder, Tile, TileValue};
+use serde_json::{Value, json};
+
+use super::ogc;
+use super::response::{self, Resp};
+use super::{App, Ctx, require_any};
+use crate::acl::Role;
+use crate::error::{ApiError, ErrorCode};
+
+/// Tile units across a tile, and the buffer around it in those units.
+const EXTENT: u32 = 4096;
+const BUFFER: f64 = 64.0;
+/// Half the Web Mercator world's width, in metres.
+const HALF: f64 = 20_037_508.342_789_244;
+const MAX_ZOOM: u32 = 24;
+
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorCode::InvalidParam, message)
+}
+
+/// `GET /tiles…`: `rest` is the path after `/tiles/`.
+pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, ApiError> {
+    require_any(&ctx.caller, &[Role::GeoWriter, Role::Admin])?;
+    let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        [name] if name.ends_with(".json") => tilejson(app, ctx, &name[..name.len() - 5]),
+        [id, z, x, y] if y.ends_with(".mvt") => {
+            let n = |s: &str| {
+                s.parse::<u32>()
+                    .map_err(|_| bad(format!("{s:?} is not a tile number")))
+            };
+            let (z, x, y) = (n(z)?, n(x)?, n(&y[..y.len() - 4])?);
+            if z > MAX_ZOOM || u64::from(x) >= 1u64 << z || u64::from(y) >= 1u64 << z {
+                return Err(bad(format!("tile {z}/{x}/{y} does not exist")));
+            }
+            let bytes = tile(app, ctx, id, z, x, y).await?;
+            let mut r = response::json_bytes(200, bytes);
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/vnd.mapbox-vector-tile"),
+            );
+            Ok(r)
+        }
+        _ => Err(ApiError::new(
+            ErrorCode::UnknownEndpoint,
+            format!("no endpoint at {}", ctx.path),
+        )),
+    }
+}
+
+fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
+    let (d, layer_id) = ogc::find(app, ctx, id)?;
+    let layer = d.layers.iter().find(|l| l.id == layer_id).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::ExtensionNotFound,
+            format!("Collection {id} not found"),
+        )
+    })?;
+    let host = ctx
+        .headers
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let collection = ogc::collection_id(&d, layer);
+    let fields: serde_json::Map<String, Value> = app
+        .features
+        .view(&layer.view)
+        .map(|v| {
+            v.def
+                .columns
+                .iter()
+                .map(|c| (c.name.clone(), json!(c.scalar.name())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut doc = json!({
+        "tilejson": "3.0.0",
+        "name": layer.name,
+        "description": layer.description,
+        "scheme": "xyz",
+        "tiles": [format!("http://{host}/tiles/{}/{{z}}/{{x}}/{{y}}.mvt", ogc::enc(&collection))],
+        "minzoom": 0,
+        "maxzoom": MAX_ZOOM,
+        "vector_layers": [{"id": collection, "fields": fields}],
+    });
+    if let Some(b) = app.features.layer_extent(layer) {
+        doc["bounds"] = json!(b);
+    }
+    Ok(response::json_value(200, &doc))
+}
+
+/// The tile's bounds in Web Mercator metres: (left, bottom, right, top).
+pub fn mercator_bounds(z: u32, x: u32, y: u32) -> (f64, f64, f64, f64) {
+    let size = 2.0 * HALF / f64::from(1u32 << z.min(31));
+    let left = -HALF + f64::from(x) * size;
+    let top = HALF - f64::from(y) * size;
+    (left, top - size, left + size, top)
+}
+
+fn to_lon_lat(x: f64, y: f64) -> (f64, f64) {
+    const R: f64 = 6_378_137.0;
+    let lon = (x / R).to_degrees();
+    let lat = (2.0 * (y / R).exp().atan() - std::f64::consts::FRAC_PI_2).to_degrees();
+    (lon, lat)
+}
+
+fn to_mercator(c: Coord<f64>) -> Coord<f64> {
+    const R: f64 = 6_378_137.0;
+    let lat = c.y.clamp(-85.051_128_78, 85.051_128_78).to_radians();
+    Coord {
+        x: c.x.to_radians() * R,
+        y: (std::f64::consts::FRAC_PI_4 + lat / 2.0).tan().ln() * R,
+    }
+}
+
+async fn tile(
+    app: &Arc<App>,
+    ctx: &Ctx,
+    id: &str,
+    z: u32,
+    x: u32,
+    y: u32,
+) -> Result<Bytes, ApiError> {
+    let (d, layer_id) = ogc::find(app, ctx, id)?;
+    let (left, bottom, right, top) = mercator_bounds(z, x, y);
+    let unit = (right - left) / f64::from(EXTENT);
+    let pad = BUFFER * unit;
+    let clip = (left - pad, bottom - pad, right + pad, top + pad);
+    let (west, south) = to_lon_lat(clip.0.max(-HALF), clip.1.max(-HALF));
+    let (east, north) = to_lon_lat(clip.2.min(HALF), clip.3.min(HALF));
+    let limit = app.features.settings().max_record_count.max(1);
+    let body = json!({
+        "params": {"id": d.name, "layer": layer_id, "method": "query"},
+        "query": {
+            "outFields": "*",
+            "returnGeometry": true,
+            "resultRecordCount": limit,
+            "extension": {"geometry": {"type": "Polygon", "coordinates": [[
+                [west, south], [east, south], [east, north], [west, north], [west, south]
+            ]]}},
+        },
+    });
+    let answer = ogc::run_bytes(app, ctx, body).await?;
+    let name = ogc::collection_id(
+        &d,
+        d.layers.iter().find(|l| l.id == layer_id).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::ExtensionNotFound,
+                format!("Collection {id} not found"),
+            )
+        })?,
+    );
+    let encoded = crate::cpu::run_cpu_intensive(move || {
+        let features = match serde_json::from_slice::<Answer<'_>>(&answer) {
+            Ok(a) => a.features,
+            Err(_) => Vec::new(),
+        };
+        encode(&name, &features, (left, bottom, right, top), clip, unit)
+    })
+    .await
+    .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the tile failed"))?;
+    Ok(Bytes::from(encoded))
+}
+
+/// The features of a geoQueryService answer, read without building a tree of the whole:
+/// property names and strings borrowed, the geometry left as its JSON text.
+#[derive(serde::Deserialize)]
+pub struct Answer<'a> {
+    #[serde(borrow, default)]
+    pub features: Vec<AnswerFeature<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+pub struct AnswerFeature<'a> {
+    #[serde(default)]
+    pub id: Option<u64>,
+    #[serde(borrow, default, deserialize_with = "entries")]
+    pub properties: Vec<(std::borrow::Cow<'a, str>, Property<'a>)>,
+    #[serde(borrow)]
+    pub geometry: Option<&'a serde_json::value::RawValue>,
+}
+
+/// A geometry's JSON: a point read straight into its two numbers (most tiles are points),
+/// anything else through the service's GeoJSON reader.
+fn read_geometry(text: &str) -> Option<Geometry<f64>> {
+    #[derive(serde::Deserialize)]
+    struct Point<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: &'a str,
+        coordinates: (f64, f64),
+    }
+    if let Ok(p) = serde_json::from_str::<Point<'_>>(text)
+        && p.kind == "Point"
+    {
+        return crate::spatial::geometry::point(p.coordinates.0, p.coordinates.1);
+    }
+    let v: Value = serde_json::from_str(text).ok()?;
+    crate::spatial::parse_geojson(&v).ok()
+}
+
+/// A JSON object's members in order, as pairs.
+fn entries<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<(std::borrow::Cow<'de, str>, Property<'de>)>, D::Error> {
+    struct Pairs;
+    impl<'de> serde::de::Visitor<'de> for Pairs {
+        type Value = Vec<(std::borrow::Cow<'de, str>, Property<'de>)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_map<M: serde::de::MapAccess<'de>>(
+            self,
+            mut m: M,
+        ) -> Result<Self::Value, M::Error> {
+            let mut out = Vec::new();
+            while let Some(entry) = m.next_entry()? {
+                out.push(entry);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(Pairs)
+}
+
+/// A property value as a tile can hold it.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+pub enum Property<'a> {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    #[serde(borrow)]
+    Text(std::borrow::Cow<'a, str>),
+    Other(serde::de::IgnoredAny),
+}
+
+/// Encode answered features as one MVT layer named `name`.
+pub fn encode(
+    name: &str,
+    features: &[AnswerFeature<'_>],
+    (left, bottom, right, top): (f64, f64, f64, f64),
+    clip: (f64, f64, f64, f64),
+    unit: f64,
+) -> Vec<u8> {
+    let mut tags = TagsBuilder::new();
+    let mut out = Vec::with_capacity(features.len());
+    for f in features {
+        let Some(raw) = f.geometry else { continue };
+        let Some(g) = read_geometry(raw.get()) else {
+            continue;
+        };
+        let projected = g.map_coords(to_mercator);
+        let Some(clipped) = clip_geometry(simplify(projected, unit / 2.0), clip) else {
+            continue;
+        };
+        // MVT tells shells from holes by winding: shells counter-clockwise here (y up), which
+        // is the spec's clockwise in tile coordinates (y down). Sources wind either way.
+        let clipped = match clipped {
+            Geometry::Polygon(p) => Geometry::Polygon(p.orient(Direction::Default)),
+            Geometry::MultiPolygon(m) => Geometry::MultiPolygon(m.orient(Direction::Default)),
+            other => other,
+        };
+        let Some(clipped) = without_collapsed(clipped, left, top, unit) else {
+            continue;
+        };
+        let Ok(mut feature) = clipped.to_mvt(EXTENT, left, bottom, right, top) else {
+            continue;
+        };
+        feature.id = f.id;
+        for (k, v) in &f.properties {
+            let value = match v {
+                Property::Text(s) => TileValue::Str(s.to_string()),
+                Property::Bool(b) => TileValue::Bool(*b),
+                Property::Int(i) => TileValue::Sint(*i),
+                Property::Float(x) => TileValue::Double(*x),
+                Property::Other(_) => continue,
+            };
+            let (ki, vi) = tags.insert_ref(k, value);
+            feature.tags.push(ki);
+            feature.tags.push(vi);
+        }
+        out.push(feature);
+    }
+    let (keys, values) = tags.into_tags();
+    let layer = Layer {
+        version: 2,
+        name: name.to_string(),
+        features: out,
+        keys,
+        values: values.into_iter().map(tile::Value::from).collect(),
+        extent: Some(EXTENT),
+    };
+    Tile {
+        layers: vec![layer],
+    }
+    .encode_to_vec()
+}
+
+/// The geometry without the rings and lines that collapse in whole tile units (fewer than
+/// three distinct positions, or no area, for a ring; fewer than two for a line), which
+/// decoders refuse; `None` when nothing is left.
+fn without_collapsed(g: Geometry<f64>, left: f64, top: f64, unit: f64) -> Option<Geometry<f64>> {
+    let cells = |l: &LineString<f64>| -> Vec<(i64, i64)> {
+        let mut v: Vec<(i64, i64)> =
+            l.0.iter()
+                .map(|c| {
+                    (
+                        ((c.x - left) / unit).round() as i64,
+                        ((top - c.y) / unit).round() as i64,
+                    )
+                })
+                .collect();
+        v.dedup();
+        v
+    };
+    let ring_ok = |r: &LineString<f64>| {
+        let v = cells(r);
+        let area: i64 = v
+            .windows(2)
+            .map(|w| w[0].0 * w[1].1 - w[1].0 * w[0].1)
+            .sum();
+        v.len() >= 4 && area != 0
+    };
+    let polygon = |p: Polygon<f64>| -> Option<Polygon<f64>> {
+        if !ring_ok(p.exterior()) {
+            return None;
+        }
+        let (shell, holes) = p.into_inner();
+        Some(Polygon::new(
+            shell,
+            holes.into_iter().filter(|h| ring_ok(h)).collect(),
+        ))
+    };
+    match g {
+        Geometry::Polygon(p) => polygon(p).map(Geometry::Polygon),
+        Geometry::MultiPolygon(m) => {
+            let kept: Vec<_> = m.0.into_iter().filter_map(polygon).collect();
+            (!kept.is_empty()).then_some(Geometry::MultiPolygon(MultiPolygon(kept)))
+        }
+        Geometry::LineString(l) => (cells(&l).len() >= 2).then_some(Geometry::LineString(l)),
+        Geometry::MultiLineString(m) => {
+            let kept: Vec<_> = m.0.into_iter().filter(|l| cells(l).len() >= 2).collect();
+            (!kept.is_empty()).then_some(Geometry::MultiLineString(MultiLineString(kept)))
+        }
+        other => Some(other),
+    }
+}
+
+fn simplify(g: Geometry<f64>, epsilon: f64) -> Geometry<f64> {
+    match g {
+        Geometry::LineString(l) => Geometry::LineString(l.simplify(epsilon)),
+        Geometry::MultiLineString(m) => Geometry::MultiLineString(m.simplify(epsilon)),
+        Geometry::Polygon(p) => Geometry::Polygon(p.simplify(epsilon)),
+        Geometry::MultiPolygon(m) => Geometry::MultiPolygon(m.simplify(epsilon)),
+        other => other,
+    }
+}
+
+/// The part of a geometry inside `(xmin, ymin, xmax, ymax)`: points kept when inside, lines
+/// cut at the box, rings clipped to it (Sutherland-Hodgman); `None` when nothing is left.
+pub fn clip_geometry(g: Geometry<f64>, b: (f64, f64, f64, f64)) -> Option<Geometry<f64>> {
+    let inside = |c: &Coord<f64>| c.x >= b.0 && c.x <= b.2 && c.y >= b.1 && c.y <= b.3;
+    match g {
+        Geometry::Point(p) => inside(&p.0).then_some(Geometry::Point(p)),
+        Geometry::MultiPoint(m) => {
+            let kept: Vec<_> = m.0.into_iter().filter(|p| inside(&p.0)).collect();
+            (!kept.is_empty()).then(|| Geometry::MultiPoint(kept.into()))
+        }
+        Geometry::LineString(l) => lines(vec![l], b),
+        Geometry::MultiLineString(m) => lines(m.0, b),
+        Geometry::Polygon(p) => polygons(vec![p], b),
+        Geometry::MultiPolygon(m) => polygons(m.0, b),
+        _ => None,
+    }
+}
+
+fn lines(ls: Vec<LineString<f64>>, b: (f64, f64, f64, f64)) -> Option<Geometry<f64>> {
+    let mut out: Vec<LineString<f64>> = Vec::new();
+    for l in ls {
+        let mut current: Vec<Coord<f64>> = Vec::new();
+        for w in l.0.windows(2) {
+            match clip_segment(w[0], w[1], b) {
+                Some((a, c)) => {
+                    if current.last() != Some(&a) {
+                        if current.len() >= 2 {
+                            out.push(LineString::new(std::mem::take(&mut current)));
+                        }
+                        current.clear();
+                        current.push(a);
+                    }
+                    current.push(c);
+                }
+                None => {
+                    if current.len() >= 2 {
+                        out.push(LineString::new(std::mem::take(&mut current)));
+                    }
+                    current.clear();
+                }
+            }
+        }
+        if current.len() >= 2 {
+            out.push(LineString::new(current));
+        }
+    }
+    match out.len() {
+        0 => None,
+        1 => out.pop().map(Geometry::LineString),
+        _ => Some(Geometry::MultiLineString(MultiLineString(out))),
+    }
+}
+
+/// Liang-Barsky: the part of segment `p`-`q` inside the box.
+fn clip_segment(
+    p: Coord<f64>,
+    q: Coord<f64>,
+    b: (f64, f64, f64, f64),
+) -> Option<(Coord<f64>, Coord<f64>)> {
+    let (dx, dy) = (q.x - p.x, q.y - p.y);
+    let (mut t0, mut t1) = (0.0f64, 1.0f64);
+    for (pv, qv) in [
+        (-dx, p.x - b.0),
+        (dx, b.2 - p.x),
+        (-dy, p.y - b.1),
+        (dy, b.3 - p.y),
+    ] {
+        if pv == 0.0 {
+            if qv < 0.0 {
+                return None;
+            }
+        } else {
+            let t = qv / pv;
+            if pv < 0.0 {
+                t0 = t0.max(t);
+            } else {
+                t1 = t1.min(t);
+            }
+        }
+    }
+    (t0 <= t1).then_some({
+        (
+            Coord {
+                x: p.x + t0 * dx,
+                y: p.y + t0 * dy,
+            },
+            Coord {
+                x: p.x + t1 * dx,
+                y: p.y + t1 * dy,
+            },
+        )
+    })
+}
+
+fn polygons(ps: Vec<Polygon<f64>>, b: (f64, f64, f64, f64)) -> Option<Geometry<f64>> {
+    let mut out = Vec::new();
+    for p in ps {
+        let (exterior, interiors) = p.into_inner();
+        let Some(shell) = clip_ring(exterior, b) else {
+            continue;
+        };
+        let holes: Vec<_> = interiors
+            .into_iter()
+            .filter_map(|r| clip_ring(r, b))
+            .collect();
+        out.push(Polygon::new(shell, holes));
+    }
+    match out.len() {
+        0 => None,
+        1 => out.pop().map(Geometry::Polygon),
+        _ => Some(Geometry::MultiPolygon(MultiPolygon(out))),
+    }
+}
+
+/// Sutherland-Hodgman clipping of a ring against the box, edge by edge.
+fn clip_ring(ring: LineString<f64>, b: (f64, f64, f64, f64)) -> Option<LineString<f64>> {
+    let mut pts: Vec<Coord<f64>> = ring.0;
+    if pts.first() == pts.last() {
+        pts.pop();
+    }
+    type Edge = (
+        fn(&Coord<f64>, f64) -> bool,
+        fn(Coord<f64>, Coord<f64>, f64) -> Coord<f64>,
+        f64,
+    );
+    let at_x = |p: Coord<f64>, q: Coord<f64>, x: f64| Coord {
+        x,
+        y: p.y + (q.y - p.y) * (x - p.x) / (q.x - p.x),
+    };
+    let at_y = |p: Coord<f64>, q: Coord<f64>, y: f64| Coord {
+        x: p.x + (q.x - p.x) * (y - p.y) / (q.y - p.y),
+        y,
+    };
+    let edges: [Edge; 4] = [
+        (|c, v| c.x >= v, at_x, b.0),
+        (|c, v| c.x <= v, at_x, b.2),
+        (|c, v| c.y >= v, at_y, b.1),
+        (|c, v| c.y <= v, at_y, b.3),
+    ];
+    for (keep, cross, v) in edges {
+        if pts.is_empty() {
+            return None;
+        }
+        let mut next = Vec::with_capacity(pts.len() + 4);
+        for i in 0..pts.len() {
+            let cur = pts[i];
+            let prev = pts[(i + pts.len() - 1) % pts.len()];
+            match (keep(&cur, v), keep(&prev, v)) {
+                (true, true) => next.push(cur),
+                (true, false) => {
+                    next.push(cross(prev, cur, v));
+                    next.push(cur);
+                }
+                (false, true) => next.push(cross(prev, cur, v)),
+                (false, false) => {}
+            }
+        }
+        pts = next;
+    }
+    if pts.len() < 3 {
+        return None;
+    }
+    pts.push(pts[0]);
+    Some(LineString::new(pts))
+}
