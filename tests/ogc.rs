@@ -61,6 +61,21 @@ fn ids(fc: &Value) -> Vec<i64> {
         .collect()
 }
 
+/// The ids a geoQueryService envelope query of the box returns, sorted.
+fn envelope_ids(c: &mut Client, (xmin, ymin, xmax, ymax): (f64, f64, f64, f64)) -> Vec<i64> {
+    let env = json!({"type": "Polygon", "coordinates": [[[xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax], [xmin, ymin]]]});
+    let mut ids = common::layers::ids(
+        &query(
+            c,
+            "US Counties",
+            json!({"returnIdsOnly": true, "extension": {"geometry": env}}),
+        )
+        .json(),
+    );
+    ids.sort_unstable();
+    ids
+}
+
 #[test]
 fn core_requirements() {
     let dir = loaded_dir();
@@ -140,16 +155,7 @@ fn core_requirements() {
         .json();
     let mut got = ids(&page);
     got.sort_unstable();
-    let env = json!({"type": "Polygon", "coordinates": [[[xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax], [xmin, ymin]]]});
-    let mut want = common::layers::ids(
-        &query(
-            &mut c,
-            "US Counties",
-            json!({"returnIdsOnly": true, "extension": {"geometry": env}}),
-        )
-        .json(),
-    );
-    want.sort_unstable();
+    let want = envelope_ids(&mut c, (xmin, ymin, xmax, ymax));
     assert_eq!(got, want);
     assert!(got.len() >= 3, "{got:?}");
     assert_eq!(page["numberMatched"].as_u64().unwrap() as usize, got.len());
@@ -273,16 +279,7 @@ fn gdal_reads_it() {
         .collect();
     got.sort_unstable();
     let mut c = srv.client(GEO);
-    let env = json!({"type": "Polygon", "coordinates": [[[-105.1, 39.6], [-104.8, 39.6], [-104.8, 39.9], [-105.1, 39.9], [-105.1, 39.6]]]});
-    let mut want = common::layers::ids(
-        &query(
-            &mut c,
-            "US Counties",
-            json!({"returnIdsOnly": true, "extension": {"geometry": env}}),
-        )
-        .json(),
-    );
-    want.sort_unstable();
+    let want = envelope_ids(&mut c, (-105.1, 39.6, -104.8, 39.9));
     assert_eq!(got, want, "{text}");
     srv.kill();
 }
@@ -362,18 +359,7 @@ fn tiles_hold_the_box_query_clipped() {
         let (r_, b) = (l + size + 2.0 * pad, t - size - 2.0 * pad);
         let lon = |m: f64| (m / R).to_degrees();
         let lat = |m: f64| (2.0 * (m / R).exp().atan() - std::f64::consts::FRAC_PI_2).to_degrees();
-        let env = json!({"type": "Polygon", "coordinates": [[
-            [lon(l), lat(b)], [lon(r_), lat(b)], [lon(r_), lat(t)], [lon(l), lat(t)], [lon(l), lat(b)]
-        ]]});
-        let mut want = common::layers::ids(
-            &query(
-                &mut c,
-                "US Counties",
-                json!({"returnIdsOnly": true, "extension": {"geometry": env}}),
-            )
-            .json(),
-        );
-        want.sort_unstable();
+        let want = envelope_ids(&mut c, (lon(l), lat(b), lon(r_), lat(t)));
         // A polygon of the query that only touches the buffer's edge has nothing left inside
         // it: every feature the tile leaves out must be one (geo's boolean intersection, in
         // degrees, as the oracle), and the tile holds nothing the query does not.

@@ -132,6 +132,30 @@ fn file_name(path: &Path) -> Arc<str> {
     )
 }
 
+/// Numbers a file's records and reports progress as the share of records read.
+struct Records<'b> {
+    file: Arc<str>,
+    unit: Unit,
+    n: u64,
+    /// The file's size, spread over its `total` records.
+    size: u64,
+    total: u64,
+    bytes: &'b AtomicU64,
+}
+
+impl Records<'_> {
+    fn next(&mut self) -> At {
+        self.n += 1;
+        self.bytes
+            .store(self.size * self.n / self.total.max(1), Ordering::Relaxed);
+        At {
+            file: self.file.clone(),
+            unit: self.unit,
+            number: self.n,
+        }
+    }
+}
+
 /// Hand a feature to `each` after reprojecting it; false to stop.
 fn hand(
     at: At,
@@ -161,16 +185,17 @@ pub fn read_shapefile(
         Err(_) => None,
     };
     let mut reader = shapefile::Reader::from_path(path).map_err(|e| fail(e.to_string()))?;
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let total = reader.shape_count().unwrap_or(0).max(1) as u64;
-    for (i, item) in reader.iter_shapes_and_records().enumerate() {
+    let mut records = Records {
+        file: file.clone(),
+        unit: Unit::Feature,
+        n: 0,
+        size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        total: reader.shape_count().unwrap_or(0) as u64,
+        bytes,
+    };
+    for item in reader.iter_shapes_and_records() {
         let (shape, record) = item.map_err(|e| fail(e.to_string()))?;
-        bytes.store(size * (i as u64 + 1) / total, Ordering::Relaxed);
-        let at = At {
-            file: file.clone(),
-            unit: Unit::Feature,
-            number: i as u64 + 1,
-        };
+        let at = records.next();
         let properties: Map<String, Value> = record
             .into_iter()
             .map(|(name, value)| (name, dbf_value(value)))
@@ -321,18 +346,17 @@ pub fn read_flatgeobuf(
         },
         None => None,
     };
-    let total = header.features_count().max(1);
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let mut records = Records {
+        file: file.clone(),
+        unit: Unit::Feature,
+        n: 0,
+        size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        total: header.features_count(),
+        bytes,
+    };
     let mut features = reader.select_all().map_err(|e| fail(e.to_string()))?;
-    let mut n = 0u64;
     while let Some(f) = features.next().map_err(|e| fail(e.to_string()))? {
-        n += 1;
-        bytes.store(size * n / total, Ordering::Relaxed);
-        let at = At {
-            file: file.clone(),
-            unit: Unit::Feature,
-            number: n,
-        };
+        let at = records.next();
         let mut props = Properties::default();
         let item = f
             .process_properties(&mut props)
@@ -402,7 +426,6 @@ pub fn read_geopackage(
         )
         .map_err(|e| fail(e.to_string()))?
         .max(1) as u64;
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let mut stmt = db
         .prepare(&format!("SELECT * FROM \"{}\"", table.replace('"', "\"\"")))
         .map_err(|e| fail(e.to_string()))?;
@@ -412,15 +435,16 @@ pub fn read_geopackage(
         .map(str::to_string)
         .collect();
     let mut rows = stmt.query([]).map_err(|e| fail(e.to_string()))?;
-    let mut n = 0u64;
+    let mut records = Records {
+        file: file.clone(),
+        unit: Unit::Row,
+        n: 0,
+        size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        total,
+        bytes,
+    };
     while let Some(row) = rows.next().map_err(|e| fail(e.to_string()))? {
-        n += 1;
-        bytes.store(size * n / total, Ordering::Relaxed);
-        let at = At {
-            file: file.clone(),
-            unit: Unit::Row,
-            number: n,
-        };
+        let at = records.next();
         let mut properties = Map::new();
         let mut geometry = Err(Problem::NoGeometry);
         for (i, name) in names.iter().enumerate() {

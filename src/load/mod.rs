@@ -405,16 +405,9 @@ fn http_options(args: &LoadArgs, url: &str) -> Result<HttpOptions, LoadError> {
     })
 }
 
-/// A name for the view: letters, digits and `_`.
+/// A name for the view: letters, digits and `_`, as a column's.
 fn view_name(text: &str) -> String {
-    let mut s: String = text
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
-        s.insert(0, '_');
-    }
-    s
+    schema::column_name(text)
 }
 
 /// Where the loader keeps a service's definitions.

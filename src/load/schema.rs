@@ -339,7 +339,7 @@ fn fit(v: &Value, kind: Kind) -> Result<Option<Value>, ()> {
 }
 
 /// A property name as a column name: letters, digits and `_`, not starting with a digit.
-fn column_name(property: &str) -> String {
+pub(super) fn column_name(property: &str) -> String {
     let mut name: String = property
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
