@@ -317,6 +317,30 @@ fn over_http_into_a_running_server() {
     );
     assert_eq!(r.code, 0, "{}", r.report);
     assert_eq!(count(&mut c, "counties", json!({})), 3231);
+    // A plain rest-writer may load (the geo roles are for querying), and bad credentials stop
+    // the load before anything is read, with exit 2.
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/load/counties-tx-co.geojson");
+    let url = format!("http://{}", srv.addr);
+    let as_writer = [
+        fixture.to_str().unwrap(),
+        "--service",
+        "by-writer",
+        "--url",
+        url.as_str(),
+        "--user",
+        WRITER.0,
+        "--password",
+        WRITER.1,
+    ];
+    let r = load(&as_writer);
+    assert_eq!(r.code, 0, "{}", r.report);
+    assert_eq!(count(&mut c, "by-writer", json!({})), 318);
+    let mut wrong = as_writer;
+    wrong[8] = "not-the-password";
+    let r = load(&wrong);
+    assert_eq!(r.code, 2, "{}", r.report);
+    assert!(r.report.contains("HTTP 401"), "{}", r.report);
 }
 
 /// Every kind of broken record, skipped with its place and reason; the good ones loaded.

@@ -413,14 +413,10 @@ mod http {
                 .build()
                 .map_err(|e| LoadError::Target(e.to_string()))?;
             let options = Arc::new(options);
-            // One request first: the server is there, and the credentials are good.
+            // One request first: the server is there, and the credentials are good (any user
+            // may ping; writing needs rest-writer, which the writes themselves check).
             let mut client = Client::new(options.clone());
-            let probe = runtime.block_on(client.request(
-                Method::GET,
-                "/v1/resources/modelService",
-                "",
-                Bytes::new(),
-            ));
+            let probe = runtime.block_on(client.request(Method::GET, "/v1/ping", "", Bytes::new()));
             match probe {
                 Ok(a) if a.status.is_success() => {}
                 Ok(a) => return Err(LoadError::Target(refusal(&a))),
