@@ -178,13 +178,23 @@ fn request_ids_are_echoed_and_logged_as_json() {
         b.header("x-request-id").unwrap(),
     );
     assert_ne!(a, b);
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let log = srv.log.lock().unwrap().clone();
-    let mine: Vec<Value> = log
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["span"]["id"] == "trace-me-42")
-        .collect();
+    // The lines reach the test through a pipe and a reader thread: wait for them (5 s at most).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let (log, mine) = loop {
+        let log = srv.log.lock().unwrap().clone();
+        let mine: Vec<Value> = log
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["span"]["id"] == "trace-me-42")
+            .collect();
+        let answered = mine
+            .iter()
+            .any(|v| v["fields"]["message"] == "request" && v["fields"]["status"] == 404);
+        if answered || std::time::Instant::now() > deadline {
+            break (log, mine);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(
         !mine.is_empty(),
         "no JSON line of the request in:\n{}",
