@@ -61,6 +61,20 @@ fn ids(fc: &Value) -> Vec<i64> {
         .collect()
 }
 
+/// GDAL's tools, installed by `scripts/setup-system.sh` (as .ci/run does; root or sudo) when
+/// missing.
+fn need_gdal() {
+    let have = || Command::new("ogr2ogr").arg("--version").output().is_ok();
+    if !have() {
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-system.sh");
+        let _ = Command::new(setup).status();
+    }
+    assert!(
+        have(),
+        "ogr2ogr is missing and scripts/setup-system.sh could not install Debian's gdal-bin"
+    );
+}
+
 /// The ids a geoQueryService envelope query of the box returns, sorted.
 fn envelope_ids(c: &mut Client, (xmin, ymin, xmax, ymax): (f64, f64, f64, f64)) -> Vec<i64> {
     let env = json!({"type": "Polygon", "coordinates": [[[xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax], [xmin, ymin]]]});
@@ -201,16 +215,7 @@ fn core_requirements() {
 /// equal to the source, and `ogrinfo -spat` returns the features of an envelope query.
 #[test]
 fn gdal_reads_it() {
-    let have = || Command::new("ogr2ogr").arg("--version").output().is_ok();
-    if !have() {
-        // As .ci/run does; it needs root or sudo.
-        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-system.sh");
-        let _ = Command::new(setup).status();
-    }
-    assert!(
-        have(),
-        "ogr2ogr is missing and scripts/setup-system.sh could not install Debian's gdal-bin"
-    );
+    need_gdal();
     let dir = loaded_dir();
     let srv = ChildServer::start(dir.path(), &[]);
     let url = format!("OAPIF:http://{}/ogc", srv.addr);
@@ -288,15 +293,7 @@ fn gdal_reads_it() {
 /// box query of the tile's buffered bounds returns, clipped to that buffer.
 #[test]
 fn tiles_hold_the_box_query_clipped() {
-    let have = || Command::new("ogr2ogr").arg("--version").output().is_ok();
-    if !have() {
-        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-system.sh");
-        let _ = Command::new(setup).status();
-    }
-    assert!(
-        have(),
-        "ogr2ogr is missing (scripts/setup-system.sh installs gdal-bin)"
-    );
+    need_gdal();
     let dir = loaded_dir();
     let srv = ChildServer::start(dir.path(), &[]);
     let mut c = srv.client(GEO);

@@ -33,16 +33,7 @@ fn load_layer(name: &str) -> Vec<Geometry<f64>> {
 }
 
 fn places() -> Vec<(f64, f64)> {
-    let text = std::fs::read_to_string(data_dir().join("real/geonames-cities1000.csv")).unwrap();
-    text.lines()
-        .skip(1)
-        .map(|l| {
-            let mut it = l.split(',');
-            let lat: f64 = it.next().unwrap().parse().unwrap();
-            let lon: f64 = it.next().unwrap().parse().unwrap();
-            (lon, lat)
-        })
-        .collect()
+    common::geonames_points()
 }
 
 struct Expected {

@@ -405,9 +405,9 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
         "application/geo+json",
         "this page",
     )];
-    if (q.offset + features.len()) < matched as usize && !features.is_empty() {
+    if q.offset.saturating_add(features.len()) < matched as usize && !features.is_empty() {
         links.push(link(
-            with(q.offset + limit),
+            with(q.offset.saturating_add(limit)),
             "next",
             "application/geo+json",
             "the next page",

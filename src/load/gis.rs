@@ -143,7 +143,18 @@ struct Records<'b> {
     bytes: &'b AtomicU64,
 }
 
-impl Records<'_> {
+impl<'b> Records<'b> {
+    fn new(path: &Path, file: &Arc<str>, unit: Unit, total: u64, bytes: &'b AtomicU64) -> Self {
+        Records {
+            file: file.clone(),
+            unit,
+            n: 0,
+            size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+            total,
+            bytes,
+        }
+    }
+
     fn next(&mut self) -> At {
         self.n += 1;
         self.bytes
@@ -185,14 +196,8 @@ pub fn read_shapefile(
         Err(_) => None,
     };
     let mut reader = shapefile::Reader::from_path(path).map_err(|e| fail(e.to_string()))?;
-    let mut records = Records {
-        file: file.clone(),
-        unit: Unit::Feature,
-        n: 0,
-        size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
-        total: reader.shape_count().unwrap_or(0) as u64,
-        bytes,
-    };
+    let total = reader.shape_count().unwrap_or(0) as u64;
+    let mut records = Records::new(path, &file, Unit::Feature, total, bytes);
     for item in reader.iter_shapes_and_records() {
         let (shape, record) = item.map_err(|e| fail(e.to_string()))?;
         let at = records.next();
@@ -346,14 +351,7 @@ pub fn read_flatgeobuf(
         },
         None => None,
     };
-    let mut records = Records {
-        file: file.clone(),
-        unit: Unit::Feature,
-        n: 0,
-        size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
-        total: header.features_count(),
-        bytes,
-    };
+    let mut records = Records::new(path, &file, Unit::Feature, header.features_count(), bytes);
     let mut features = reader.select_all().map_err(|e| fail(e.to_string()))?;
     while let Some(f) = features.next().map_err(|e| fail(e.to_string()))? {
         let at = records.next();
@@ -435,14 +433,7 @@ pub fn read_geopackage(
         .map(str::to_string)
         .collect();
     let mut rows = stmt.query([]).map_err(|e| fail(e.to_string()))?;
-    let mut records = Records {
-        file: file.clone(),
-        unit: Unit::Row,
-        n: 0,
-        size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
-        total,
-        bytes,
-    };
+    let mut records = Records::new(path, &file, Unit::Row, total, bytes);
     while let Some(row) = rows.next().map_err(|e| fail(e.to_string()))? {
         let at = records.next();
         let mut properties = Map::new();

@@ -278,10 +278,12 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
 
     let mut summary = Summary::default();
     let mut records = incoming.iter();
-    // The sample: records up to `sample` usable ones, kept to be loaded after.
+    // The sample: records up to `sample` usable ones, kept to be loaded after; at most ten
+    // times that many records in all, so a file of bad records is not held in memory.
     let mut held: Vec<source::Record> = Vec::new();
     let mut usable = 0;
-    while usable < args.sample.max(1) {
+    let most = args.sample.max(1).saturating_mul(10).max(CHUNK);
+    while usable < args.sample.max(1) && held.len() < most {
         match records.next() {
             Some(Ok(chunk)) => {
                 usable += chunk.iter().filter(|(_, r)| r.is_ok()).count();

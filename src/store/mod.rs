@@ -738,7 +738,7 @@ fn plan_request(
 ) -> Result<(Vec<Planned>, Written), StoreError> {
     // Earlier operations of the same request are visible to later ones, through the overlay.
     // Only a request that names a URI twice needs it, and most never do: they skip its copies.
-    let repeats = {
+    let repeats = ops.len() > 1 && {
         let mut seen: crate::FastMap<&str, ()> = crate::FastMap::default();
         seen.reserve(ops.len());
         ops.iter().any(|op| match op {

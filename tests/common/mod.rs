@@ -597,3 +597,17 @@ pub fn data_dir() -> PathBuf {
     }
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data")
 }
+
+/// The GeoNames places of `real/geonames-cities1000.csv` as (lon, lat), in file order.
+pub fn geonames_points() -> Vec<(f64, f64)> {
+    let text = std::fs::read_to_string(data_dir().join("real/geonames-cities1000.csv")).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let mut it = l.split(',');
+            let lat: f64 = it.next().unwrap().parse().unwrap();
+            let lon: f64 = it.next().unwrap().parse().unwrap();
+            (lon, lat)
+        })
+        .collect()
+}
