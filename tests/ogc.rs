@@ -418,7 +418,79 @@ fn tiles_hold_the_box_query_clipped() {
             );
         }
     }
+    // The tiles at the world's edges, whose buffer reaches past ±180°: the one tile of zoom 0
+    // holds every county, and the corner tiles of zoom 1 answer.
+    let world = c.get(&format!("/tiles/{COLLECTION}/0/0/0.mvt"));
+    assert_eq!(world.status, 200, "{}", world.text());
+    let tile = dir.path().join("world.mvt");
+    std::fs::write(&tile, &world.body).unwrap();
+    let out = dir.path().join("world.geojson");
+    let decoded = Command::new("ogr2ogr")
+        .args(["-f", "GeoJSON"])
+        .arg(&out)
+        .arg(&tile)
+        .args(["-oo", "X=0", "-oo", "Y=0", "-oo", "Z=0", "-oo", "CLIP=NO"])
+        .output()
+        .unwrap();
+    assert!(decoded.status.success(), "{decoded:?}");
+    let fc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(fc["features"].as_array().unwrap().len(), source().len());
+    for (x, y) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+        let r = c.get(&format!("/tiles/{COLLECTION}/1/{x}/{y}.mvt"));
+        assert_eq!(r.status, 200, "1/{x}/{y}: {}", r.text());
+    }
     assert_eq!(c.get(&format!("/tiles/{COLLECTION}/2/9/0.mvt")).status, 400);
     assert_eq!(c.get("/tiles/nope.0/0/0/0.mvt").status, 404);
+    srv.kill();
+}
+
+/// A tile with more features than its limit holds an even sample of them: at zoom 0 over the
+/// 144,563 GeoNames places, 5,000 (`max_record_count`) whose ids step evenly through the whole
+/// file, not its first 5,000 (one end of the alphabet of countries).
+#[test]
+fn a_dense_tile_is_a_sample_of_the_whole_layer() {
+    need_gdal();
+    let dir = temp_dir("ogc-dense");
+    seed_users(&dir);
+    let csv = data_dir().join("real/geonames-cities1000.csv");
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args(["load", "--quiet", "--service", "Places", "--data-dir"])
+        .arg(dir.path())
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rows = std::fs::read_to_string(&csv).unwrap().lines().count() - 1;
+    let srv = ChildServer::start(dir.path(), &[]);
+    let mut c = srv.client(GEO);
+    let r = c.get("/tiles/Places.0/0/0/0.mvt");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let tile = dir.path().join("places.mvt");
+    std::fs::write(&tile, &r.body).unwrap();
+    let geojson = dir.path().join("places.geojson");
+    let decoded = Command::new("ogr2ogr")
+        .args(["-f", "GeoJSON"])
+        .arg(&geojson)
+        .arg(&tile)
+        .args(["-oo", "X=0", "-oo", "Y=0", "-oo", "Z=0", "-oo", "CLIP=NO"])
+        .output()
+        .unwrap();
+    assert!(decoded.status.success(), "{decoded:?}");
+    let fc: Value = serde_json::from_str(&std::fs::read_to_string(&geojson).unwrap()).unwrap();
+    let mut ids: Vec<i64> = fc["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["properties"]["OBJECTID"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids.len(), 5000);
+    let step = rows as f64 / 5000.0;
+    assert!(ids[0] <= step.ceil() as i64, "{}", ids[0]);
+    assert!(*ids.last().unwrap() >= rows as i64 - step.ceil() as i64);
+    for w in ids.windows(2) {
+        let gap = (w[1] - w[0]) as f64;
+        assert!(gap >= step.floor() && gap <= step.ceil(), "{w:?}");
+    }
     srv.kill();
 }

@@ -299,16 +299,23 @@ fn interval(v: &str) -> Result<String, ApiError> {
 
 /// Run a geoQueryService body for the caller on the query threads.
 pub(super) async fn run(app: &Arc<App>, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
-    let out = run_bytes(app, ctx, body).await?;
+    let out = run_bytes(app, ctx, body, false).await?;
     serde_json::from_slice(&out)
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the query's answer: {e}")))
 }
 
-/// [`run`], the answer's JSON as written.
-pub(super) async fn run_bytes(app: &Arc<App>, ctx: &Ctx, body: Value) -> Result<Bytes, ApiError> {
+/// [`run`], the answer's JSON as written; `spread`: a page over the limit is an even sample of
+/// the matches (a tile's), not the first ones.
+pub(super) async fn run_bytes(
+    app: &Arc<App>,
+    ctx: &Ctx,
+    body: Value,
+    spread: bool,
+) -> Result<Bytes, ApiError> {
     let bytes = Bytes::from(body.to_string());
     let max_vertices = app.features.settings().max_query_vertices;
-    let request = FeatureRequest::parse_for(ctx.caller.name(), &bytes, max_vertices)?;
+    let mut request = FeatureRequest::parse_for(ctx.caller.name(), &bytes, max_vertices)?;
+    request.query.spread = spread;
     let features = app.features.clone();
     let caller = ctx.caller.clone();
     let out =

@@ -3,8 +3,10 @@
 //! `GET /tiles/{collection}.json`.
 //!
 //! A tile is a box query of its buffered bounds through the same engine and permissions as
-//! geoQueryService; each geometry is projected, simplified for the zoom (Douglas-Peucker, half
-//! a tile unit), clipped to the buffer and encoded with geozero's MVT writer.
+//! geoQueryService, with at most `max_record_count` features, spread evenly over the matches
+//! when there are more (a sample of the whole layer, not its first ids). Each geometry is
+//! projected, simplified for the zoom (Douglas-Peucker, half a tile unit), clipped to the
+//! buffer and encoded with geozero's MVT writer.
 
 use std::sync::Arc;
 
@@ -114,9 +116,11 @@ pub fn mercator_bounds(z: u32, x: u32, y: u32) -> (f64, f64, f64, f64) {
     (left, top - size, left + size, top)
 }
 
+/// Web Mercator metres to degrees; the world's edge rounds to just past 180°, so longitude is
+/// clamped to the range a query geometry may have.
 fn to_lon_lat(x: f64, y: f64) -> (f64, f64) {
     const R: f64 = 6_378_137.0;
-    let lon = (x / R).to_degrees();
+    let lon = (x / R).to_degrees().clamp(-180.0, 180.0);
     let lat = (2.0 * (y / R).exp().atan() - std::f64::consts::FRAC_PI_2).to_degrees();
     (lon, lat)
 }
@@ -157,7 +161,7 @@ async fn tile(
             ]]}},
         },
     });
-    let answer = ogc::run_bytes(app, ctx, body).await?;
+    let answer = ogc::run_bytes(app, ctx, body, true).await?;
     let name = ogc::collection_id(
         &d,
         d.layers.iter().find(|l| l.id == layer_id).ok_or_else(|| {

@@ -175,7 +175,11 @@ impl Features {
                 let start = offset.min(rows.len());
                 let end = (start + limit).min(rows.len());
                 let exceeded = end < rows.len();
-                let page: Vec<u32> = rows[start..end].iter().map(|r| r.1).collect();
+                let page: Vec<u32> = if q.spread && exceeded {
+                    spread(&rows[start..], limit).map(|r| r.1).collect()
+                } else {
+                    rows[start..end].iter().map(|r| r.1).collect()
+                };
                 self.write_features(
                     descriptor,
                     resolved,
@@ -229,6 +233,12 @@ pub(super) struct Plan {
 }
 
 /// A query's answer.
+/// `limit` of `rows` at even steps, the first included: a sample that keeps the order.
+fn spread<T>(rows: &[T], limit: usize) -> impl Iterator<Item = &T> {
+    let n = rows.len();
+    (0..limit.min(n)).map(move |i| &rows[i * n / limit.min(n)])
+}
+
 enum Output {
     /// `outStatistics` (a column each, none for `count(*)`) by `groupByFieldsForStatistics`.
     Statistics {
@@ -542,5 +552,21 @@ pub(super) fn statistic<'d>(
                 var.sqrt()
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    #[test]
+    fn spread_takes_even_steps_from_the_first() {
+        let rows: Vec<u32> = (0..10).collect();
+        let got: Vec<u32> = spread(&rows, 4).copied().collect();
+        assert_eq!(got, [0, 2, 5, 7]);
+        let all: Vec<u32> = spread(&rows, 20).copied().collect();
+        assert_eq!(all, rows);
+        assert_eq!(spread(&rows, 0).count(), 0);
+        assert_eq!(spread(&rows[..0], 3).count(), 0);
     }
 }

@@ -173,6 +173,9 @@ pub struct QuerySpec {
     pub geometry: Option<(Arc<Query>, Relation)>,
     /// `distance` in metres: features within it of the query geometry match.
     pub distance: Option<f64>,
+    /// Over the limit, a page spread evenly over the ordered matches instead of the first
+    /// ones: a map tile's sample of a dense layer. Set by the server only, never by a request.
+    pub spread: bool,
 }
 
 /// A geoQueryService request.
