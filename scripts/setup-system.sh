@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install the Debian packages the tests drive, when they are missing: gdal-bin (GDAL's ogrinfo
-# and ogr2ogr read the OGC API in tests/ogc.rs). Idempotent; .ci/run and a new machine run it
-# before `cargo test`. Needs root, or sudo.
+# and ogr2ogr read the OGC API in tests/ogc.rs) and chromium (the map page in a real browser,
+# tests/map.rs). Idempotent; .ci/run and a new machine run it before `cargo test`. Needs root,
+# or sudo.
 set -euo pipefail
 missing=()
 command -v ogr2ogr >/dev/null || missing+=(gdal-bin)
+[ -x /usr/bin/chromium ] || missing+=(chromium fonts-dejavu-core)
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -11,6 +11,7 @@ mod features;
 mod flows;
 pub mod io_threads;
 mod manage;
+mod map;
 pub(crate) mod multipart;
 mod ogc;
 pub mod params;

@@ -34,6 +34,8 @@ enum Route {
     Ogc(String),
     /// Vector tiles and TileJSON: the path after `/tiles/`.
     Tiles(String),
+    /// The map page (`/`, an empty path) and its files: the path after `/map/`.
+    Map(String),
     NotFound,
 }
 
@@ -52,7 +54,11 @@ impl Route {
             "/v1/deploy" => Route::Deploy,
             "/v1/traces" => Route::Traces,
             "/v1/diagnostics" => Route::Diagnostics,
+            "/" => Route::Map(String::new()),
             _ => {
+                if let Some(rest) = path.strip_prefix("/map/") {
+                    return Route::Map(rest.to_string());
+                }
                 if let Some(rest) = path.strip_prefix("/tiles/") {
                     return Route::Tiles(rest.to_string());
                 }
@@ -97,7 +103,7 @@ impl Route {
             Route::GeoQueryService => &[Method::POST],
             Route::Deploy => &[Method::POST],
             Route::Traces => &[Method::GET],
-            Route::Diagnostics | Route::Ogc(_) | Route::Tiles(_) => &[Method::GET],
+            Route::Diagnostics | Route::Ogc(_) | Route::Tiles(_) | Route::Map(_) => &[Method::GET],
             Route::NotFound => &[],
         }
     }
@@ -249,6 +255,7 @@ where
         Route::Diagnostics => features::diagnostics(app, &ctx),
         Route::Ogc(rest) => super::ogc::get(app, &ctx, &rest).await,
         Route::Tiles(rest) => super::tiles::get(app, &ctx, &rest).await,
+        Route::Map(rest) => super::map::get(&ctx, &rest),
     };
     result.unwrap_or_else(|e| {
         if e.status() >= 500 {
@@ -283,6 +290,7 @@ pub(super) fn label(path: &str) -> &'static str {
         Route::Diagnostics => "diagnostics",
         Route::Ogc(_) => "ogc",
         Route::Tiles(_) => "tiles",
+        Route::Map(_) => "map",
         Route::NotFound => "unknown",
     }
 }
@@ -393,7 +401,8 @@ mod tests {
                     .replace("{featureId}", "1")
                     .replace("{z}", "0")
                     .replace("{x}", "0")
-                    .replace("{y}", "0"),
+                    .replace("{y}", "0")
+                    .replace("{asset}", "map.js"),
             );
             assert_ne!(route, Route::NotFound, "{path} is no route");
             let mut documented: Vec<String> = item
@@ -426,6 +435,7 @@ mod tests {
             Route::Diagnostics,
             Route::Ogc(String::new()),
             Route::Tiles(String::new()),
+            Route::Map(String::new()),
         ];
         for r in all {
             // A new route must be added here, and to the document.
@@ -446,6 +456,7 @@ mod tests {
                 | Route::Diagnostics
                 | Route::Ogc(_)
                 | Route::Tiles(_)
+                | Route::Map(_)
                 | Route::NotFound => {}
             }
             assert!(
@@ -465,5 +476,8 @@ mod tests {
         );
         assert_eq!(Route::of("/manage/v2/users/a/b"), Route::NotFound);
         assert_eq!(Route::of("/v1/documentsx"), Route::NotFound);
+        assert_eq!(Route::of("/"), Route::Map(String::new()));
+        assert_eq!(Route::of("/map/map.js"), Route::Map("map.js".into()));
+        assert_eq!(Route::of("/mapx"), Route::NotFound);
     }
 }
