@@ -21,6 +21,7 @@ use crate::features::{FeatureRequest, ViewState};
 
 const CORE: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/core";
 const GEOJSON: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/geojson";
+const OAS30: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/oas30";
 const CRS84: &str = "http://www.opengis.net/def/crs/OGC/1.3/CRS84";
 /// Items a page when `limit` is not given, and the most a page may ask for.
 const DEFAULT_LIMIT: usize = 10;
@@ -76,8 +77,16 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
         [] => landing(ctx),
         ["conformance"] => Ok(response::json_value(
             200,
-            &json!({"conformsTo": [CORE, GEOJSON]}),
+            &json!({"conformsTo": [CORE, OAS30, GEOJSON]}),
         )),
+        ["api"] => {
+            let mut r = response::json_bytes(200, openapi_30().clone());
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static(OAS30_TYPE),
+            );
+            Ok(r)
+        }
         ["collections"] => collections(app, ctx),
         ["collections", id] => {
             let (d, layer) = find(app, ctx, id)?;
@@ -101,17 +110,67 @@ fn landing(ctx: &Ctx) -> Result<Resp, ApiError> {
             "description": "The layers of this geoshard server as OGC API – Features collections",
             "links": [
                 link(b.clone(), "self", "application/json", "this document"),
+                link(format!("{b}/api"), "service-desc", OAS30_TYPE, "the API definition (OpenAPI 3.0)"),
                 link(
                     b.replace("/ogc", "/v1/openapi.json"),
                     "service-desc",
                     "application/vnd.oai.openapi+json;version=3.1",
-                    "the API definition"
+                    "the API definition (OpenAPI 3.1)"
                 ),
                 link(format!("{b}/conformance"), "conformance", "application/json", "conformance classes"),
                 link(format!("{b}/collections"), "data", "application/json", "the collections"),
             ]
         }),
     ))
+}
+
+const OAS30_TYPE: &str = "application/vnd.oai.openapi+json;version=3.0";
+
+/// The API definition as OpenAPI 3.0 (the OAS30 conformance class), made once from the 3.1
+/// document kept in `docs/openapi.json`.
+fn openapi_30() -> &'static Bytes {
+    static DOC: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    DOC.get_or_init(|| {
+        let mut doc: Value = serde_json::from_str(super::router::OPENAPI).unwrap_or_default();
+        downgrade(&mut doc, false);
+        doc["openapi"] = json!("3.0.3");
+        Bytes::from(serde_json::to_vec(&doc).unwrap_or_default())
+    })
+}
+
+/// Rewrites what OpenAPI 3.1 (JSON Schema 2020-12) allows and 3.0 does not: `type` lists
+/// (`null` among them becomes `nullable`) and `const`. `names`: `v` maps names to schemas
+/// (`properties`), whose keys are not keywords.
+fn downgrade(v: &mut Value, names: bool) {
+    match v {
+        Value::Object(m) if names => m.values_mut().for_each(|x| downgrade(x, false)),
+        Value::Object(m) => {
+            if let Some(Value::Array(types)) = m.get("type").cloned() {
+                let kinds: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+                if kinds.len() < types.len() {
+                    m.insert("nullable".into(), json!(true));
+                }
+                match kinds.as_slice() {
+                    [one] => {
+                        m.insert("type".into(), one.clone());
+                    }
+                    _ => {
+                        m.remove("type");
+                        let any: Vec<Value> = kinds.iter().map(|t| json!({"type": t})).collect();
+                        m.insert("anyOf".into(), Value::Array(any));
+                    }
+                }
+            }
+            if let Some(c) = m.remove("const") {
+                m.insert("enum".into(), json!([c]));
+            }
+            for (k, x) in m.iter_mut() {
+                downgrade(x, k == "properties" || k == "patternProperties");
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| downgrade(x, false)),
+        _ => {}
+    }
 }
 
 /// A collection id: `<service>.<layer id>`, percent-decoded by the router.
@@ -507,4 +566,35 @@ async fn item(app: &Arc<App>, ctx: &Ctx, id: &str, fid: &str) -> Result<Resp, Ap
         ),
     ]);
     Ok(geojson(200, &item))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downgrade_rewrites_type_lists_and_const_only_where_they_are_keywords() {
+        let mut v = json!({
+            "type": "object",
+            "properties": {
+                "type": {"type": ["string", "null"]},
+                "const": {"const": 3},
+                "n": {"type": ["integer", "string"]},
+            },
+            "items": {"type": ["number", "string", "null"]},
+        });
+        downgrade(&mut v, false);
+        assert_eq!(
+            v,
+            json!({
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "nullable": true},
+                    "const": {"enum": [3]},
+                    "n": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+                },
+                "items": {"anyOf": [{"type": "number"}, {"type": "string"}], "nullable": true},
+            })
+        );
+    }
 }

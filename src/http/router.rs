@@ -267,7 +267,7 @@ where
 
 /// The OpenAPI 3.1 description of every route, kept by hand beside the code
 /// (`docs/openapi.json`); a test holds it to the router.
-const OPENAPI: &str = include_str!("../../docs/openapi.json");
+pub(super) const OPENAPI: &str = include_str!("../../docs/openapi.json");
 
 /// The authenticated user of a request, on its answer for the access log.
 #[derive(Clone)]
