@@ -366,6 +366,8 @@ impl Features {
             .collect();
         let built = features.build_views(&catalog, &keys)?;
         catalog.views.extend(built);
+        // Past the empty catalog's, so no early check made against that one is taken.
+        catalog.generation = 1;
         tracing::info!(
             templates = catalog.templates.len(),
             descriptors = catalog.descriptors.len(),
@@ -880,6 +882,19 @@ impl CommitHook for FeatureHook {
 
     fn committed(&self, changes: &[Change]) {
         self.0.apply_changes(changes);
+    }
+
+    /// A document's rows depend only on it and the catalog: they can be made before the
+    /// write reaches the writer. Definitions are checked there, against what is stored.
+    fn precheck(&self, doc: &Document) -> Option<Result<Checked, Rejection>> {
+        if doc.in_collection(TEMPLATE_COLLECTION) || doc.in_collection(DESCRIPTOR_COLLECTION) {
+            return None;
+        }
+        Some(self.check(doc))
+    }
+
+    fn generation(&self) -> Option<u64> {
+        Some(self.0.catalog.read().generation)
     }
 }
 

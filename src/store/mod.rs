@@ -305,7 +305,33 @@ pub trait CommitHook: Send + Sync {
     /// Runs after a commit is durable and before any writer is answered, in commit order, on
     /// the writer thread (so nothing the hook reads changes between a check and this).
     fn committed(&self, changes: &[Change]);
+    /// The check of a document made early, on the writing request's own thread, so the
+    /// writer thread does not have to: `None` where only the writer may check (definitions).
+    /// Used only while [`CommitHook::generation`] has not moved.
+    fn precheck(&self, _doc: &Document) -> Option<Result<Checked, Rejection>> {
+        None
+    }
+    /// An id of the state checks depend on: an early check made at the generation the writer
+    /// sees is still the check. `None`: no early checks.
+    fn generation(&self) -> Option<u64> {
+        None
+    }
 }
+
+/// A check made before a write reached the writer thread, for the document as the write
+/// creates it (the collections and permissions it names, or their defaults), against the
+/// hook's state `generation`. The writer takes it when it lands that same document at that
+/// same generation; else it checks again.
+struct Prechecked {
+    generation: u64,
+    collections: Vec<String>,
+    permissions: Permissions,
+    result: Result<Checked, Rejection>,
+}
+
+/// Writes of more documents than this have their early checks spread over the rayon pool;
+/// fewer are checked on the request's thread.
+const PARALLEL_PRECHECK: usize = 8;
 
 /// Counters for the operator and the throughput report.
 #[derive(Debug, Default)]
@@ -320,6 +346,8 @@ struct WriteRequest {
     /// Whose rights the checks use.
     caller: Caller,
     ops: Vec<Op>,
+    /// The early checks of `ops`, by index (empty when none were made).
+    prechecked: Vec<Option<Prechecked>>,
     reply: oneshot::Sender<Result<Written, StoreError>>,
 }
 
@@ -435,10 +463,22 @@ impl Store {
 
     /// Submit a write request and wait until it is durable.
     pub async fn write(&self, caller: &Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
+        let (ops, prechecked) = self.precheck(ops).await;
+        self.submit(caller, ops, prechecked).await
+    }
+
+    /// Queue a checked-early write for the writer thread and wait for its answer.
+    async fn submit(
+        &self,
+        caller: &Caller,
+        ops: Vec<Op>,
+        prechecked: Vec<Option<Prechecked>>,
+    ) -> Result<Written, StoreError> {
         let (reply, answer) = oneshot::channel();
         let req = WriteRequest {
             caller: caller.clone(),
             ops,
+            prechecked,
             reply,
         };
         self.queue
@@ -448,12 +488,39 @@ impl Store {
         answer.await.map_err(|_| StoreError::ShuttingDown)?
     }
 
+    /// The hook's early checks of the documents `ops` puts, made here rather than on the
+    /// writer thread (in parallel for a large write), so that thread only stores and applies.
+    async fn precheck(&self, ops: Vec<Op>) -> (Vec<Op>, Vec<Option<Prechecked>>) {
+        let hook = self.hook.read().clone();
+        let Some(hook) = hook.filter(|h| h.generation().is_some()) else {
+            return (ops, Vec::new());
+        };
+        if ops.len() <= PARALLEL_PRECHECK {
+            let pre = ops
+                .iter()
+                .map(|op| precheck_one(hook.as_ref(), op))
+                .collect();
+            return (ops, pre);
+        }
+        crate::cpu::run_cpu_intensive(move || {
+            use rayon::prelude::*;
+            let pre = ops
+                .par_iter()
+                .map(|op| precheck_one(hook.as_ref(), op))
+                .collect();
+            (ops, pre)
+        })
+        .await
+        .unwrap_or_else(|| (Vec::new(), Vec::new()))
+    }
+
     /// [`Store::write`] for threads outside the async runtime (offline tools, tests).
     pub fn write_blocking(&self, caller: &Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
         let (reply, answer) = oneshot::channel();
         let req = WriteRequest {
             caller: caller.clone(),
             ops,
+            prechecked: Vec::new(),
             reply,
         };
         self.queue
@@ -661,9 +728,17 @@ fn commit_batch(
         let txn = db.begin_write().map_err(storage)?;
         {
             let mut docs = txn.open_table(DOCUMENTS).map_err(storage)?;
+            // The hook's state moves only in `committed`, after this transaction.
+            let generation = hook.and_then(|h| h.generation());
             for req in batch.iter_mut() {
                 let ops = std::mem::take(&mut req.ops);
-                let answer = match plan_request(&docs, &req.caller, ops, hook) {
+                let pre = std::mem::take(&mut req.prechecked);
+                let checks = Checks {
+                    hook,
+                    generation,
+                    pre,
+                };
+                let answer = match plan_request(&docs, &req.caller, ops, checks) {
                     Err(e) => Err(e),
                     Ok((planned, written)) => {
                         apply_plan(&txn, &mut docs, planned, &mut changes)?;
@@ -712,6 +787,30 @@ fn commit_batch(
     }
 }
 
+/// The early check of one operation, when it puts a document the hook checks early and its
+/// state did not move meanwhile. A panic leaves the check to the writer.
+fn precheck_one(hook: &dyn CommitHook, op: &Op) -> Option<Prechecked> {
+    let Op::PutDocument(put) = op else {
+        return None;
+    };
+    let generation = hook.generation()?;
+    let doc = Document {
+        uri: put.uri.clone(),
+        format: put.format,
+        collections: put.collections.clone().unwrap_or_default(),
+        permissions: put.permissions.unwrap_or(put.default_permissions),
+        content: put.content.clone(),
+    };
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.precheck(&doc))).ok()??;
+    (hook.generation() == Some(generation)).then(|| Prechecked {
+        generation,
+        collections: doc.collections,
+        permissions: doc.permissions,
+        result,
+    })
+}
+
 /// A hook's check of one document. A panic in it refuses that request alone: unguarded, it
 /// would end the writer thread and with it every later write.
 fn check_guarded(hook: &dyn CommitHook, doc: &Document) -> Result<Checked, StoreError> {
@@ -729,12 +828,38 @@ fn check_guarded(hook: &dyn CommitHook, doc: &Document) -> Result<Checked, Store
 
 type DocTable<'t> = redb::Table<'t, &'static str, &'static [u8]>;
 
+/// The hook, its state's generation and a request's early checks, by operation.
+struct Checks<'h> {
+    hook: Option<&'h dyn CommitHook>,
+    generation: Option<u64>,
+    pre: Vec<Option<Prechecked>>,
+}
+
+impl Checks<'_> {
+    /// The hook's verdict on the document operation `i` lands: its early check when that was
+    /// of this document at this generation, else a check now.
+    fn check(&mut self, i: usize, doc: &Document) -> Result<Checked, StoreError> {
+        let Some(hook) = self.hook else {
+            return Ok(Checked::default());
+        };
+        let early = self.pre.get_mut(i).and_then(Option::take).filter(|p| {
+            Some(p.generation) == self.generation
+                && p.permissions == doc.permissions
+                && p.collections == doc.collections
+        });
+        match early {
+            Some(p) => p.result.map_err(StoreError::Rejected),
+            None => check_guarded(hook, doc),
+        }
+    }
+}
+
 /// Pass one: check every operation of a request against the state it will apply to.
 fn plan_request(
     docs: &DocTable<'_>,
     caller: &Caller,
     ops: Vec<Op>,
-    hook: Option<&dyn CommitHook>,
+    mut checks: Checks<'_>,
 ) -> Result<(Vec<Planned>, Written), StoreError> {
     // Earlier operations of the same request are visible to later ones, through the overlay.
     // Only a request that names a URI twice needs it, and most never do: they skip its copies.
@@ -752,7 +877,7 @@ fn plan_request(
     let mut planned = Vec::with_capacity(ops.len());
     let mut outcomes = Vec::with_capacity(ops.len());
     let mut warnings = Vec::new();
-    for op in ops {
+    for (i, op) in ops.into_iter().enumerate() {
         match op {
             Op::PutDocument(put) => {
                 let existing = match overlay.get(&put.uri) {
@@ -796,10 +921,7 @@ fn plan_request(
                     permissions,
                     content: put.content,
                 };
-                let checked = match hook {
-                    Some(hook) => check_guarded(hook, &doc)?,
-                    None => Checked::default(),
-                };
+                let checked = checks.check(i, &doc)?;
                 warnings.extend(checked.warnings.into_iter().map(|message| Warning {
                     uri: doc.uri.clone(),
                     message,
@@ -1020,6 +1142,91 @@ pub(crate) mod tests {
         let doc = store.get(&writer(), "/a").unwrap().unwrap();
         assert_eq!(&doc.content[..], b"2");
         assert!(store.get(&writer(), "/b").unwrap().is_none());
+        store.shutdown_blocking();
+    }
+
+    /// A hook whose rule changes with its generation: from generation 2 on, a document "bad"
+    /// is refused. It counts the checks made on the writer thread and the early ones.
+    #[derive(Default)]
+    struct RuleHook {
+        generation: AtomicU64,
+        early: AtomicU64,
+        on_writer: AtomicU64,
+    }
+
+    impl CommitHook for RuleHook {
+        fn check(&self, doc: &Document) -> Result<Checked, Rejection> {
+            if std::thread::current().name() == Some("store-writer") {
+                self.on_writer.fetch_add(1, Ordering::Relaxed);
+            }
+            let g = self.generation.load(Ordering::Relaxed);
+            if g >= 2 && &doc.content[..] == b"\"bad\"" {
+                return Err(Rejection::Definition(format!("{} is bad", doc.uri)));
+            }
+            Ok(Checked {
+                warnings: vec![format!("checked at {g}")],
+                prepared: None,
+            })
+        }
+        fn committed(&self, _: &[Change]) {}
+        fn precheck(&self, doc: &Document) -> Option<Result<Checked, Rejection>> {
+            self.early.fetch_add(1, Ordering::Relaxed);
+            Some(self.check(doc))
+        }
+        fn generation(&self) -> Option<u64> {
+            Some(self.generation.load(Ordering::Relaxed))
+        }
+    }
+
+    /// Early checks are taken while they still hold: same generation, same document. A write
+    /// checked early whose hook state then moved, or that lands another document than the
+    /// one checked (an update keeping other collections), is checked again by the writer.
+    #[test]
+    fn early_checks_are_taken_only_while_they_hold() {
+        let dir = tempdir();
+        let store = Arc::new(Store::open(&dir, StoreOptions::default()).unwrap());
+        let hook = Arc::new(RuleHook::default());
+        hook.generation.store(1, Ordering::Relaxed);
+        store.set_hook(hook.clone());
+        let w = writer();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // A large write (checked in parallel) and a small one: no check on the writer.
+            let many: Vec<Op> = (0..40).map(|i| put(&format!("/m{i}"), "1")).collect();
+            let written = store.write(&w, many).await.unwrap();
+            assert_eq!(written.warnings.len(), 40);
+            assert!(written.warnings.iter().all(|x| x.message == "checked at 1"));
+            store.write(&w, vec![put("/one", "1")]).await.unwrap();
+            assert_eq!(hook.early.load(Ordering::Relaxed), 41);
+            assert_eq!(hook.on_writer.load(Ordering::Relaxed), 0);
+
+            // Checked early at generation 1, landing at 2: the writer's check refuses it.
+            let (ops, pre) = store.precheck(vec![put("/bad", "\"bad\"")]).await;
+            assert!(matches!(&pre[0], Some(p) if p.result.is_ok()));
+            hook.generation.store(2, Ordering::Relaxed);
+            let refused = store.submit(&w, ops, pre).await;
+            assert!(
+                matches!(&refused, Err(StoreError::Rejected(r)) if r.to_string() == "/bad is bad"),
+                "{refused:?}"
+            );
+            assert_eq!(hook.on_writer.load(Ordering::Relaxed), 1);
+            assert!(store.get(&w, "/bad").unwrap().is_none());
+
+            // An update that keeps the stored collections lands another document than the
+            // one checked early (which had none): checked again.
+            let mut tagged = put("/c", "1");
+            if let Op::PutDocument(p) = &mut tagged {
+                p.collections = Some(vec!["c".into()]);
+            }
+            store.write(&w, vec![tagged]).await.unwrap();
+            assert_eq!(hook.on_writer.load(Ordering::Relaxed), 1);
+            let kept = store.write(&w, vec![put("/c", "2")]).await.unwrap();
+            assert_eq!(kept.warnings[0].message, "checked at 2");
+            assert_eq!(hook.on_writer.load(Ordering::Relaxed), 2);
+            assert_eq!(store.get(&w, "/c").unwrap().unwrap().collections, ["c"]);
+        });
         store.shutdown_blocking();
     }
 
