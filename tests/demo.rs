@@ -120,6 +120,116 @@ fn demo_reads_settings_checks_its_port_and_cleans_up() {
         Some(1),
         "{found}"
     );
+    // A file through the same flow with `geoshard load --transform`: each CSV row reaches
+    // the flow as an object of its columns (numbers as text, which the flow reads), the row
+    // without a latitude is the loader's skip, and the layer stays the project's (no template
+    // of the loader's).
+    let csv_file = tmp.path().join("sightings.csv");
+    let mut text = String::from("id,species,lon,lat\n");
+    let mut rows = Vec::new();
+    for i in 0..200i64 {
+        let (lon, lat) = (-10.0 + i as f64 * 0.1, 40.0 + (i % 17) as f64 * 0.25);
+        let species = ["heron", "egret", "ibis"][(i % 3) as usize];
+        text.push_str(&format!("{},{species},{lon},{lat}\n", 1000 + i));
+        rows.push((1000 + i, species, lon, lat));
+    }
+    text.push_str("9999,stork,3.5,\n");
+    std::fs::write(&csv_file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .arg("load")
+        .arg(&csv_file)
+        .args(["--service", "Sightings", "--collection", "sightings"])
+        .args([
+            "--uri",
+            "/sightings/load-{id}.json",
+            "--quiet",
+            "--allow-skips",
+        ])
+        .args(["--url", &format!("http://{addr}")])
+        .args(["--user", "demo", "--password", "demo-password"])
+        .args([
+            "--transform",
+            "svc:sjsInputFlow",
+            "--entity",
+            "Sighting",
+            "--flow",
+            "Load",
+        ])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        report
+            .starts_with("loaded 200 of 201 records into Sightings layer 0 (1 skipped, 0 failed)"),
+        "{report}"
+    );
+    let q = |query: serde_json::Value, c: &mut Client| {
+        c.post_json(
+            "/v1/resources/geoQueryService",
+            &json!({"params": {"id": "Sightings", "layer": 0, "method": "query"}, "query": query})
+                .to_string(),
+        )
+        .json()
+    };
+    assert_eq!(q(json!({"returnCountOnly": true}), &mut c)["count"], 201);
+    // A box, against a scan of the rows: the flow's ids, and the species by count (this
+    // demo pages by 7, so ids and statistics rather than features).
+    let (w, s, e, n) = (-5.05, 41.0, 4.05, 43.0);
+    let inside: Vec<&(i64, &str, f64, f64)> = rows
+        .iter()
+        .filter(|(_, _, lon, lat)| (w..=e).contains(lon) && (s..=n).contains(lat))
+        .collect();
+    assert!(inside.len() > 10, "{inside:?}");
+    let geometry = json!({"type": "Polygon",
+        "coordinates": [[[w, s], [e, s], [e, n], [w, n], [w, s]]]});
+    let found = q(
+        json!({"returnIdsOnly": true, "extension": {"geometry": geometry}}),
+        &mut c,
+    );
+    let mut got = common::layers::ids(&found);
+    got.sort_unstable();
+    let want: Vec<i64> = inside.iter().map(|r| r.0).collect();
+    assert_eq!(got, want);
+    let stats = q(
+        json!({"outStatistics": [{"statisticType": "count", "onStatisticField": "OBJECTID",
+                                  "outStatisticFieldName": "n"}],
+               "groupByFieldsForStatistics": "species",
+               "extension": {"geometry": geometry}}),
+        &mut c,
+    );
+    let mut by_species: Vec<(String, i64)> = stats["statistics"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{stats}"))
+        .iter()
+        .map(|g| {
+            (
+                g["species"].as_str().unwrap().to_string(),
+                g["n"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    by_species.sort();
+    let mut want_species: Vec<(String, i64)> = ["egret", "heron", "ibis"]
+        .iter()
+        .map(|sp| {
+            (
+                sp.to_string(),
+                inside.iter().filter(|r| r.1 == *sp).count() as i64,
+            )
+        })
+        .collect();
+    want_species.retain(|(_, n)| *n > 0);
+    assert_eq!(by_species, want_species, "{stats}");
+    assert_eq!(
+        c.get("/v1/documents?uri=/geoshard-load/Sightings/template-0.json")
+            .status,
+        404
+    );
     // SIGTERM: it stops and its data directory is gone.
     let pid = child.id().to_string();
     assert!(

@@ -208,6 +208,7 @@ pub fn read_shapefile(
         let item = shape_geojson(shape).map(|geometry| Feature {
             properties,
             geometry,
+            row: false,
         });
         if !hand(at, item, reproject.as_ref(), each) {
             break;
@@ -363,6 +364,7 @@ pub fn read_flatgeobuf(
             .map(|geometry| Feature {
                 properties: props.0,
                 geometry,
+                row: false,
             });
         if !hand(at, item, reproject.as_ref(), each) {
             break;
@@ -458,6 +460,7 @@ pub fn read_geopackage(
         let item = geometry.map(|geometry| Feature {
             properties,
             geometry,
+            row: false,
         });
         if !hand(at, item, reproject.as_ref(), each) {
             break;

@@ -90,8 +90,10 @@ pub struct LoadArgs {
     /// Documents a request (over HTTP; default 1000) or a commit (offline; default 10000).
     #[arg(long)]
     pub batch: Option<usize>,
-    /// Over HTTP: run the documents through an input flow (`svc:inputFlow` or
-    /// `svc:sjsInputFlow`), with `--entity` and `--flow`.
+    /// Over HTTP: run the records through an input flow (`svc:inputFlow` or
+    /// `svc:sjsInputFlow`), with `--entity` and `--flow`. The flow gets each record as read (a
+    /// CSV row as an object of its columns, else a GeoJSON Feature) and makes the document;
+    /// the layer is the flow project's, so no template or descriptor is written.
     #[arg(long, requires = "url")]
     pub transform: Option<String>,
     #[arg(long)]
@@ -311,7 +313,10 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
         }
         None => Schema::infer(&sample, formats_are_text(&args.files, args.format)),
     };
-    publish(args, &schema, &collection, target.as_mut())?;
+    // Through a flow, the flow makes the documents: its project defines their layer.
+    if args.transform.is_none() {
+        publish(args, &schema, &collection, target.as_mut())?;
+    }
 
     let batch = args
         .batch
@@ -371,6 +376,18 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
     }
     finished?;
     Ok(summary)
+}
+
+/// A record as an input flow takes it: a table's row as an object of its columns (text, as
+/// the file has them), anything else as a GeoJSON Feature. The flow makes the document, so the
+/// loader neither types nor numbers it.
+fn raw(f: Feature) -> Vec<u8> {
+    let value = if f.row {
+        Value::Object(f.properties)
+    } else {
+        json!({"type": "Feature", "properties": f.properties, "geometry": f.geometry})
+    };
+    serde_json::to_vec(&value).unwrap_or_default()
 }
 
 /// CSV values are all text; JSON values carry their types.
@@ -505,6 +522,7 @@ impl Loader<'_> {
             Err(p) => Err((None, p)),
             Ok(mut f) => match crate::spatial::parse_geojson(&f.geometry) {
                 Err(e) => Err((label(&f), Problem::Geometry(e.to_string()))),
+                Ok(_) if self.args.transform.is_some() => Ok((self.ordinal, raw(f))),
                 Ok(_) => self
                     .schema
                     .document(&mut f, self.ordinal)

@@ -393,6 +393,7 @@ mod tests {
         Feature {
             properties: props.as_object().unwrap().clone(),
             geometry: json!({"type": "Point", "coordinates": [1, 2]}),
+            row: false,
         }
     }
 

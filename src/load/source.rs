@@ -80,6 +80,8 @@ impl fmt::Display for At {
 pub struct Feature {
     pub properties: Map<String, Value>,
     pub geometry: Value,
+    /// A row of a table (CSV), whose columns are the record itself, rather than a feature.
+    pub row: bool,
 }
 
 /// Why a record cannot be loaded.
@@ -196,6 +198,7 @@ pub fn feature(v: Value) -> Result<Feature, Problem> {
     Ok(Feature {
         properties,
         geometry,
+        row: false,
     })
 }
 
@@ -435,6 +438,7 @@ fn read_csv(
         Ok(Feature {
             properties,
             geometry,
+            row: true,
         })
     }
 }
