@@ -571,3 +571,123 @@ fn the_api_definition_is_a_valid_openapi_30_document() {
     assert!(!out.status.success());
     srv.kill();
 }
+
+/// OGC API – Features Part 3: `filter` in CQL2-text on the queryables, answered as a scan of
+/// the source file decides, alone and with `bbox`, paged through `next`; refusals name the
+/// filter.
+#[test]
+fn filter_is_cql2_text_on_the_queryables() {
+    let dir = loaded_dir();
+    let srv = ChildServer::start(dir.path(), &[]);
+    let mut c = srv.client(GEO);
+    let conf = c.get("/ogc/conformance").json();
+    for class in [
+        "http://www.opengis.net/spec/ogcapi-features-3/1.0/conf/filter",
+        "http://www.opengis.net/spec/ogcapi-features-3/1.0/conf/features-filter",
+        "http://www.opengis.net/spec/cql2/1.0/conf/cql2-text",
+        "http://www.opengis.net/spec/cql2/1.0/conf/basic-cql2",
+    ] {
+        assert!(
+            conf["conformsTo"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(class))
+        );
+    }
+
+    // Queryables: linked from the collection, one property a column, typed.
+    let col = c.get(&format!("/ogc/collections/{COLLECTION}")).json();
+    let href = rel(&col, "http://www.opengis.net/def/rel/ogc/1.0/queryables").unwrap();
+    let r = c.get(&local(href));
+    assert_eq!(r.header("content-type"), Some("application/schema+json"));
+    let q = r.json();
+    assert_eq!(q["properties"]["name"]["type"], "string");
+    assert_eq!(q["properties"]["state"]["type"], "integer");
+    assert_eq!(q["properties"]["west"]["type"], "number");
+
+    // Every feature of the file, for the oracle.
+    let src: Vec<(i64, Value)> = source()
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| (i as i64 + 1, f))
+        .collect();
+    let all_pages = |c: &mut Client, query: &str| -> Vec<i64> {
+        let mut got = Vec::new();
+        let mut next = Some(format!(
+            "/ogc/collections/{COLLECTION}/items?limit=50&{query}"
+        ));
+        while let Some(path) = next {
+            let page = c.get(&path);
+            assert_eq!(page.status, 200, "{path}: {}", page.text());
+            let page = page.json();
+            got.extend(ids(&page));
+            next = rel(&page, "next").map(local);
+        }
+        got.sort_unstable();
+        got
+    };
+    let enc = |s: &str| common::enc(s);
+    type Pred = Box<dyn Fn(&Value) -> bool>;
+    let cases: Vec<(&str, Pred)> = vec![
+        (
+            "name LIKE 'San%' AND state = 48",
+            Box::new(|p| p["name"].as_str().unwrap().starts_with("San") && p["state"] == 48),
+        ),
+        (
+            "state = 8 OR west < -106.5",
+            Box::new(|p| p["state"] == 8 || p["west"].as_f64().unwrap() < -106.5),
+        ),
+        (
+            "vertices BETWEEN 20 AND 40 AND NOT name IN ('Harris', 'Travis')",
+            Box::new(|p| {
+                let v = p["vertices"].as_i64().unwrap();
+                (20..=40).contains(&v)
+                    && !["Harris", "Travis"].contains(&p["name"].as_str().unwrap())
+            }),
+        ),
+        ("\"name\" = 'Denver'", Box::new(|p| p["name"] == "Denver")),
+    ];
+    for (filter, pred) in &cases {
+        let mut want: Vec<i64> = src
+            .iter()
+            .filter(|(_, f)| pred(&f["properties"]))
+            .map(|(id, _)| *id)
+            .collect();
+        want.sort_unstable();
+        assert!(!want.is_empty(), "{filter}");
+        let got = all_pages(
+            &mut c,
+            &format!("filter={}&filter-lang=cql2-text", enc(filter)),
+        );
+        assert_eq!(got, want, "{filter}");
+    }
+    // With bbox: the filter's features whose geometry meets the box, as geoQueryService says.
+    let boxed = (-106.0, 38.0, -103.0, 41.0);
+    let in_box = envelope_ids(&mut c, boxed);
+    let want: Vec<i64> = in_box
+        .iter()
+        .copied()
+        .filter(|id| {
+            let p = &src[(*id - 1) as usize].1["properties"];
+            p["vertices"].as_i64().unwrap() > 30
+        })
+        .collect();
+    let got = all_pages(
+        &mut c,
+        &format!("bbox=-106,38,-103,41&filter={}", enc("vertices > 30")),
+    );
+    assert_eq!(got, want);
+
+    // Refusals: an unknown property, a bad expression, another language, another CRS.
+    for (query, says) in [
+        ("filter=nope%20%3D%201", "filter:"),
+        ("filter=name%20%3D", "filter:"),
+        ("filter=state%3D8&filter-lang=cql2-json", "cql2-text"),
+        ("filter=state%3D8&filter-crs=EPSG%3A4326", "CRS84"),
+    ] {
+        let r = c.get(&format!("/ogc/collections/{COLLECTION}/items?{query}"));
+        assert_eq!(r.status, 400, "{query}");
+        assert!(r.error().2.contains(says), "{query}: {}", r.text());
+    }
+    srv.kill();
+}

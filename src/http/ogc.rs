@@ -22,6 +22,16 @@ use crate::features::{FeatureRequest, ViewState};
 const CORE: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/core";
 const GEOJSON: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/geojson";
 const OAS30: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/oas30";
+/// Part 3 (filtering) and the CQL2 classes its `filter` takes.
+const FILTERING: [&str; 6] = [
+    "http://www.opengis.net/spec/ogcapi-features-3/1.0/conf/queryables",
+    "http://www.opengis.net/spec/ogcapi-features-3/1.0/conf/filter",
+    "http://www.opengis.net/spec/ogcapi-features-3/1.0/conf/features-filter",
+    "http://www.opengis.net/spec/cql2/1.0/conf/cql2-text",
+    "http://www.opengis.net/spec/cql2/1.0/conf/basic-cql2",
+    "http://www.opengis.net/spec/cql2/1.0/conf/advanced-comparison-operators",
+];
+const QUERYABLES_REL: &str = "http://www.opengis.net/def/rel/ogc/1.0/queryables";
 const CRS84: &str = "http://www.opengis.net/def/crs/OGC/1.3/CRS84";
 /// Items a page when `limit` is not given, and the most a page may ask for.
 const DEFAULT_LIMIT: usize = 10;
@@ -75,10 +85,11 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
         .collect();
     match parts.as_slice() {
         [] => landing(ctx),
-        ["conformance"] => Ok(response::json_value(
-            200,
-            &json!({"conformsTo": [CORE, OAS30, GEOJSON]}),
-        )),
+        ["conformance"] => {
+            let mut classes = vec![CORE, OAS30, GEOJSON];
+            classes.extend(FILTERING);
+            Ok(response::json_value(200, &json!({"conformsTo": classes})))
+        }
         ["api"] => {
             let mut r = response::json_bytes(200, openapi_30().clone());
             r.headers_mut().insert(
@@ -93,6 +104,7 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
             Ok(response::json_value(200, &collection(app, ctx, &d, layer)))
         }
         ["collections", id, "items"] => items(app, ctx, id).await,
+        ["collections", id, "queryables"] => queryables(app, ctx, id),
         ["collections", id, "items", fid] => item(app, ctx, id, fid).await,
         _ => Err(ApiError::new(
             ErrorCode::UnknownEndpoint,
@@ -122,6 +134,132 @@ fn landing(ctx: &Ctx) -> Result<Resp, ApiError> {
             ]
         }),
     ))
+}
+
+/// CQL2-text (the Basic CQL2 and advanced comparison classes) as the where language, which
+/// has the same grammar but for temporal literals: CQL2's `TIMESTAMP('…')` and `DATE('…')`
+/// become `TIMESTAMP '…'` and `DATE '…'`. The where parser then checks the whole, so anything
+/// else CQL2 has and it lacks is refused with its position.
+fn cql2_to_where(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    // The end of the string literal starting at `i` (a quote), `''` being a quote inside.
+    let literal_end = |mut j: usize| -> Option<usize> {
+        j += 1;
+        while j < chars.len() {
+            if chars[j] == '\'' {
+                if chars.get(j + 1) == Some(&'\'') {
+                    j += 2;
+                    continue;
+                }
+                return Some(j + 1);
+            }
+            j += 1;
+        }
+        None
+    };
+    let skip_space = |mut j: usize| {
+        while chars.get(j).is_some_and(|c| c.is_whitespace()) {
+            j += 1;
+        }
+        j
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\'' {
+            let end = literal_end(i).unwrap_or(chars.len());
+            out.extend(&chars[i..end]);
+            i = end;
+        } else if c == '"' {
+            let end = chars[i + 1..]
+                .iter()
+                .position(|&q| q == '"')
+                .map_or(chars.len(), |p| i + p + 2);
+            out.extend(&chars[i..end]);
+            i = end;
+        } else if c.is_alphabetic() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let upper = word.to_ascii_uppercase();
+            if upper == "TIMESTAMP" || upper == "DATE" {
+                let open = skip_space(i);
+                if chars.get(open) == Some(&'(') {
+                    let lit = skip_space(open + 1);
+                    if chars.get(lit) == Some(&'\'')
+                        && let Some(end) = literal_end(lit)
+                    {
+                        let close = skip_space(end);
+                        if chars.get(close) == Some(&')') {
+                            out.push_str(&upper);
+                            out.push(' ');
+                            out.extend(&chars[lit..end]);
+                            i = close + 1;
+                            continue;
+                        }
+                    }
+                }
+            }
+            out.push_str(&word);
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// `collections/{id}/queryables`: the columns a filter may name, as a JSON Schema.
+fn queryables(app: &App, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
+    let (d, layer_id) = find(app, ctx, id)?;
+    let layer = d
+        .layers
+        .iter()
+        .find(|l| l.id == layer_id)
+        .ok_or_else(|| not_found(format!("Collection {id} not found")))?;
+    let view = app
+        .features
+        .view(&layer.view)
+        .ok_or_else(|| not_found(format!("Collection {id} has no view")))?;
+    let properties: Map<String, Value> = view
+        .def
+        .columns
+        .iter()
+        .map(|c| {
+            let schema = match c.scalar.kind() {
+                Kind::Int => json!({"type": "integer"}),
+                Kind::Float => json!({"type": "number"}),
+                Kind::Bool => json!({"type": "boolean"}),
+                Kind::Str => json!({"type": "string"}),
+                Kind::Date => json!({"type": "string", "format": "date-time"}),
+            };
+            (c.name.clone(), schema)
+        })
+        .collect();
+    let href = format!(
+        "{}/collections/{}/queryables",
+        base(ctx),
+        enc(&collection_id(&d, layer))
+    );
+    let mut r = response::json_value(
+        200,
+        &json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": href,
+            "type": "object",
+            "title": layer.name,
+            "properties": properties,
+            "additionalProperties": false,
+        }),
+    );
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/schema+json"),
+    );
+    Ok(r)
 }
 
 const OAS30_TYPE: &str = "application/vnd.oai.openapi+json;version=3.0";
@@ -215,6 +353,7 @@ fn collection(app: &App, ctx: &Ctx, d: &Descriptor, layer_id: i64) -> Value {
         "links": [
             link(href.clone(), "self", "application/json", "this collection"),
             link(format!("{href}/items"), "items", "application/geo+json", "its features"),
+            link(format!("{href}/queryables"), QUERYABLES_REL, "application/schema+json", "what a filter may name"),
         ],
     });
     if let Some([xmin, ymin, xmax, ymax]) = app.features.layer_extent(layer) {
@@ -249,6 +388,8 @@ struct ItemsQuery {
     offset: usize,
     time: Option<String>,
     filters: Vec<(String, String)>,
+    /// `filter` (CQL2-text), as a where clause.
+    filter: Option<String>,
 }
 
 fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery, ApiError> {
@@ -258,6 +399,7 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
         offset: 0,
         time: None,
         filters: Vec::new(),
+        filter: None,
     };
     for (k, v) in ctx.params.pairs() {
         match k {
@@ -302,6 +444,17 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
             "f" => {
                 if v != "json" && v != "geojson" {
                     return Err(bad(format!("f={v}: only json is served")));
+                }
+            }
+            "filter" => q.filter = Some(cql2_to_where(v)),
+            "filter-lang" => {
+                if v != "cql2-text" {
+                    return Err(bad(format!("filter-lang={v}: only cql2-text is taken")));
+                }
+            }
+            "filter-crs" => {
+                if v != CRS84 {
+                    return Err(bad(format!("filter-crs={v}: only {CRS84} is taken")));
                 }
             }
             name => {
@@ -386,12 +539,13 @@ pub(super) async fn run_bytes(
 
 fn query_body(service: &str, layer: i64, q: &ItemsQuery) -> Value {
     let mut query = Map::new();
-    if !q.filters.is_empty() {
-        let clause: Vec<String> = q
-            .filters
-            .iter()
-            .map(|(c, v)| format!("{c} = {v}"))
-            .collect();
+    let clause: Vec<String> = q
+        .filter
+        .iter()
+        .map(|f| format!("({f})"))
+        .chain(q.filters.iter().map(|(c, v)| format!("{c} = {v}")))
+        .collect();
+    if !clause.is_empty() {
         query.insert("where".into(), json!(clause.join(" AND ")));
     }
     if let Some(t) = &q.time {
@@ -428,7 +582,15 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
 
     let mut count = query_body(&d.name, layer_id, &q);
     count["query"]["returnCountOnly"] = json!(true);
-    let matched = run(app, ctx, count).await?["count"].as_u64().unwrap_or(0);
+    let matched = run(app, ctx, count)
+        .await
+        .map_err(|e| match (&q.filter, e.status()) {
+            // The where parser's refusal of a filter: say which parameter it was.
+            (Some(_), 400) => bad(format!("filter: {}", e.message)),
+            _ => e,
+        })?["count"]
+        .as_u64()
+        .unwrap_or(0);
 
     let mut page = query_body(&d.name, layer_id, &q);
     page["query"]["outFields"] = json!("*");
@@ -571,6 +733,29 @@ async fn item(app: &Arc<App>, ctx: &Ctx, id: &str, fid: &str) -> Result<Resp, Ap
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cql2_temporal_literals_become_the_where_forms_and_the_rest_is_kept() {
+        assert_eq!(
+            cql2_to_where(
+                "born > TIMESTAMP('2017-05-24T06:00:00Z') AND d <= date ( '2017-05-24' )"
+            ),
+            "born > TIMESTAMP '2017-05-24T06:00:00Z' AND d <= DATE '2017-05-24'"
+        );
+        // Inside literals and quoted names nothing changes; other text is as it came.
+        assert_eq!(
+            cql2_to_where("name = 'DATE(''x'')' OR \"TIMESTAMP(\" IS NULL"),
+            "name = 'DATE(''x'')' OR \"TIMESTAMP(\" IS NULL"
+        );
+        assert_eq!(
+            cql2_to_where("pop BETWEEN 1 AND 5 AND cc IN ('US','CA') AND n LIKE 'Den%'"),
+            "pop BETWEEN 1 AND 5 AND cc IN ('US','CA') AND n LIKE 'Den%'"
+        );
+        // Unfinished forms are left for the parser to refuse.
+        assert_eq!(cql2_to_where("t = DATE('2017"), "t = DATE('2017");
+        assert_eq!(cql2_to_where("t = DATE 'x'"), "t = DATE 'x'");
+        assert_eq!(cql2_to_where("d = 'é' AND ü = 1"), "d = 'é' AND ü = 1");
+    }
 
     #[test]
     fn downgrade_rewrites_type_lists_and_const_only_where_they_are_keywords() {
