@@ -100,6 +100,11 @@ pub struct Config {
     /// Most positions in a feature document's geometry; a write with more is a 400, and a
     /// stored one with more (after the setting was lowered) is skipped and reported.
     pub max_document_vertices: usize,
+    /// Views holding at least this many rows in all are rebuilt after a template or
+    /// descriptor change in the background while writes go on (queries see the old views
+    /// until the new ones are complete); fewer, at once, holding writes back. 0: always in
+    /// the background.
+    pub background_build_rows: usize,
     /// Keep a trace record of every flow run, not only of failed ones.
     pub flow_tracing: bool,
     /// A project directory deployed when the server starts.
@@ -176,6 +181,7 @@ impl Default for Config {
             max_where_depth: 64,
             max_query_vertices: 100_000,
             max_document_vertices: 1_000_000,
+            background_build_rows: 100_000,
             flow_tracing: false,
             project: None,
             js_pool_size: std::thread::available_parallelism()
@@ -226,6 +232,7 @@ pub const KEYS: &[&str] = &[
     "max_where_depth",
     "max_query_vertices",
     "max_document_vertices",
+    "background_build_rows",
     "flow_tracing",
     "project",
     "js_pool_size",
@@ -337,6 +344,7 @@ impl Config {
             "max_document_vertices" => {
                 self.max_document_vertices = positive(key, parse(key, text)?)?
             }
+            "background_build_rows" => self.background_build_rows = parse(key, text)?,
             "flow_tracing" => self.flow_tracing = parse_bool(key, text)?,
             "project" => {
                 self.project = if text.is_empty() {
@@ -522,6 +530,7 @@ mod tests {
             ("max_where_depth", "8"),
             ("max_query_vertices", "1000"),
             ("max_document_vertices", "2000"),
+            ("background_build_rows", "0"),
             ("flow_tracing", "on"),
             ("project", "/p"),
             ("js_pool_size", "2"),

@@ -47,6 +47,7 @@ pub struct Metrics {
     pub shard_features: IntGaugeVec,
     pub resident_bytes: IntGauge,
     pub store_bytes: IntGauge,
+    pub view_builds: IntGauge,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -144,6 +145,10 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         .expect("a valid metric"),
         resident_bytes: gauge("process_resident_memory_bytes", "Resident memory"),
         store_bytes: gauge("store_file_bytes", "Size of the store's file"),
+        view_builds: gauge(
+            "view_builds_running",
+            "Views being rebuilt in the background after a definition change (0 or 1)",
+        ),
     };
     let r = &m.registry;
     let registered = [
@@ -166,6 +171,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         r.register(Box::new(m.shard_features.clone())),
         r.register(Box::new(m.resident_bytes.clone())),
         r.register(Box::new(m.store_bytes.clone())),
+        r.register(Box::new(m.view_builds.clone())),
     ];
     for result in registered {
         if let Err(e) = result {

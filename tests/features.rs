@@ -868,3 +868,271 @@ fn koop_shapes_and_multipart() {
     assert_eq!(got, want);
     assert!(!want.is_empty());
 }
+
+/// The answers a few queries give on the Places layer, to compare two servers' views.
+fn places_answers(c: &mut Client) -> Vec<Value> {
+    let q = |c: &mut Client, query: Value| {
+        let r = query_places(c, query);
+        let mut v = r;
+        // Answers carry the time they were made.
+        v.as_object_mut().map(|o| o.remove("$timestamp"));
+        v
+    };
+    let boxed = |w: f64, s: f64, e: f64, n: f64| json!({"type": "Polygon", "coordinates": [[[w, s], [e, s], [e, n], [w, n], [w, s]]]});
+    vec![
+        q(c, json!({"returnCountOnly": true})),
+        q(
+            c,
+            json!({"where": "country IS NOT NULL", "returnCountOnly": true}),
+        ),
+        q(c, json!({"where": "cc LIKE 'W-%'", "returnIdsOnly": true})),
+        q(
+            c,
+            json!({"where": "cc LIKE 'W-%'", "outFields": "OBJECTID,name,country",
+                     "orderByFields": "OBJECTID", "returnGeometry": false}),
+        ),
+        q(
+            c,
+            json!({"returnIdsOnly": true, "extension": {"geometry": boxed(-10.0, 35.0, 30.0, 60.0)}}),
+        ),
+        q(
+            c,
+            json!({"outStatistics": [{"statisticType": "count", "onStatisticField": "OBJECTID",
+                                      "outStatisticFieldName": "n"}],
+                     "groupByFieldsForStatistics": "country",
+                     "extension": {"geometry": boxed(-130.0, 20.0, -60.0, 55.0)}}),
+        ),
+    ]
+}
+
+fn query_places(c: &mut Client, query: Value) -> Value {
+    let r = c.post_json(
+        "/v1/resources/geoQueryService",
+        &json!({"params": {"id": "Places", "layer": 0, "method": "query"}, "query": query})
+            .to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// A template changed while 16 writers write: the new view is built in the background from
+/// a snapshot while the writes go on, the documents written meanwhile are applied to it, and
+/// then it takes the old one's place. No write waits for the build, and the view equals a
+/// recomputation (the same answers after a restart, which builds every view afresh).
+#[test]
+fn a_template_change_is_built_in_the_background_while_writes_go_on() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    let dir = temp_dir("rebuild");
+    seed_users(&dir);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args(["load", "--quiet", "--service", "Places", "--data-dir"])
+        .arg(dir.path())
+        .arg(data_dir().join("real/geonames-cities1000.csv"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let env = [
+        ("GEOSHARD_BACKGROUND_BUILD_ROWS", "0"),
+        ("GEOSHARD_LOG", "warn,geoshard::features=info"),
+    ];
+    let srv = ChildServer::start(dir.path(), &env);
+    let addr = srv.addr;
+    let mut admin = srv.client(ADMIN);
+    let t_uri = "/geoshard-load/Places/template-0.json";
+    let mut template = admin
+        .get(&format!("/v1/documents?uri={}", enc(t_uri)))
+        .json();
+    template["template"]["rows"][0]["columns"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "country", "scalarType": "string", "val": "properties/cc", "nullable": true}));
+
+    // Each writer creates, replaces and deletes its own 40 documents until told to stop,
+    // timing every write and keeping the last state of each.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..16i64)
+        .map(|w| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::new(addr, Auth::Digest(WRITER.0.into(), WRITER.1.into()));
+                let mut times = Vec::new();
+                let mut last: BTreeMap<i64, Option<String>> = BTreeMap::new();
+                let mut i = 0i64;
+                while !stop.load(Ordering::Relaxed) {
+                    let id = 1_000_000 + w * 100 + i % 40;
+                    let uri = format!("/Places/0/{id}.json");
+                    let t0 = Instant::now();
+                    let name = format!("w{w} write {i}");
+                    let status = if i % 7 == 6 {
+                        last.insert(id, None);
+                        c.delete(&format!("/v1/documents?uri={}", enc(&uri))).status
+                    } else {
+                        last.insert(id, Some(name.clone()));
+                        let doc = json!({"type": "Feature",
+                            "properties": {"OBJECTID": id, "name": name, "cc": format!("W-{w}")},
+                            "geometry": {"type": "Point", "coordinates": [w as f64, (i % 40) as f64]}});
+                        c.put_json(
+                            &format!("/v1/documents?uri={}&collection=Places", enc(&uri)),
+                            &doc.to_string(),
+                        )
+                        .status
+                    };
+                    assert!(status < 300, "{uri}: {status}");
+                    times.push((t0, t0.elapsed()));
+                    i += 1;
+                }
+                (times, last)
+            })
+        })
+        .collect();
+
+    std::thread::sleep(Duration::from_millis(500));
+    let changed = Instant::now();
+    // The template's writer, on a thread of its own: its answer comes once the new view is in
+    // place, so it reads its own change; nobody else waits.
+    let template_writer = {
+        let body = template.to_string();
+        std::thread::spawn(move || {
+            let mut c = Client::new(addr, Auth::Digest(ADMIN.0.into(), ADMIN.1.into()));
+            let r = c.put_json(
+                &format!("/v1/documents?uri={}&collection={}", enc(t_uri), enc(TDE)),
+                &body,
+            );
+            assert!(r.status < 300, "{}", r.text());
+            let answered = changed.elapsed();
+            // Its own change, at once.
+            let r = query_places(
+                &mut c,
+                json!({"where": "country = 'US'", "returnCountOnly": true}),
+            );
+            assert!(r["count"].as_i64().unwrap() > 1000, "{r}");
+            answered
+        })
+    };
+    let building = |c: &mut Client| {
+        c.get("/metrics")
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("geoshard_view_builds_running "))
+            .map(str::to_string)
+    };
+    let seen_building = loop {
+        match building(&mut admin).as_deref() {
+            Some("1") => break true,
+            _ if changed.elapsed() > Duration::from_secs(2) => break false,
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    assert!(seen_building, "no background build was seen");
+    // The build's log line says when it is done and how long it took.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let build_secs = loop {
+        let line = srv
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("views rebuilt in the background"))
+            .cloned();
+        if let Some(l) = line {
+            let secs: f64 = l
+                .split("secs=")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("{l}"));
+            break secs;
+        }
+        assert!(Instant::now() < deadline, "no background build");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let answered = template_writer.join().unwrap();
+    let built = changed.elapsed();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(building(&mut admin).as_deref(), Some("0"));
+    stop.store(true, Ordering::Relaxed);
+    let mut during = Vec::new();
+    let mut idle = Vec::new();
+    let mut last_state: BTreeMap<i64, Option<String>> = BTreeMap::new();
+    for w in writers {
+        let (times, last) = w.join().unwrap();
+        for (at, took) in times {
+            if at >= changed && at < changed + built {
+                during.push(took);
+            } else if at < changed {
+                idle.push(took);
+            }
+        }
+        last_state.extend(last);
+    }
+    during.sort();
+    idle.sort();
+    let p99 = |v: &[Duration]| v[(v.len() * 99 / 100).min(v.len() - 1)];
+    eprintln!(
+        "template answered in {answered:?}; build {build_secs:.3} s; writes idle {} (p99 {:?}), \
+         during the build {} (p99 {:?}, slowest {:?})",
+        idle.len(),
+        p99(&idle),
+        during.len(),
+        p99(&during),
+        during.last()
+    );
+    // Writes went on: many during the build, none held for most of it, and the template's own
+    // write did not wait for the build either.
+    assert!(
+        during.len() >= 16,
+        "{} writes during the build",
+        during.len()
+    );
+    let slowest = *during.last().unwrap();
+    assert!(
+        slowest.as_secs_f64() < build_secs / 2.0,
+        "a write took {slowest:?} during a build of {build_secs} s"
+    );
+    // The template's own answer waited for the build (and only it did).
+    assert!(
+        answered.as_secs_f64() >= build_secs * 0.9,
+        "{answered:?} / {build_secs}"
+    );
+
+    // The new column is there for every row, the writers' final states included.
+    let before = places_answers(&mut admin);
+    assert_eq!(before[0]["count"], before[1]["count"], "{}", before[1]);
+    let mut live: Vec<i64> = last_state
+        .iter()
+        .filter(|(_, s)| s.is_some())
+        .map(|(id, _)| *id)
+        .collect();
+    live.sort_unstable();
+    let mut ids: Vec<i64> = before[2]["objectIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, live);
+    for f in before[3]["features"].as_array().unwrap() {
+        let id = f["properties"]["OBJECTID"].as_i64().unwrap();
+        assert_eq!(
+            f["properties"]["name"].as_str(),
+            last_state[&id].as_deref(),
+            "{id}"
+        );
+        assert_eq!(
+            f["properties"]["country"].as_str().unwrap(),
+            format!("W-{}", (id - 1_000_000) / 100)
+        );
+    }
+
+    // A restart builds every view from the stored documents: the same answers.
+    let dir_path = dir.path().to_path_buf();
+    srv.kill();
+    let again = ChildServer::start(&dir_path, &[]);
+    let after = places_answers(&mut again.client(ADMIN));
+    assert_eq!(after, before);
+    again.kill();
+}

@@ -50,6 +50,9 @@ pub struct FeatureSettings {
     pub max_query_vertices: usize,
     /// Most positions in a document's geometry at a layer's path.
     pub max_document_vertices: usize,
+    /// Views holding at least this many rows in all are rebuilt after a definition change on
+    /// a thread of their own while writes go on; fewer, at once on the writer thread.
+    pub background_build_rows: usize,
 }
 
 /// One view: its rows and its spatial indexes.
@@ -104,7 +107,24 @@ pub struct Features {
     settings: FeatureSettings,
     catalog: RwLock<Catalog>,
     diagnostics: parking_lot::Mutex<Diagnostics>,
+    /// The views being built in the background after a definition change, if any.
+    rebuild: parking_lot::Mutex<Option<Rebuild>>,
+    /// Held while committed changes are applied to the views, and while views built in the
+    /// background take their place, so no change falls between the two.
+    applying: parking_lot::Mutex<()>,
 }
+
+/// A background build of views: the documents changed since it began, to apply to the new
+/// views before they replace the old ones.
+struct Rebuild {
+    /// URIs chosen by clients: the standard hasher keeps them from colliding on purpose.
+    changed: std::collections::HashSet<String>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Changes a background build applies with writes held back; more are applied first while
+/// writes go on.
+const REPLAY_HELD: usize = 1024;
 
 /// A document's JSON, parsed once for all the views it feeds.
 fn parse_json(doc: &Document) -> Option<Value> {
@@ -353,6 +373,8 @@ impl Features {
             settings,
             catalog: RwLock::new(Catalog::default()),
             diagnostics: parking_lot::Mutex::new(Diagnostics::default()),
+            rebuild: parking_lot::Mutex::new(None),
+            applying: parking_lot::Mutex::new(()),
         });
         let mut catalog = Catalog::default();
         features.store.scan_documents(|doc| {
@@ -636,19 +658,23 @@ impl Features {
         }
     }
 
-    fn apply_changes(&self, changes: &[Change]) {
+    /// `Some` when a definition change is being built in the background: it resolves once
+    /// the new views are in place.
+    fn apply_changes(self: &Arc<Self>, changes: &[Change]) -> Option<crate::store::Settling> {
         let touches_definitions = |d: &Document| {
             d.in_collection(TEMPLATE_COLLECTION) || d.in_collection(DESCRIPTOR_COLLECTION)
         };
-        let mut rebuild = false;
+        let mut definitions: Vec<String> = Vec::new();
         {
+            let _applying = self.applying.lock();
             let catalog = self.catalog.read();
+            let mut rebuild = self.rebuild.lock();
             for c in changes {
                 let was_definition = catalog.templates.contains_key(&c.uri)
                     || catalog.descriptors.contains_key(&c.uri);
                 let is_definition = c.doc.as_deref().is_some_and(touches_definitions);
                 if was_definition || is_definition {
-                    rebuild = true;
+                    definitions.push(c.uri.clone());
                     continue;
                 }
                 let prepared = c
@@ -656,18 +682,47 @@ impl Features {
                     .as_ref()
                     .and_then(|p| p.downcast_ref::<PreparedRows>());
                 self.apply_document(&catalog, &c.uri, c.doc.as_deref(), prepared);
+                if let Some(r) = rebuild.as_mut() {
+                    r.changed.insert(c.uri.clone());
+                }
             }
         }
-        if rebuild {
-            self.apply_definitions(changes);
+        if definitions.is_empty() {
+            return None;
+        }
+        // One build at a time: the next starts from the catalog the last one made.
+        self.finish_rebuild();
+        self.apply_definitions(changes, definitions)
+    }
+
+    /// Wait for a background build of views, if one is running, to take its place.
+    pub(crate) fn finish_rebuild(&self) {
+        let thread = self.rebuild.lock().as_mut().and_then(|r| r.thread.take());
+        if let Some(t) = thread
+            && t.join().is_err()
+        {
+            tracing::error!("the background view build panicked");
+            *self.rebuild.lock() = None;
         }
     }
 
+    /// Whether views are being built in the background.
+    pub fn rebuilding(&self) -> bool {
+        self.rebuild.lock().is_some()
+    }
+
     /// Templates or descriptors changed: update them and rebuild the views whose
-    /// definition or needed geometry paths changed.
-    fn apply_definitions(&self, changes: &[Change]) {
-        let (next, rebuild) = {
+    /// definition or needed geometry paths changed; large views on a thread of their own.
+    /// `definitions`: the URIs of the changed templates and descriptors, whose writers are
+    /// answered when a background build is done.
+    fn apply_definitions(
+        self: &Arc<Self>,
+        changes: &[Change],
+        definitions: Vec<String>,
+    ) -> Option<crate::store::Settling> {
+        let (next, rebuild, rows) = {
             let current = self.catalog.read();
+            let rows: usize = current.views.values().map(|v| v.data.read().len()).sum();
             let mut next = Catalog {
                 generation: current.generation + 1,
                 templates: current.templates.clone(),
@@ -701,8 +756,38 @@ impl Features {
                     }
                 }
             }
-            (next, rebuild)
+            (next, rebuild, rows)
         };
+        if !rebuild.is_empty() && rows >= self.settings.background_build_rows {
+            *self.rebuild.lock() = Some(Rebuild {
+                changed: Default::default(),
+                thread: None,
+            });
+            let me = self.clone();
+            let keys = rebuild.clone();
+            let (settled, settling) = tokio::sync::oneshot::channel();
+            match std::thread::Builder::new()
+                .name("view-build".into())
+                .spawn(move || {
+                    me.build_in_background(next, keys);
+                    let _ = settled.send(());
+                }) {
+                Ok(t) => {
+                    if let Some(r) = self.rebuild.lock().as_mut() {
+                        r.thread = Some(t);
+                    }
+                    return Some(crate::store::Settling {
+                        uris: definitions,
+                        done: settling,
+                    });
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start a background view build");
+                    *self.rebuild.lock() = None;
+                    return None;
+                }
+            }
+        }
         let mut next = next;
         match self.build_views(&next, &rebuild) {
             Ok(built) => next.views.extend(built),
@@ -714,6 +799,89 @@ impl Features {
         *self.catalog.write() = next;
         if !rebuild.is_empty() {
             release_freed_memory();
+        }
+        None
+    }
+
+    /// Build `keys` of `next` from a snapshot of the store while writes go on, apply the
+    /// documents changed meanwhile (in rounds, the last with writes held back), then put
+    /// `next` in place of the catalog.
+    fn build_in_background(self: Arc<Self>, mut next: Catalog, keys: Vec<ViewKey>) {
+        let started = std::time::Instant::now();
+        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10);
+        // Half the cores at most, at a lower priority (nice 10, per thread on Linux), so that
+        // writes and queries keep the others and come first on these.
+        let threads = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("view-build-{i}"))
+            .start_handler(|_| {
+                let me = rustix::thread::gettid();
+                let _ = rustix::process::setpriority_process(Some(me), 10);
+            })
+            .build();
+        let built = match &pool {
+            Ok(pool) => pool.install(|| self.build_views(&next, &keys)),
+            Err(_) => self.build_views(&next, &keys),
+        };
+        match built {
+            Ok(built) => next.views.extend(built),
+            Err(e) => tracing::error!(error = %e, "rebuilding views failed"),
+        }
+        // The new views alone, for applying what changed: the others are the live ones.
+        let fresh = Catalog {
+            generation: next.generation,
+            templates: next.templates.clone(),
+            descriptors: next.descriptors.clone(),
+            views: keys
+                .iter()
+                .filter_map(|k| next.views.get(k).map(|v| (k.clone(), v.clone())))
+                .collect(),
+        };
+        let take = || -> Vec<String> {
+            self.rebuild
+                .lock()
+                .as_mut()
+                .map(|r| r.changed.drain().collect())
+                .unwrap_or_default()
+        };
+        let mut replayed = 0usize;
+        loop {
+            let batch = take();
+            if batch.len() <= REPLAY_HELD {
+                let _applying = self.applying.lock();
+                let mut rest = batch;
+                rest.extend(take());
+                replayed += rest.len();
+                self.replay(&fresh, &rest);
+                *self.catalog.write() = next;
+                if let Some(r) = self.rebuild.lock().take() {
+                    // Joined by nobody: this thread is ending.
+                    drop(r.thread);
+                }
+                break;
+            }
+            replayed += batch.len();
+            self.replay(&fresh, &batch);
+        }
+        tracing::info!(
+            views = ?keys.iter().map(|k| k.to_string()).collect::<Vec<_>>(),
+            changed_meanwhile = replayed,
+            secs = started.elapsed().as_secs_f64(),
+            "views rebuilt in the background"
+        );
+        release_freed_memory();
+    }
+
+    /// Apply the stored state of each of `uris` to the views of `catalog`.
+    fn replay(&self, catalog: &Catalog, uris: &[String]) {
+        for uri in uris {
+            match self.store.get(&crate::acl::Caller::system(), uri) {
+                Ok(doc) => self.apply_document(catalog, uri, doc.as_ref(), None),
+                Err(e) => {
+                    tracing::error!(uri = %uri, error = %e, "a changed document could not be read")
+                }
+            }
         }
     }
 
@@ -861,6 +1029,8 @@ impl CommitHook for FeatureHook {
     fn check(&self, doc: &Document) -> Result<Checked, Rejection> {
         let f = &self.0;
         if doc.in_collection(TEMPLATE_COLLECTION) || doc.in_collection(DESCRIPTOR_COLLECTION) {
+            // Against the definitions a running background build will put in place.
+            f.finish_rebuild();
             f.validate_definition(doc).map_err(Rejection::Definition)?;
             return Ok(Checked::default());
         }
@@ -880,8 +1050,8 @@ impl CommitHook for FeatureHook {
         })
     }
 
-    fn committed(&self, changes: &[Change]) {
-        self.0.apply_changes(changes);
+    fn committed(&self, changes: &[Change]) -> Option<crate::store::Settling> {
+        self.0.apply_changes(changes)
     }
 
     /// A document's rows depend only on it and the catalog: they can be made before the

@@ -123,6 +123,7 @@ impl App {
                 },
                 max_query_vertices: config.max_query_vertices,
                 max_document_vertices: config.max_document_vertices,
+                background_build_rows: config.background_build_rows,
             },
         )?;
         store.set_hook(Arc::new(FeatureHook(features.clone())));

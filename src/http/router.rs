@@ -342,6 +342,7 @@ fn metrics(app: &App) -> Resp {
     if let Ok(meta) = std::fs::metadata(app.store.path()) {
         m.store_bytes.set(meta.len() as i64);
     }
+    m.view_builds.set(i64::from(app.features.rebuilding()));
     let mut r = hyper::Response::new(http_body_util::Full::new(Bytes::from(
         crate::metrics::encode(),
     )));

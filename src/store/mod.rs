@@ -304,7 +304,9 @@ pub trait CommitHook: Send + Sync {
     fn check(&self, doc: &Document) -> Result<Checked, Rejection>;
     /// Runs after a commit is durable and before any writer is answered, in commit order, on
     /// the writer thread (so nothing the hook reads changes between a check and this).
-    fn committed(&self, changes: &[Change]);
+    /// `Some`: some changes take effect later (views built in the background); their writers
+    /// are answered when they do, while the writer thread goes on.
+    fn committed(&self, changes: &[Change]) -> Option<Settling>;
     /// The check of a document made early, on the writing request's own thread, so the
     /// writer thread does not have to: `None` where only the writer may check (definitions).
     /// Used only while [`CommitHook::generation`] has not moved.
@@ -316,6 +318,13 @@ pub trait CommitHook: Send + Sync {
     fn generation(&self) -> Option<u64> {
         None
     }
+}
+
+/// Changes of a commit that take effect later (see [`CommitHook::committed`]): the writers of
+/// these documents are answered when `done` resolves; the others at once.
+pub struct Settling {
+    pub uris: Vec<String>,
+    pub done: oneshot::Receiver<()>,
 }
 
 /// A check made before a write reached the writer thread, for the document as the write
@@ -724,6 +733,8 @@ fn commit_batch(
 ) {
     let mut answers: Vec<Result<Written, StoreError>> = Vec::with_capacity(batch.len());
     let mut changes: Vec<Change> = Vec::new();
+    // Each request's changes, by index into `changes`.
+    let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(batch.len());
     let result = (|| -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(storage)?;
         {
@@ -738,6 +749,7 @@ fn commit_batch(
                     generation,
                     pre,
                 };
+                let first = changes.len();
                 let answer = match plan_request(&docs, &req.caller, ops, checks) {
                     Err(e) => Err(e),
                     Ok((planned, written)) => {
@@ -746,6 +758,7 @@ fn commit_batch(
                     }
                 };
                 answers.push(answer);
+                spans.push(first..changes.len());
             }
         }
         let committing = std::time::Instant::now();
@@ -764,18 +777,43 @@ fn commit_batch(
             stats
                 .writes
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let mut settling = None;
             if let Some(hook) = hook
                 && !changes.is_empty()
             {
                 let hooked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     hook.committed(&changes)
                 }));
-                if hooked.is_err() {
-                    tracing::error!(changes = changes.len(), "commit hook panicked");
+                match hooked {
+                    Ok(s) => settling = s,
+                    Err(_) => tracing::error!(changes = changes.len(), "commit hook panicked"),
                 }
             }
-            for (req, answer) in batch.drain(..).zip(answers) {
-                let _ = req.reply.send(answer);
+            let mut later = Vec::new();
+            for ((req, answer), span) in batch.drain(..).zip(answers).zip(spans) {
+                let waits = settling
+                    .as_ref()
+                    .is_some_and(|s| changes[span].iter().any(|c| s.uris.contains(&c.uri)));
+                if waits {
+                    later.push((req.reply, answer));
+                } else {
+                    let _ = req.reply.send(answer);
+                }
+            }
+            // The writers of changes that take effect later are answered then, without
+            // holding the writer thread.
+            if let Some(settled) = settling.filter(|_| !later.is_empty()) {
+                let spawned = std::thread::Builder::new()
+                    .name("store-settle".into())
+                    .spawn(move || {
+                        let _ = settled.done.blocking_recv();
+                        for (reply, answer) in later {
+                            let _ = reply.send(answer);
+                        }
+                    });
+                if let Err(e) = spawned {
+                    tracing::error!(error = %e, "cannot wait for the changes to settle");
+                }
             }
         }
         Err(e) => {
@@ -1168,7 +1206,9 @@ pub(crate) mod tests {
                 prepared: None,
             })
         }
-        fn committed(&self, _: &[Change]) {}
+        fn committed(&self, _: &[Change]) -> Option<Settling> {
+            None
+        }
         fn precheck(&self, doc: &Document) -> Option<Result<Checked, Rejection>> {
             self.early.fetch_add(1, Ordering::Relaxed);
             Some(self.check(doc))
@@ -1238,7 +1278,9 @@ pub(crate) mod tests {
             assert_ne!(doc.uri, "/boom", "a check that panics");
             Ok(Checked::default())
         }
-        fn committed(&self, _: &[Change]) {}
+        fn committed(&self, _: &[Change]) -> Option<Settling> {
+            None
+        }
     }
 
     #[test]
