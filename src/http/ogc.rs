@@ -214,16 +214,8 @@ fn cql2_to_where(text: &str) -> String {
 
 /// `collections/{id}/queryables`: the columns a filter may name, as a JSON Schema.
 fn queryables(app: &App, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
-    let (d, layer_id) = find(app, ctx, id)?;
-    let layer = d
-        .layers
-        .iter()
-        .find(|l| l.id == layer_id)
-        .ok_or_else(|| not_found(format!("Collection {id} not found")))?;
-    let view = app
-        .features
-        .view(&layer.view)
-        .ok_or_else(|| not_found(format!("Collection {id} has no view")))?;
+    let (d, at, view) = find_view(app, ctx, id)?;
+    let layer = &d.layers[at];
     let properties: Map<String, Value> = view
         .def
         .columns
@@ -325,6 +317,25 @@ pub(super) fn find(app: &App, ctx: &Ctx, id: &str) -> Result<(Arc<Descriptor>, i
         return Err(missing());
     }
     Ok((d, layer))
+}
+
+/// A collection's descriptor, its layer's position there, and the layer's view.
+fn find_view(
+    app: &App,
+    ctx: &Ctx,
+    id: &str,
+) -> Result<(Arc<Descriptor>, usize, Arc<ViewState>), ApiError> {
+    let (d, layer_id) = find(app, ctx, id)?;
+    let at = d
+        .layers
+        .iter()
+        .position(|l| l.id == layer_id)
+        .ok_or_else(|| not_found(format!("Collection {id} not found")))?;
+    let view = app
+        .features
+        .view(&d.layers[at].view)
+        .ok_or_else(|| not_found(format!("Collection {id} has no view")))?;
+    Ok((d, at, view))
 }
 
 fn percent_decode(s: &str) -> String {
@@ -566,16 +577,9 @@ fn query_body(service: &str, layer: i64, q: &ItemsQuery) -> Value {
 }
 
 async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
-    let (d, layer_id) = find(app, ctx, id)?;
-    let layer = d
-        .layers
-        .iter()
-        .find(|l| l.id == layer_id)
-        .ok_or_else(|| not_found(format!("Collection {id} not found")))?;
-    let view = app
-        .features
-        .view(&layer.view)
-        .ok_or_else(|| not_found(format!("Collection {id} has no view")))?;
+    let (d, at, view) = find_view(app, ctx, id)?;
+    let layer = &d.layers[at];
+    let layer_id = layer.id;
     let q = items_query(ctx, layer, &view)?;
     let max = app.features.settings().max_record_count.max(1);
     let limit = q.limit.min(max);
