@@ -426,3 +426,33 @@ fn a_burst_of_connections_is_queued_not_dropped() {
     drop(held);
     assert_eq!(srv.anonymous().get("/health").status, 200);
 }
+
+/// An answer that closes the connection before the body was read (past the drain bound) still
+/// reaches a client that goes on sending: the server shuts its side and reads and drops the
+/// rest for a moment (a lingering close) instead of resetting the connection under it. Before,
+/// a client sending 8 MB unauthenticated got a broken pipe and never saw the 401.
+#[test]
+fn a_client_still_sending_gets_the_answer_that_closes() {
+    let srv = TestServer::start();
+    let body = vec![b'x'; 8 * 1024 * 1024];
+    for round in 0..3 {
+        let mut s = TcpStream::connect(srv.addr).unwrap();
+        s.write_all(
+            format!(
+                "PUT /v1/documents?uri=/a.json HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        s.write_all(&body)
+            .unwrap_or_else(|e| panic!("round {round}: the server reset the connection: {e}"));
+        let (answer, closed) = read_until_closed(&mut s, Duration::from_secs(5));
+        assert!(
+            answer.starts_with("HTTP/1.1 401 "),
+            "round {round}: {answer:?}"
+        );
+        assert!(answer.contains("connection: close\r\n"), "{answer:?}");
+        assert!(closed);
+    }
+}

@@ -8,6 +8,11 @@
 //! writes the same answer with an `errorResponse` body instead. The service's own answers are
 //! never taken for it: every error the service writes has a body and a `content-type`.
 //!
+//! When hyper shuts the stream down (an answer that closes the connection), the write side is
+//! closed and what the client still sends is read and dropped until it closes, for 2 s and
+//! 16 MB at most: a lingering close, so that a client still sending a body the answer did not
+//! read gets the answer instead of a reset.
+//!
 //! A watched stream tells its connection's [`Activity`] when bytes arrive (a head may be
 //! starting), and when the watchdog finds that head too slow, its next read writes the 408
 //! answer and ends the stream, which ends hyper's connection.
@@ -19,6 +24,7 @@
 //! client (Koop's route here) sends a chunked body's last chunk on its own, so every request
 //! through it waited 40 ms.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -44,7 +50,16 @@ pub(crate) struct Wire<S> {
     reading: bool,
     /// The socket was told to acknowledge at once since the last bytes were read.
     acked: bool,
+    /// Set once this side is shut down: what the client still sends is read and dropped until
+    /// it closes, for a moment and some bytes at most (a lingering close), so that its system
+    /// does not reset the connection, losing the answer, while it is still sending a body the
+    /// answer did not read.
+    linger: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
 }
+
+/// How long, and how many bytes, a closing connection reads and drops.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+const LINGER_BYTES: usize = 16 * 1024 * 1024;
 
 /// A stream that can be told to acknowledge what it received at once.
 pub(crate) trait AckNow {
@@ -69,6 +84,7 @@ impl<S> Wire<S> {
             ended: false,
             reading: false,
             acked: false,
+            linger: None,
         }
     }
 
@@ -174,7 +190,7 @@ impl<S: AsyncRead + AsyncWrite + AckNow + Unpin> AsyncRead for Wire<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Wire<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Wire<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -218,7 +234,29 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Wire<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         std::task::ready!(self.drain(cx))?;
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        if self.linger.is_none() {
+            std::task::ready!(Pin::new(&mut self.inner).poll_shutdown(cx))?;
+            self.linger = Some((Box::pin(tokio::time::sleep(LINGER)), LINGER_BYTES));
+        }
+        let this = &mut *self;
+        let Some((deadline, left)) = this.linger.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let mut scratch = [0u8; 8192];
+        loop {
+            if *left == 0 || deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    *left = left.saturating_sub(buf.filled().len());
+                }
+                // Closed (or failed) on the client's side: done.
+                Poll::Ready(_) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
