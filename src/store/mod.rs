@@ -341,6 +341,9 @@ struct Prechecked {
 /// Writes of more documents than this have their early checks spread over the rayon pool;
 /// fewer are checked on the request's thread.
 const PARALLEL_PRECHECK: usize = 8;
+/// Writes of more bytes than this are checked on rayon however few their documents, so a
+/// large geometry is not extracted on a thread that serves connections.
+const INLINE_PRECHECK_BYTES: usize = 64 * 1024;
 
 /// Counters for the operator and the throughput report.
 #[derive(Debug, Default)]
@@ -472,7 +475,10 @@ impl Store {
 
     /// Submit a write request and wait until it is durable.
     pub async fn write(&self, caller: &Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
-        let (ops, prechecked) = self.precheck(ops).await;
+        let (ops, prechecked) = self
+            .precheck(ops)
+            .await
+            .ok_or_else(|| StoreError::Internal("the write could not be checked".into()))?;
         self.submit(caller, ops, prechecked).await
     }
 
@@ -498,18 +504,26 @@ impl Store {
     }
 
     /// The hook's early checks of the documents `ops` puts, made here rather than on the
-    /// writer thread (in parallel for a large write), so that thread only stores and applies.
-    async fn precheck(&self, ops: Vec<Op>) -> (Vec<Op>, Vec<Option<Prechecked>>) {
+    /// writer thread (on rayon for a large write), so that thread only stores and applies.
+    /// `None` if the checking failed: the write is then refused, never applied without its ops.
+    async fn precheck(&self, ops: Vec<Op>) -> Option<(Vec<Op>, Vec<Option<Prechecked>>)> {
         let hook = self.hook.read().clone();
         let Some(hook) = hook.filter(|h| h.generation().is_some()) else {
-            return (ops, Vec::new());
+            return Some((ops, Vec::new()));
         };
-        if ops.len() <= PARALLEL_PRECHECK {
+        let bytes: usize = ops
+            .iter()
+            .map(|op| match op {
+                Op::PutDocument(p) => p.content.len(),
+                _ => 0,
+            })
+            .sum();
+        if ops.len() <= PARALLEL_PRECHECK && bytes <= INLINE_PRECHECK_BYTES {
             let pre = ops
                 .iter()
                 .map(|op| precheck_one(hook.as_ref(), op))
                 .collect();
-            return (ops, pre);
+            return Some((ops, pre));
         }
         crate::cpu::run_cpu_intensive(move || {
             use rayon::prelude::*;
@@ -520,7 +534,6 @@ impl Store {
             (ops, pre)
         })
         .await
-        .unwrap_or_else(|| (Vec::new(), Vec::new()))
     }
 
     /// [`Store::write`] for threads outside the async runtime (offline tools, tests).
@@ -1243,7 +1256,7 @@ pub(crate) mod tests {
             assert_eq!(hook.on_writer.load(Ordering::Relaxed), 0);
 
             // Checked early at generation 1, landing at 2: the writer's check refuses it.
-            let (ops, pre) = store.precheck(vec![put("/bad", "\"bad\"")]).await;
+            let (ops, pre) = store.precheck(vec![put("/bad", "\"bad\"")]).await.unwrap();
             assert!(matches!(&pre[0], Some(p) if p.result.is_ok()));
             hook.generation.store(2, Ordering::Relaxed);
             let refused = store.submit(&w, ops, pre).await;
