@@ -98,6 +98,11 @@ impl RoleSet {
         out
     }
 
+    /// The bitmask, for encodings (the inverse of [`RoleSet::from_bits`]).
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+
     pub fn from_bits(bits: u8) -> RoleSet {
         RoleSet(bits & ((1 << Role::ALL.len()) - 1))
     }

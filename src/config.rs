@@ -109,6 +109,15 @@ pub struct Config {
     pub flow_tracing: bool,
     /// A project directory deployed when the server starts.
     pub project: Option<PathBuf>,
+    /// Cluster mode: the NATS server(s) holding the write log, comma-separated URLs. `None`:
+    /// a single node on its embedded store.
+    pub cluster: Option<String>,
+    /// This node's name in the cluster (its registry key, and the origin of its writes).
+    pub node: String,
+    /// The cluster's name: its stream (`GEOSHARD_<NAME>`), subjects and registry bucket.
+    pub cluster_name: String,
+    /// Copies JetStream keeps of the log and the registry (1, 3 or 5 NATS servers' worth).
+    pub cluster_replicas: usize,
     /// JavaScript contexts kept warm for flow plugins.
     pub js_pool_size: usize,
     /// CPU time one flow run may take in its plugins.
@@ -184,6 +193,10 @@ impl Default for Config {
             background_build_rows: 100_000,
             flow_tracing: false,
             project: None,
+            cluster: None,
+            node: default_node_name(),
+            cluster_name: "geoshard".to_string(),
+            cluster_replicas: 3,
             js_pool_size: std::thread::available_parallelism()
                 .map(|n| n.get() * 2)
                 .unwrap_or(4),
@@ -235,6 +248,10 @@ pub const KEYS: &[&str] = &[
     "background_build_rows",
     "flow_tracing",
     "project",
+    "cluster",
+    "node",
+    "cluster_name",
+    "cluster_replicas",
     "js_pool_size",
     "js_time_limit_ms",
     "js_memory_limit_bytes",
@@ -249,6 +266,38 @@ pub const KEYS: &[&str] = &[
     "metrics",
     "metrics_auth",
 ];
+
+/// The host name, else a name from the process id: a node's default name.
+fn default_node_name() -> String {
+    let host = rustix::system::uname();
+    let host = host.nodename().to_string_lossy();
+    let name: String = host
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    if name.is_empty() {
+        format!("node-{}", std::process::id())
+    } else {
+        name
+    }
+}
+
+/// A name that goes into NATS subjects, stream and bucket names: letters, digits, `-`, `_`.
+fn cluster_token(key: &str, text: &str) -> Result<String, ConfigError> {
+    let t = text.trim();
+    if t.is_empty()
+        || t.len() > 64
+        || !t
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(ConfigError::BadValue {
+            key: key.to_string(),
+            message: format!("{text:?}: 1 to 64 letters, digits, '-' or '_'"),
+        });
+    }
+    Ok(t.to_string())
+}
 
 fn parse<T: std::str::FromStr>(key: &str, text: &str) -> Result<T, ConfigError>
 where
@@ -352,6 +401,19 @@ impl Config {
                 } else {
                     Some(PathBuf::from(text))
                 }
+            }
+            "cluster" => self.cluster = (!text.trim().is_empty()).then(|| text.trim().to_string()),
+            "node" => self.node = cluster_token(key, text)?,
+            "cluster_name" => self.cluster_name = cluster_token(key, text)?,
+            "cluster_replicas" => {
+                let n: usize = parse(key, text)?;
+                if !matches!(n, 1 | 3 | 5) {
+                    return Err(ConfigError::BadValue {
+                        key: key.to_string(),
+                        message: format!("{n}: JetStream keeps 1, 3 or 5 replicas"),
+                    });
+                }
+                self.cluster_replicas = n
             }
             "js_pool_size" => self.js_pool_size = positive(key, parse(key, text)?)?,
             "js_time_limit_ms" => self.js_time_limit_ms = parse(key, text)?,
@@ -533,6 +595,10 @@ mod tests {
             ("background_build_rows", "0"),
             ("flow_tracing", "on"),
             ("project", "/p"),
+            ("cluster", "nats://127.0.0.1:4222"),
+            ("node", "n-1"),
+            ("cluster_name", "test"),
+            ("cluster_replicas", "1"),
             ("js_pool_size", "2"),
             ("js_time_limit_ms", "5"),
             ("js_memory_limit_bytes", "1000000"),

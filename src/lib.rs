@@ -29,6 +29,7 @@
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 pub mod acl;
+pub mod cluster;
 pub mod config;
 pub mod cpu;
 pub mod demo;

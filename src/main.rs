@@ -45,6 +45,11 @@ enum Command {
     /// Load files (GeoJSON, NDJSON, CSV) into a layer: a running server's (`--url`) or a
     /// stopped server's data directory (`--data-dir`).
     Load(Box<geoshard::load::LoadArgs>),
+    /// A cluster's state as NATS holds it: the log, the live nodes and their lag.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
     /// Deploy a project's input flows into a stopped server's data directory.
     Deploy {
         #[arg(long, default_value = "./geoshard-data")]
@@ -69,6 +74,25 @@ struct ServeArgs {
     /// A project directory to deploy at start.
     #[arg(long)]
     project: Option<PathBuf>,
+    /// Cluster mode: the NATS server(s) of the cluster's log, comma-separated URLs.
+    #[arg(long)]
+    cluster: Option<String>,
+    /// This node's name in the cluster (default: the host name).
+    #[arg(long)]
+    node: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Nodes, what each has applied of the log, and the log's replicas.
+    Status {
+        /// The NATS server(s), comma-separated URLs.
+        #[arg(long, default_value = "nats://127.0.0.1:4222")]
+        cluster: String,
+        /// The cluster's name (the servers' `cluster_name`).
+        #[arg(long, default_value = "geoshard")]
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -113,6 +137,7 @@ fn main() -> ExitCode {
         } => demo(listen, config, examples),
         Command::User { command } => user(command),
         Command::Deploy { data_dir, project } => deploy(&data_dir, &project),
+        Command::Cluster { command } => cluster(command),
         Command::Load(args) => return load(&args),
     };
     match result {
@@ -145,6 +170,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         }
         if let Some(p) = &args.project {
             c.project = Some(p.clone());
+        }
+        if let Some(url) = &args.cluster {
+            c.set("cluster", url)?;
+        }
+        if let Some(node) = &args.node {
+            c.set("node", node)?;
         }
         Ok::<(), ConfigError>(())
     })
@@ -248,6 +279,21 @@ fn load(args: &geoshard::load::LoadArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn cluster(command: ClusterCommand) -> Result<(), String> {
+    let ClusterCommand::Status { cluster, name } = command;
+    let settings = geoshard::cluster::ClusterSettings {
+        url: cluster,
+        node: String::new(),
+        name,
+        replicas: 1,
+    };
+    let report = runtime()?
+        .block_on(geoshard::cluster::status_report(&settings))
+        .map_err(|e| e.to_string())?;
+    print!("{report}");
+    Ok(())
 }
 
 fn deploy(data_dir: &std::path::Path, project: &std::path::Path) -> Result<(), String> {

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::config::{Config, ConfigError};
 use crate::http::{App, Server, StartError};
@@ -88,8 +89,14 @@ pub async fn serve(
         Ok(opened) => opened?,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     };
+    if app.config.cluster.is_some() {
+        join_cluster(&app).await?;
+    }
     let server = Server::bind(app.clone()).await?;
     let addr = server.local_addr();
+    if let Some(cluster) = app.cluster.get() {
+        cluster.set_http_address(addr.to_string());
+    }
     tracing::info!(%addr, data_dir = %app.config.data_dir.display(), "listening");
     if app
         .security
@@ -105,6 +112,58 @@ pub async fn serve(
     }
     ready(&app, addr);
     server.run(shutdown).await;
+    Ok(())
+}
+
+/// Cluster mode: put the log in front of the store and follow it; then deploy the project,
+/// if any, through the log, so every node has it.
+async fn join_cluster(app: &Arc<App>) -> Result<(), StartError> {
+    let settings = crate::cluster::ClusterSettings {
+        url: app.config.cluster.clone().unwrap_or_default(),
+        node: app.config.node.clone(),
+        name: app.config.cluster_name.clone(),
+        replicas: app.config.cluster_replicas,
+    };
+    let weak = Arc::downgrade(app);
+    let reload = Box::new(move |changed: crate::cluster::Reload| {
+        let Some(app) = weak.upgrade() else {
+            return;
+        };
+        if changed.users
+            && let Err(e) = app.security.reload_users(&app.store)
+        {
+            tracing::error!(error = %e, "reloading the users another node changed");
+        }
+        if changed.flows
+            && let Err(e) = app.flows.reload()
+        {
+            tracing::error!(error = %e, "reloading the flows another node deployed");
+        }
+    });
+    let store = app.store.clone();
+    let cluster = tokio::task::spawn_blocking(move || {
+        crate::cluster::Cluster::start(settings, store, reload)
+    })
+    .await
+    .map_err(|e| StartError::Cluster(e.to_string()))?
+    .map_err(|e| StartError::Cluster(e.to_string()))?;
+    tracing::info!(
+        node = cluster.node(),
+        applied = cluster.visible(),
+        "joined the cluster"
+    );
+    let _ = app.cluster.set(cluster);
+    if let Some(dir) = &app.config.project {
+        let files = crate::flow::project::read_dir(dir).map_err(StartError::Deploy)?;
+        let project = app
+            .flows
+            .deploy(&crate::acl::Caller::system(), files)
+            .await
+            .map_err(|e| StartError::Deploy(vec![e.to_string()]))?;
+        for w in &project.warnings {
+            tracing::warn!("{w}");
+        }
+    }
     Ok(())
 }
 

@@ -57,6 +57,8 @@ pub struct App {
     pub flows: Arc<Flows>,
     /// For `/health`.
     pub started: Instant,
+    /// Cluster mode: this node's membership (set once, after the views are built).
+    pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 /// What every handler gets besides the body (made by the router, read by the handlers).
@@ -75,6 +77,8 @@ pub enum StartError {
     Security(#[from] crate::security::SecurityError),
     #[error("the project cannot be deployed:\n  {}", .0.join("\n  "))]
     Deploy(Vec<String>),
+    #[error("cannot join the cluster: {0}")]
+    Cluster(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -127,7 +131,8 @@ impl App {
             },
         )?;
         store.set_hook(Arc::new(FeatureHook(features.clone())));
-        if let Some(dir) = &config.project {
+        // A cluster deploys through its log once it follows it (`service::serve`).
+        if let Some(dir) = config.project.as_ref().filter(|_| config.cluster.is_none()) {
             let files = crate::flow::project::read_dir(dir).map_err(StartError::Deploy)?;
             let project =
                 crate::flow::deploy_blocking(&store, &files).map_err(StartError::Deploy)?;
@@ -153,6 +158,7 @@ impl App {
             features,
             flows,
             started: Instant::now(),
+            cluster: std::sync::OnceLock::new(),
         }))
     }
 }
@@ -400,6 +406,10 @@ where
     };
     if let Ok(v) = hyper::header::HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    if let Some(cluster) = app.cluster.get() {
+        resp.headers_mut()
+            .insert(router::SEQUENCE, cluster.visible().into());
     }
     let status = resp.status();
     let bytes_out = hyper::body::Body::size_hint(resp.body())

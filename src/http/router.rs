@@ -167,6 +167,9 @@ where
             return r;
         }
     };
+    if let Some(refused) = wait_for_entry(app, &parts.headers).await {
+        return refused;
+    }
     let user = app
         .config
         .access_log
@@ -176,6 +179,49 @@ where
         resp.extensions_mut().insert(user);
     }
     resp
+}
+
+/// The header by which a client asks a cluster node to answer only once it has applied a log
+/// entry (the `X-Geoshard-Sequence` of an earlier answer), so it reads its own writes on any
+/// node.
+pub(crate) const AFTER: &str = "x-geoshard-after";
+/// The header of every answer of a cluster node: the last log entry it had applied.
+pub(crate) const SEQUENCE: &str = "x-geoshard-sequence";
+
+/// Cluster mode: wait until this node has applied the entry `X-Geoshard-After` names, within
+/// `query_time_limit_ms` (10 s when that is 0); the refusal when it has not or the header is
+/// not a number. Outside a cluster the header is ignored.
+async fn wait_for_entry(app: &App, headers: &hyper::HeaderMap) -> Option<Resp> {
+    let cluster = app.cluster.get()?;
+    let value = headers.get(AFTER)?;
+    let Some(seq) = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    else {
+        return Some(response::error(&ApiError::new(
+            ErrorCode::InvalidRequest,
+            "X-Geoshard-After must be a log sequence number (the X-Geoshard-Sequence of an \
+             earlier answer)",
+        )));
+    };
+    let limit = match app.config.query_time_limit_ms {
+        0 => std::time::Duration::from_secs(10),
+        ms => std::time::Duration::from_millis(ms),
+    };
+    if cluster.wait_visible(seq, limit).await {
+        return None;
+    }
+    let mut r = response::error(&ApiError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "this node has applied the cluster's log up to entry {}, not yet {seq}; retry \
+             shortly or ask another node",
+            cluster.visible()
+        ),
+    ));
+    r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1));
+    Some(r)
 }
 
 /// The rest of [`dispatch`], for an authenticated caller.
@@ -307,17 +353,27 @@ fn unauthenticated(app: &App, route: &Route) -> Resp {
 
 /// Readiness: this answers only once the store is open, every view and index built and the
 /// project (if any) deployed, since the server listens after all of that.
+/// In a cluster, only once the node has applied what the log held when it started.
 fn ready(app: &App) -> Resp {
     let (layers, _) = app.features.sizes();
-    response::json_value(
-        200,
-        &serde_json::json!({
-            "status": "ready",
-            "store": "open",
-            "layers": layers.len(),
-            "project": app.config.project.as_ref().map(|p| p.display().to_string()),
-        }),
-    )
+    let mut body = serde_json::json!({
+        "status": "ready",
+        "store": "open",
+        "layers": layers.len(),
+        "project": app.config.project.as_ref().map(|p| p.display().to_string()),
+    });
+    let mut status = 200;
+    if let Some(c) = app.cluster.get() {
+        if !c.caught_up() {
+            status = 503;
+            body["status"] = "catching up".into();
+        }
+        body["cluster"] = serde_json::json!({
+            "node": c.node(),
+            "applied": c.visible(),
+        });
+    }
+    response::json_value(status, &body)
 }
 
 /// The Prometheus text format, with the gauges read now.

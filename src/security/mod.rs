@@ -226,14 +226,19 @@ impl Security {
     }
 
     fn remember(&self, rec: &UserRecord) -> Result<(), SecurityError> {
-        let roles = parse_roles(&rec.roles)?;
-        let mut h = [0u8; 32];
-        if rec.ha1.len() == 32 {
-            h.copy_from_slice(rec.ha1.as_bytes());
+        let entry = user_entry(rec)?;
+        self.users.write().insert(rec.name.clone(), entry);
+        Ok(())
+    }
+
+    /// Read the users again from the store, after a change this node did not make itself
+    /// (cluster mode: another node's, applied from the log).
+    pub fn reload_users(&self, store: &Store) -> Result<(), SecurityError> {
+        let mut users = crate::FastMap::default();
+        for rec in load_users(store)? {
+            users.insert(rec.name.clone(), user_entry(&rec)?);
         }
-        self.users
-            .write()
-            .insert(rec.name.clone(), Arc::new(UserEntry { roles, ha1: h }));
+        *self.users.write() = users;
         Ok(())
     }
 
@@ -477,6 +482,16 @@ impl Security {
     pub(crate) fn list_users(&self, store: &Store) -> Result<Vec<UserRecord>, SecurityError> {
         load_users(store)
     }
+}
+
+/// What authentication keeps of a stored user.
+fn user_entry(rec: &UserRecord) -> Result<Arc<UserEntry>, SecurityError> {
+    let roles = parse_roles(&rec.roles)?;
+    let mut ha1 = [0u8; 32];
+    if rec.ha1.len() == 32 {
+        ha1.copy_from_slice(rec.ha1.as_bytes());
+    }
+    Ok(Arc::new(UserEntry { roles, ha1 }))
 }
 
 /// Offline administration on a stopped server's store: add or replace a user.

@@ -9,8 +9,11 @@
 
 mod codec;
 pub mod content;
+pub mod logged;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -25,6 +28,8 @@ use crate::acl::{Caller, Capability, Permissions, Role};
 use crate::error::{ApiError, ErrorCode};
 
 const DOCUMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("documents");
+/// The `Meta` key of the last log entry applied (cluster mode), a decimal number.
+const APPLIED_KEY: &str = "cluster.applied";
 
 /// The service's own record tables, apart from documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +86,19 @@ pub enum StoreError {
     Stopped(String),
     #[error("cannot open the store at {path}: {message}")]
     Open { path: String, message: String },
+    /// A log entry that is not the next one this store applies (cluster mode): already
+    /// applied, or past a gap. Nothing was written.
+    #[error("log entry {got} is not the next to apply ({expected})")]
+    Sequence { expected: u64, got: u64 },
+    /// The replicated log could not take the write (cluster mode); it may or may not land.
+    #[error("the cluster's log is unavailable: {0}")]
+    Log(String),
+    /// A write too large for one log entry (cluster mode).
+    #[error(
+        "the write is {size} bytes, more than one entry of the cluster's log holds ({max}); \
+         send it in smaller requests"
+    )]
+    TooLarge { size: usize, max: usize },
 }
 
 impl From<StoreError> for ApiError {
@@ -95,6 +113,9 @@ impl From<StoreError> for ApiError {
             StoreError::Full { .. } => ErrorCode::InsufficientStorage,
             StoreError::Stopped(_) => ErrorCode::Unavailable,
             StoreError::Open { .. } => ErrorCode::Internal,
+            StoreError::Sequence { .. } => ErrorCode::Internal,
+            StoreError::Log(_) => ErrorCode::Unavailable,
+            StoreError::TooLarge { .. } => ErrorCode::PayloadTooLarge,
         };
         ApiError::new(code, e.to_string())
     }
@@ -320,6 +341,16 @@ pub trait CommitHook: Send + Sync {
     }
 }
 
+/// A replicated log in front of the store (cluster mode): [`Store::write`] appends the write
+/// to it, and the answer is this node's outcome of applying it once the log has it.
+pub trait WriteLog: Send + Sync {
+    fn append(
+        &self,
+        caller: Caller,
+        ops: Vec<Op>,
+    ) -> Pin<Box<dyn Future<Output = Result<Written, StoreError>> + Send + 'static>>;
+}
+
 /// Changes of a commit that take effect later (see [`CommitHook::committed`]): the writers of
 /// these documents are answered when `done` resolves; the others at once.
 pub struct Settling {
@@ -357,6 +388,9 @@ pub struct StoreStats {
 struct WriteRequest {
     /// Whose rights the checks use.
     caller: Caller,
+    /// The request's place in the replicated log, when it comes from one: it lands only as
+    /// the next entry after the last applied.
+    seq: Option<u64>,
     ops: Vec<Op>,
     /// The early checks of `ops`, by index (empty when none were made).
     prechecked: Vec<Option<Prechecked>>,
@@ -380,6 +414,9 @@ pub struct Store {
     hook: HookSlot,
     stats: Arc<StoreStats>,
     path: PathBuf,
+    /// The last log entry applied (cluster mode; 0 before any), as committed.
+    applied: Arc<AtomicU64>,
+    log: RwLock<Option<Arc<dyn WriteLog>>>,
 }
 
 /// Settings of the store, from `Config`.
@@ -431,6 +468,18 @@ impl Store {
             }
         }
         txn.commit().map_err(storage)?;
+        let applied = {
+            let txn = db.begin_read().map_err(storage)?;
+            let meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
+            let value = meta.get(APPLIED_KEY).map_err(storage)?;
+            let applied = value.map(|v| String::from_utf8_lossy(v.value()).parse::<u64>());
+            match applied {
+                None => 0,
+                Some(Ok(n)) => n,
+                Some(Err(_)) => return Err(StoreError::Corrupt(format!("meta {APPLIED_KEY}"))),
+            }
+        };
+        let applied = Arc::new(AtomicU64::new(applied));
 
         let db = Arc::new(db);
         let (queue, rx) = mpsc::channel(options.write_queue.max(1));
@@ -440,6 +489,7 @@ impl Store {
             let db = db.clone();
             let hook = hook.clone();
             let stats = stats.clone();
+            let applied = applied.clone();
             let batch_max = options.commit_batch_max.max(1);
             let space = SpaceCheck {
                 dir: dir.to_path_buf(),
@@ -447,7 +497,7 @@ impl Store {
             };
             std::thread::Builder::new()
                 .name("store-writer".into())
-                .spawn(move || writer_loop(db, rx, hook, stats, batch_max, space))
+                .spawn(move || writer_loop(db, rx, hook, stats, applied, batch_max, space))
                 .map_err(storage)?
         };
         Ok(Store {
@@ -457,6 +507,8 @@ impl Store {
             hook,
             stats,
             path,
+            applied,
+            log: RwLock::new(None),
         })
     }
 
@@ -473,8 +525,46 @@ impl Store {
         *self.hook.write() = Some(hook);
     }
 
+    /// Put a replicated log in front of the store: every later [`Store::write`] goes through
+    /// it (cluster mode).
+    pub fn set_log(&self, log: Arc<dyn WriteLog>) {
+        *self.log.write() = Some(log);
+    }
+
+    /// The last log entry this store applied (0 before any).
+    pub fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Acquire)
+    }
+
+    /// Queue log entry `seq` for the writer, which lands it only as the entry after the last
+    /// applied. Entries queued in log order land in log order; the receiver has the outcome.
+    pub async fn apply_logged(
+        &self,
+        seq: u64,
+        caller: Caller,
+        ops: Vec<Op>,
+    ) -> Result<oneshot::Receiver<Result<Written, StoreError>>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let req = WriteRequest {
+            caller,
+            seq: Some(seq),
+            ops,
+            prechecked: Vec::new(),
+            reply,
+        };
+        self.queue
+            .send(Message::Write(req))
+            .await
+            .map_err(|_| StoreError::ShuttingDown)?;
+        Ok(answer)
+    }
+
     /// Submit a write request and wait until it is durable.
     pub async fn write(&self, caller: &Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
+        let log = self.log.read().clone();
+        if let Some(log) = log {
+            return log.append(caller.clone(), ops).await;
+        }
         let (ops, prechecked) = self
             .precheck(ops)
             .await
@@ -492,6 +582,7 @@ impl Store {
         let (reply, answer) = oneshot::channel();
         let req = WriteRequest {
             caller: caller.clone(),
+            seq: None,
             ops,
             prechecked,
             reply,
@@ -538,9 +629,15 @@ impl Store {
 
     /// [`Store::write`] for threads outside the async runtime (offline tools, tests).
     pub fn write_blocking(&self, caller: &Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
+        if self.log.read().is_some() {
+            return Err(StoreError::Log(
+                "a node of a cluster writes through its log only".into(),
+            ));
+        }
         let (reply, answer) = oneshot::channel();
         let req = WriteRequest {
             caller: caller.clone(),
+            seq: None,
             ops,
             prechecked: Vec::new(),
             reply,
@@ -672,6 +769,7 @@ fn writer_loop(
     mut rx: mpsc::Receiver<Message>,
     hook: HookSlot,
     stats: Arc<StoreStats>,
+    applied: Arc<AtomicU64>,
     batch_max: usize,
     space: SpaceCheck,
 ) {
@@ -698,7 +796,7 @@ fn writer_loop(
                 }
             } else {
                 let hook = hook.read().clone();
-                commit_batch(&db, &mut batch, hook.as_deref(), &stats);
+                commit_batch(&db, &mut batch, hook.as_deref(), &stats, &applied);
             }
         }
         if let Some(done) = shutdown {
@@ -743,7 +841,10 @@ fn commit_batch(
     batch: &mut Vec<WriteRequest>,
     hook: Option<&dyn CommitHook>,
     stats: &StoreStats,
+    applied: &AtomicU64,
 ) {
+    let before = applied.load(Ordering::Acquire);
+    let mut last = before;
     let mut answers: Vec<Result<Written, StoreError>> = Vec::with_capacity(batch.len());
     let mut changes: Vec<Change> = Vec::new();
     // Each request's changes, by index into `changes`.
@@ -763,6 +864,18 @@ fn commit_batch(
                     pre,
                 };
                 let first = changes.len();
+                if let Some(seq) = req.seq {
+                    if seq != last + 1 {
+                        answers.push(Err(StoreError::Sequence {
+                            expected: last + 1,
+                            got: seq,
+                        }));
+                        spans.push(first..first);
+                        continue;
+                    }
+                    // A refused entry is applied too: every node refuses it alike.
+                    last = seq;
+                }
                 let answer = match plan_request(&docs, &req.caller, ops, checks) {
                     Err(e) => Err(e),
                     Ok((planned, written)) => {
@@ -774,6 +887,11 @@ fn commit_batch(
                 spans.push(first..changes.len());
             }
         }
+        if last != before {
+            let mut meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
+            meta.insert(APPLIED_KEY, last.to_string().as_bytes())
+                .map_err(storage)?;
+        }
         let committing = std::time::Instant::now();
         txn.commit().map_err(storage)?;
         crate::metrics::record(|m| m.commit_seconds.observe(committing.elapsed().as_secs_f64()));
@@ -781,6 +899,7 @@ fn commit_batch(
     })();
     match result {
         Ok(()) => {
+            applied.store(last, Ordering::Release);
             crate::metrics::record(|m| {
                 m.commits.inc();
                 m.commit_batch.observe(batch.len() as f64);
@@ -1144,6 +1263,63 @@ pub(crate) mod tests {
 
     fn writer() -> Caller {
         Caller::new("w", RoleSet::from_roles([Role::RestWriter]))
+    }
+
+    /// Log entry `seq` applied through the writer, waited for outside the runtime.
+    fn apply(store: &Store, seq: u64, caller: Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let answer = rt.block_on(store.apply_logged(seq, caller, ops)).unwrap();
+        answer.blocking_recv().unwrap()
+    }
+
+    #[test]
+    fn log_entries_land_once_in_order_and_the_place_survives_a_reopen() {
+        let dir = tempdir();
+        let reader = Caller::new("r", RoleSet::from_roles([Role::RestReader]));
+        {
+            let store = Store::open(&dir, StoreOptions::default()).unwrap();
+            assert_eq!(store.applied(), 0);
+            let w = apply(&store, 1, writer(), vec![put("/a", "1")]).unwrap();
+            assert_eq!(w.outcomes, vec![Outcome::Created]);
+            // A refused entry is applied too (every node refuses it alike).
+            let refused = apply(&store, 2, reader.clone(), vec![put("/b", "2")]);
+            assert!(
+                matches!(refused, Err(StoreError::Forbidden { .. })),
+                "{refused:?}"
+            );
+            assert_eq!(store.applied(), 2);
+            // A repeat and a gap write nothing and move nothing.
+            let again = apply(&store, 1, writer(), vec![put("/a", "again")]);
+            assert_eq!(
+                again.unwrap_err(),
+                StoreError::Sequence {
+                    expected: 3,
+                    got: 1
+                }
+            );
+            let gap = apply(&store, 5, writer(), vec![put("/c", "5")]);
+            assert_eq!(
+                gap.unwrap_err(),
+                StoreError::Sequence {
+                    expected: 3,
+                    got: 5
+                }
+            );
+            assert_eq!(store.applied(), 2);
+            assert!(store.get(&reader, "/c").unwrap().is_none());
+            assert_eq!(
+                store.get(&reader, "/a").unwrap().unwrap().content,
+                Bytes::from_static(b"1")
+            );
+            store.shutdown_blocking();
+        }
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        assert_eq!(store.applied(), 2);
+        assert!(apply(&store, 3, writer(), vec![put("/c", "3")]).is_ok());
+        assert_eq!(store.applied(), 3);
+        store.shutdown_blocking();
     }
 
     #[test]

@@ -1,0 +1,536 @@
+//! Cluster mode: several nodes serve one dataset, with NATS JetStream as the write log.
+//!
+//! Every write a node takes is published to one JetStream stream (replicated on the NATS
+//! servers) and answered only after JetStream acknowledges it and this node has applied it.
+//! Every node follows the stream from the entry after the last it applied and applies each
+//! entry through its own store, views and indexes, in stream order: a state machine
+//! replicated by the log, so nodes hold the same documents and answer queries alike. An
+//! entry's outcome (created, refused by a permission or a template) is decided where it is
+//! applied, and alike everywhere, since each node applies the same entries to the same state.
+//!
+//! Nodes register in a JetStream key-value bucket with a lease (`geoshard cluster status`).
+//! Today every node holds every shard; the log's subjects already separate feature documents
+//! (`geoshard.<cluster>.data`) from the rest (`geoshard.<cluster>.meta`).
+
+mod status;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::jetstream::consumer::DeliverPolicy;
+use futures_util::StreamExt;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::acl::Caller;
+use crate::store::{Op, Store, StoreError, Table, WriteLog, Written, logged};
+
+pub use status::{NodeRecord, status_report};
+
+/// How long a write waits for JetStream to acknowledge it, publishing again after failures
+/// (a stream electing a new leader takes seconds).
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(15);
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// How long a write, once in the log, waits for this node to apply it.
+const APPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a node renews its registry entry, and how long the entry outlives the last.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+const LEASE: Duration = Duration::from_secs(10);
+/// Room kept in a NATS message for its headers and subject.
+const ENVELOPE_BYTES: usize = 1024;
+
+const ORIGIN: &str = "Geoshard-Origin";
+const REQUEST: &str = "Geoshard-Request";
+
+/// What a node needs to join a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// NATS server URLs, comma-separated.
+    pub url: String,
+    pub node: String,
+    pub name: String,
+    pub replicas: usize,
+}
+
+impl ClusterSettings {
+    pub fn stream(&self) -> String {
+        format!(
+            "GEOSHARD_{}",
+            self.name.to_ascii_uppercase().replace('-', "_")
+        )
+    }
+
+    pub fn bucket(&self) -> String {
+        format!("geoshard_{}_nodes", self.name)
+    }
+
+    fn subject(&self, what: &str) -> String {
+        format!("geoshard.{}.{what}", self.name)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cannot reach NATS at {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("JetStream: {0}")]
+    JetStream(String),
+    #[error("cannot start the cluster's threads: {0}")]
+    Runtime(String),
+}
+
+fn js_error(e: impl std::fmt::Display) -> ClusterError {
+    ClusterError::JetStream(e.to_string())
+}
+
+/// Record tables whose change the node must take into memory when another node makes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reload {
+    pub users: bool,
+    pub flows: bool,
+}
+
+impl Reload {
+    fn of(ops: &[Op]) -> Reload {
+        let mut r = Reload::default();
+        for op in ops {
+            let table = match op {
+                Op::PutRecord { table, .. }
+                | Op::DeleteRecord { table, .. }
+                | Op::ReplaceTable { table, .. } => *table,
+                _ => continue,
+            };
+            r.users |= table == Table::Users;
+            r.flows |= table == Table::Flows;
+        }
+        r
+    }
+
+    fn any(self) -> bool {
+        self.users || self.flows
+    }
+}
+
+type Reloader = Box<dyn Fn(Reload) + Send + Sync>;
+type Waiter = oneshot::Sender<Result<Written, StoreError>>;
+
+struct Inner {
+    settings: ClusterSettings,
+    js: jetstream::Context,
+    store: Arc<Store>,
+    /// This node's writes in the log, by request id, waiting for their outcome here.
+    waiters: Mutex<crate::FastMap<u64, Waiter>>,
+    next_request: AtomicU64,
+    /// The last entry applied and answered here: queries waiting for an entry watch it.
+    visible: watch::Sender<u64>,
+    /// Set once the node has applied what the log held when it started following.
+    caught_up: AtomicBool,
+    max_payload: usize,
+    reload: Reloader,
+    /// The node's HTTP address, for the registry (known once it listens).
+    http: Mutex<String>,
+    /// Unique to this run of the node: with the request id, a message id JetStream
+    /// deduplicates by.
+    boot: String,
+}
+
+/// A node's membership of the cluster: its log, its follower and its registry entry.
+pub struct Cluster {
+    inner: Arc<Inner>,
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    handle: tokio::runtime::Handle,
+}
+
+impl Cluster {
+    /// Connect, make sure the stream and the registry exist, put the log in front of
+    /// `store` and start following the stream from the entry after the last applied.
+    /// `reload` takes record changes other nodes make into memory.
+    pub fn start(
+        settings: ClusterSettings,
+        store: Arc<Store>,
+        reload: Reloader,
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cluster")
+            .enable_all()
+            .build()
+            .map_err(|e| ClusterError::Runtime(e.to_string()))?;
+        let handle = runtime.handle().clone();
+        let inner = runtime.block_on(connect(settings, store, reload))?;
+        let cluster = Arc::new(Cluster {
+            inner: inner.clone(),
+            runtime: Mutex::new(Some(runtime)),
+            handle: handle.clone(),
+        });
+        inner.store.set_log(cluster.clone());
+        handle.spawn(follow(inner.clone()));
+        handle.spawn(heartbeat(inner));
+        Ok(cluster)
+    }
+
+    pub fn node(&self) -> &str {
+        &self.inner.settings.node
+    }
+
+    /// The last log entry this node applied and answered.
+    pub fn visible(&self) -> u64 {
+        *self.inner.visible.borrow()
+    }
+
+    /// Whether the node has applied what the log held when it started.
+    pub fn caught_up(&self) -> bool {
+        self.inner.caught_up.load(Ordering::Acquire)
+    }
+
+    pub fn set_http_address(&self, addr: String) {
+        *self.inner.http.lock() = addr;
+    }
+
+    /// Wait until this node has applied log entry `seq`; false if it has not within `limit`.
+    pub async fn wait_visible(&self, seq: u64, limit: Duration) -> bool {
+        let mut rx = self.inner.visible.subscribe();
+        tokio::time::timeout(limit, rx.wait_for(|v| *v >= seq))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Stop following and close the connection.
+    pub fn shutdown(&self) {
+        if let Some(rt) = self.runtime.lock().take() {
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
+impl WriteLog for Cluster {
+    fn append(
+        &self,
+        caller: Caller,
+        ops: Vec<Op>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Written, StoreError>> + Send + 'static>> {
+        let inner = self.inner.clone();
+        let task = self.handle.spawn(append(inner, caller, ops));
+        Box::pin(async move {
+            task.await
+                .unwrap_or_else(|_| Err(StoreError::Internal("the log append failed".into())))
+        })
+    }
+}
+
+async fn connect(
+    settings: ClusterSettings,
+    store: Arc<Store>,
+    reload: Reloader,
+) -> Result<Arc<Inner>, ClusterError> {
+    let urls: Vec<&str> = settings.url.split(',').map(str::trim).collect();
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("geoshard {}", settings.node))
+        .retry_on_initial_connect()
+        .connect(urls.as_slice())
+        .await
+        .map_err(|e| ClusterError::Connect {
+            url: settings.url.clone(),
+            message: e.to_string(),
+        })?;
+    // The first connection is made in the background: wait for it, within a bound.
+    let mut waited = Duration::ZERO;
+    while client.connection_state() != async_nats::connection::State::Connected {
+        if waited > Duration::from_secs(30) {
+            return Err(ClusterError::Connect {
+                url: settings.url.clone(),
+                message: "no NATS server answered within 30 s".into(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    let max_payload = client.server_info().max_payload;
+    let js = jetstream::new(client);
+    // A NATS cluster that is itself starting has no JetStream leader for a few seconds.
+    let mut tries = 0;
+    loop {
+        let made = js
+            .get_or_create_stream(jetstream::stream::Config {
+                name: settings.stream(),
+                subjects: vec![settings.subject(">")],
+                num_replicas: settings.replicas,
+                storage: jetstream::stream::StorageType::File,
+                ..Default::default()
+            })
+            .await;
+        match made {
+            Ok(_) => break,
+            Err(e) if tries < 60 => {
+                tracing::info!(error = %e, "waiting for JetStream");
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(js_error(e)),
+        }
+    }
+    let (visible, _) = watch::channel(store.applied());
+    Ok(Arc::new(Inner {
+        settings,
+        js,
+        store,
+        waiters: Mutex::new(crate::FastMap::default()),
+        next_request: AtomicU64::new(1),
+        visible,
+        caught_up: AtomicBool::new(false),
+        max_payload,
+        reload,
+        http: Mutex::new(String::new()),
+        boot: uuid::Uuid::new_v4().simple().to_string(),
+    }))
+}
+
+/// Removes a waiter that will not be answered (the publish failed or the write gave up).
+struct Forget<'a>(&'a Inner, u64);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.lock().remove(&self.1);
+    }
+}
+
+/// Publish a write, wait for JetStream's acknowledgement (the write is durable on a quorum
+/// of NATS servers), then for this node's outcome of applying it.
+async fn append(inner: Arc<Inner>, caller: Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
+    let payload = logged::encode(&caller, &ops);
+    if payload.len() + ENVELOPE_BYTES > inner.max_payload {
+        return Err(StoreError::TooLarge {
+            size: payload.len(),
+            max: inner.max_payload.saturating_sub(ENVELOPE_BYTES),
+        });
+    }
+    let documents_only = ops
+        .iter()
+        .all(|op| matches!(op, Op::PutDocument(_) | Op::DeleteDocument { .. }));
+    let subject = inner
+        .settings
+        .subject(if documents_only { "data" } else { "meta" });
+    let id = inner.next_request.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = oneshot::channel();
+    inner.waiters.lock().insert(id, tx);
+    let _forget = Forget(&inner, id);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(ORIGIN, inner.settings.node.as_str());
+    headers.insert(REQUEST, id.to_string().as_str());
+    // JetStream drops a second message with the same id, so a publish that failed without
+    // an answer (a NATS server gone, the stream electing a leader) is sent again safely.
+    let msg_id = format!("{}-{}-{id}", inner.settings.node, inner.boot);
+    headers.insert("Nats-Msg-Id", msg_id.as_str());
+    let payload = bytes::Bytes::from(payload);
+    let deadline = tokio::time::Instant::now() + PUBLISH_TIMEOUT;
+    let seq = loop {
+        let attempt = tokio::time::timeout_at(deadline, async {
+            inner
+                .js
+                .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                .await?
+                .await
+        })
+        .await;
+        match attempt {
+            Ok(Ok(ack)) => break ack.sequence,
+            Ok(Err(e)) if tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
+                tracing::debug!(error = %e, "publishing again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Ok(Err(e)) => return Err(StoreError::Log(e.to_string())),
+            Err(_) => {
+                return Err(StoreError::Log(format!(
+                    "JetStream did not acknowledge the write within {} s; it may or may not land",
+                    PUBLISH_TIMEOUT.as_secs()
+                )));
+            }
+        }
+    };
+    match tokio::time::timeout(APPLY_TIMEOUT, rx).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(_)) => Err(StoreError::ShuttingDown),
+        Err(_) => Err(StoreError::Log(format!(
+            "the write is log entry {seq}, which this node has not applied within {} s",
+            APPLY_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// An entry handed to the store, waiting for its outcome.
+struct Pending {
+    seq: u64,
+    /// The request id when this node wrote the entry.
+    mine: Option<u64>,
+    reload: Reload,
+    /// Why the entry could not be decoded (it was applied as nothing).
+    unreadable: Option<StoreError>,
+    outcome: oneshot::Receiver<Result<Written, StoreError>>,
+}
+
+/// Follow the log for as long as the node runs, starting again after a failure from the
+/// entry after the last applied.
+async fn follow(inner: Arc<Inner>) {
+    loop {
+        if let Err(e) = follow_once(&inner).await {
+            tracing::warn!(error = %e, applied = inner.store.applied(), "following the log");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
+    let start = inner.store.applied() + 1;
+    let mut stream = inner
+        .js
+        .get_stream(inner.settings.stream())
+        .await
+        .map_err(js_error)?;
+    let last = stream.info().await.map_err(js_error)?.state.last_sequence;
+    if last < start {
+        inner.caught_up.store(true, Ordering::Release);
+    }
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(js_error)?;
+    let mut messages = consumer.messages().await.map_err(js_error)?;
+    tracing::info!(from = start, last, "following the log");
+    let (tx, rx) = mpsc::channel::<Pending>(4096);
+    let (stop, mut stopped) = watch::channel(false);
+    let finisher = tokio::spawn(finish(inner.clone(), rx, stop, last));
+    let result = loop {
+        let next = tokio::select! {
+            _ = stopped.changed() => break Ok(()),
+            next = messages.next() => next,
+        };
+        let Some(message) = next else {
+            break Ok(());
+        };
+        let message = message.map_err(js_error)?;
+        let seq = message.info().map_err(js_error)?.stream_sequence;
+        let headers = message.message.headers.as_ref();
+        let mine = headers
+            .filter(|h| {
+                h.get(ORIGIN)
+                    .is_some_and(|o| o.as_str() == inner.settings.node)
+            })
+            .and_then(|h| h.get(REQUEST))
+            .and_then(|r| r.as_str().parse::<u64>().ok());
+        let (caller, ops, unreadable) = match logged::decode(&message.message.payload) {
+            Ok((caller, ops)) => (caller, ops, None),
+            Err(e) => {
+                tracing::error!(seq, error = %e, "a log entry cannot be read; applied as nothing");
+                (Caller::system(), Vec::new(), Some(e))
+            }
+        };
+        let reload = Reload::of(&ops);
+        let outcome = match inner.store.apply_logged(seq, caller, ops).await {
+            Ok(o) => o,
+            Err(e) => break Err(ClusterError::JetStream(e.to_string())),
+        };
+        let pending = Pending {
+            seq,
+            mine,
+            reload,
+            unreadable,
+            outcome,
+        };
+        if tx.send(pending).await.is_err() {
+            break Ok(());
+        }
+    };
+    drop(tx);
+    let _ = finisher.await;
+    result
+}
+
+/// Take the outcomes of the entries handed to the store, in log order: make them visible,
+/// reload what they changed, and answer this node's writers. A failure of this node's own
+/// (its disk) stops the follower, which starts again from the last entry applied.
+async fn finish(
+    inner: Arc<Inner>,
+    mut rx: mpsc::Receiver<Pending>,
+    stop: watch::Sender<bool>,
+    caught_up_at: u64,
+) {
+    let mut stopping = false;
+    while let Some(p) = rx.recv().await {
+        let outcome = p.outcome.await.unwrap_or(Err(StoreError::ShuttingDown));
+        if stopping {
+            continue;
+        }
+        match &outcome {
+            // Applied before: a repeat delivery.
+            Err(StoreError::Sequence { expected, got }) if got < expected => continue,
+            Err(
+                e @ (StoreError::Storage(_)
+                | StoreError::Stopped(_)
+                | StoreError::Full { .. }
+                | StoreError::ShuttingDown
+                | StoreError::Sequence { .. }
+                | StoreError::Corrupt(_)),
+            ) => {
+                tracing::error!(seq = p.seq, error = %e, "a log entry could not be applied here");
+                stopping = true;
+                let _ = stop.send(true);
+                continue;
+            }
+            _ => {}
+        }
+        if p.reload.any() {
+            (inner.reload)(p.reload);
+        }
+        inner.visible.send_replace(p.seq);
+        if p.seq >= caught_up_at {
+            inner.caught_up.store(true, Ordering::Release);
+        }
+        if let Some(id) = p.mine
+            && let Some(waiter) = inner.waiters.lock().remove(&id)
+        {
+            let _ = waiter.send(match p.unreadable {
+                Some(e) => Err(e),
+                None => outcome,
+            });
+        }
+    }
+}
+
+/// Keep this node's registry entry alive while it runs.
+async fn heartbeat(inner: Arc<Inner>) {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut bucket = None;
+    loop {
+        if bucket.is_none() {
+            match status::registry(&inner.js, &inner.settings).await {
+                Ok(b) => bucket = Some(b),
+                Err(e) => tracing::warn!(error = %e, "the node registry"),
+            }
+        }
+        if let Some(kv) = &bucket {
+            let record = NodeRecord {
+                node: inner.settings.node.clone(),
+                http: inner.http.lock().clone(),
+                applied: *inner.visible.borrow(),
+                caught_up: inner.caught_up.load(Ordering::Acquire),
+                started,
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            };
+            let bytes = serde_json::to_vec(&record).unwrap_or_default();
+            if let Err(e) = kv.put(&inner.settings.node, bytes.into()).await {
+                tracing::warn!(error = %e, "renewing the registry entry");
+            }
+        }
+        tokio::time::sleep(HEARTBEAT).await;
+    }
+}

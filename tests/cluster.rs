@@ -1,0 +1,561 @@
+//! Cluster mode on NATS JetStream: three NATS servers (a JetStream cluster, the log kept on
+//! all three) and three geoshard nodes on loopback. Data loaded through different nodes is
+//! answered alike by every node, and exactly as a single node loaded with the same files
+//! answers; nodes and NATS servers killed under writes lose no acknowledged write.
+//!
+//! Needs Debian's `nats-server` (`scripts/setup-system.sh` installs it); without it the tests
+//! say so and pass.
+
+mod common;
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn nats_binary() -> Option<PathBuf> {
+    ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Three NATS servers routed into one cluster, each with JetStream.
+struct Nats {
+    binary: PathBuf,
+    dir: TestDir,
+    ports: Vec<u16>,
+    servers: Vec<Option<Child>>,
+}
+
+impl Nats {
+    fn start(tag: &str) -> Option<Nats> {
+        let Some(binary) = nats_binary() else {
+            eprintln!(
+                "skipped: nats-server is not installed (scripts/setup-system.sh installs \
+                 Debian's nats-server)"
+            );
+            return None;
+        };
+        let dir = temp_dir(tag);
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let route_list = routes
+            .iter()
+            .map(|p| format!("nats-route://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        for i in 0..3 {
+            let conf = format!(
+                "port: {port}\nserver_name: nats{i}\nmax_payload: 8MB\n\
+                 jetstream {{ store_dir: \"{store}\" }}\n\
+                 cluster {{ name: {tag}, port: {route}, routes: [{route_list}] }}\n",
+                port = ports[i],
+                store = dir.path().join(format!("js{i}")).display(),
+                route = routes[i],
+            );
+            std::fs::write(dir.path().join(format!("nats{i}.conf")), conf).unwrap();
+        }
+        let mut nats = Nats {
+            binary,
+            dir,
+            ports,
+            servers: vec![None, None, None],
+        };
+        for i in 0..3 {
+            nats.run(i);
+        }
+        Some(nats)
+    }
+
+    fn run(&mut self, i: usize) {
+        let child = Command::new(&self.binary)
+            .arg("-c")
+            .arg(self.dir.path().join(format!("nats{i}.conf")))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.servers[i] = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", self.ports[i])).is_err() {
+            assert!(Instant::now() < deadline, "nats server {i} did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.servers[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Every server's URL, server `first`'s first.
+    fn urls(&self, first: usize) -> String {
+        (0..3)
+            .map(|k| format!("nats://127.0.0.1:{}", self.ports[(first + k) % 3]))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            self.kill(i);
+        }
+    }
+}
+
+/// A geoshard node of cluster `name`, on `dir` (made with the test users if new).
+fn node(dir: &Path, nats: &Nats, first: usize, name: &str, node: &str) -> ChildServer {
+    if !dir.join("geoshard.redb").exists() {
+        seed_users(dir);
+    }
+    let urls = nats.urls(first);
+    let server = ChildServer::start(
+        dir,
+        &[
+            ("GEOSHARD_CLUSTER", urls.as_str()),
+            ("GEOSHARD_NODE", node),
+            ("GEOSHARD_CLUSTER_NAME", name),
+        ],
+    );
+    wait_ready(&server);
+    server
+}
+
+/// Until `/ready` answers 200: the node has applied what the log held when it started.
+fn wait_ready(server: &ChildServer) {
+    let mut c = server.client(ADMIN);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let r = c.get("/ready");
+        if r.status == 200 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node not ready: {} {}",
+            r.status,
+            r.text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The log entry a node had applied when it answered.
+fn sequence(r: &Response) -> u64 {
+    r.header("x-geoshard-sequence")
+        .expect("a cluster node's answer names its log entry")
+        .parse()
+        .unwrap()
+}
+
+fn load(addr: std::net::SocketAddr, service: &str, file: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args(["load", "--quiet", "--service", service, "--url"])
+        .arg(format!("http://{addr}"))
+        .args(["--user", ADMIN.0, "--password", ADMIN.1])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "load of {} failed: {}{}",
+        file.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn real(name: &str) -> PathBuf {
+    data_dir().join("real").join(name)
+}
+
+/// A geoQueryService answer without its clock.
+fn answer(c: &mut Client, after: u64, body: &Value) -> Value {
+    let r = c.request(
+        "POST",
+        "/v1/resources/geoQueryService",
+        &[
+            ("Content-Type", "application/json"),
+            ("X-Geoshard-After", &after.to_string()),
+        ],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}: {}", body, r.text());
+    let mut v = r.json();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("$timestamp");
+    }
+    v
+}
+
+fn q(service: &str, query: Value) -> Value {
+    json!({"params": {"id": service, "layer": 0, "method": "query"}, "query": query})
+}
+
+/// Every query kind the contract has, over the two layers.
+fn queries() -> Vec<(&'static str, Value)> {
+    let paris = json!({"type": "Polygon", "coordinates": [[[2.0, 48.5], [2.8, 48.5], [2.8, 49.1], [2.0, 49.1], [2.0, 48.5]]]});
+    let colorado = json!({"type": "Polygon", "coordinates": [[[-106.0, 38.5], [-103.5, 39.0], [-105.0, 40.5], [-106.0, 38.5]]]});
+    vec![
+        (
+            "point in polygon",
+            q(
+                "Counties",
+                json!({"returnGeometry": true, "outFields": "*", "spatialRel": "esriSpatialRelContains",
+                       "extension": {"geometry": {"type": "Point", "coordinates": [-104.9903, 39.7392]}}}),
+            ),
+        ),
+        (
+            "polygon intersects",
+            q(
+                "Counties",
+                json!({"returnGeometry": false, "outFields": "name", "orderByFields": "name",
+                       "spatialRel": "esriSpatialRelIntersects", "extension": {"geometry": colorado}}),
+            ),
+        ),
+        (
+            "envelope",
+            q(
+                "Places",
+                json!({"outFields": "*", "returnGeometry": true,
+                       "geometry": {"xmin": 2.0, "ymin": 48.5, "xmax": 2.8, "ymax": 49.1},
+                       "geometryType": "esriGeometryEnvelope", "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        (
+            "where, order and paging",
+            q(
+                "Places",
+                json!({"where": "cc = 'FR' AND name LIKE 'Saint%'", "outFields": "name,admin1",
+                       "orderByFields": "name DESC", "resultOffset": 20, "resultRecordCount": 15}),
+            ),
+        ),
+        (
+            "box, where and paging",
+            q(
+                "Places",
+                json!({"where": "cc = 'FR'", "outFields": "name", "orderByFields": "name",
+                       "resultRecordCount": 7, "extension": {"geometry": paris},
+                       "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        (
+            "statistics by group",
+            q(
+                "Places",
+                json!({"where": "cc IN ('US','CA','MX','FR')", "groupByFieldsForStatistics": "cc",
+                       "outStatistics": [
+                           {"statisticType": "count", "onStatisticField": "OBJECTID", "outStatisticFieldName": "n"},
+                           {"statisticType": "sum", "onStatisticField": "OBJECTID", "outStatisticFieldName": "s"},
+                           {"statisticType": "min", "onStatisticField": "OBJECTID", "outStatisticFieldName": "lo"},
+                           {"statisticType": "max", "onStatisticField": "OBJECTID", "outStatisticFieldName": "hi"},
+                           {"statisticType": "avg", "onStatisticField": "OBJECTID", "outStatisticFieldName": "mean"},
+                           {"statisticType": "stddev", "onStatisticField": "OBJECTID", "outStatisticFieldName": "sd"},
+                           {"statisticType": "var", "onStatisticField": "OBJECTID", "outStatisticFieldName": "v"}]}),
+            ),
+        ),
+        (
+            "ids",
+            q(
+                "Places",
+                json!({"returnIdsOnly": true, "extension": {"geometry": paris},
+                       "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        ("count", q("Places", json!({"returnCountOnly": true}))),
+        (
+            "count with where",
+            q(
+                "Counties",
+                json!({"returnCountOnly": true, "where": "name LIKE 'S%'"}),
+            ),
+        ),
+    ]
+}
+
+/// The number of rows of a CSV file, and of features of a GeoJSON file: the oracle's counts.
+fn csv_rows(path: &Path) -> u64 {
+    std::fs::read_to_string(path).unwrap().lines().count() as u64 - 1
+}
+
+#[test]
+fn three_nodes_answer_every_query_as_one_node_does() {
+    let Some(nats) = Nats::start("equal") else {
+        return;
+    };
+    let dirs: Vec<TestDir> = (0..3).map(|i| temp_dir(&format!("cluster-{i}"))).collect();
+    let nodes: Vec<ChildServer> = (0..3)
+        .map(|i| node(dirs[i].path(), &nats, i, "equal", &format!("g{i}")))
+        .collect();
+    let single_dir = temp_dir("single");
+    seed_users(single_dir.path());
+    let single = ChildServer::start(single_dir.path(), &[]);
+
+    let counties = real("us-counties.geojson");
+    let places = real("geonames-cities1000.csv");
+    // The counties through one node, the places through another.
+    load(nodes[0].addr, "Counties", &counties);
+    load(nodes[1].addr, "Places", &places);
+    load(single.addr, "Counties", &counties);
+    load(single.addr, "Places", &places);
+    // What the loading nodes had applied once their loads were answered.
+    let after = (0..2)
+        .map(|i| sequence(&nodes[i].client(ADMIN).get("/health")))
+        .max()
+        .unwrap();
+    assert!(
+        after > 2,
+        "the loads went through the log ({after} entries)"
+    );
+
+    let mut clients: Vec<Client> = nodes.iter().map(|n| n.client(GEO)).collect();
+    let mut reference = single.client(GEO);
+    for (what, body) in queries() {
+        let expected = answer(&mut reference, 0, &body);
+        for (i, c) in clients.iter_mut().enumerate() {
+            let got = answer(c, after, &body);
+            assert_eq!(got, expected, "{what} on node {i}");
+        }
+    }
+    // The single node's answers are the files' (so the comparison is not of two empty sets).
+    let count = answer(&mut reference, 0, &queries()[7].1);
+    assert_eq!(count["count"], json!(csv_rows(&places)), "{count}");
+    let denver = answer(&mut reference, 0, &queries()[0].1);
+    assert_eq!(denver["features"][0]["properties"]["name"], "Denver");
+
+    // A user made on one node authenticates on the others once they applied it.
+    let mut admin = nodes[2].client(ADMIN);
+    let made = admin.request(
+        "POST",
+        "/manage/v2/users",
+        &[("Content-Type", "application/json")],
+        br#"{"user-name":"later","password":"later-pw","role":["rest-reader"]}"#,
+    );
+    assert!(made.status < 300, "{} {}", made.status, made.text());
+    let seq = sequence(&made);
+    for n in &nodes {
+        let mut c = n.client(("later", "later-pw"));
+        let r = c.request(
+            "GET",
+            "/v1/documents?uri=/Counties/0/1.json",
+            &[("X-Geoshard-After", &seq.to_string())],
+            b"",
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["type"], "Feature");
+    }
+
+    // A read-your-writes header a node cannot meet in time is a 503, not a stale answer.
+    let r = clients[0].request(
+        "GET",
+        "/v1/resources/modelService",
+        &[("X-Geoshard-After", "999999999")],
+        b"",
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.error().1, "RESTAPI-UNAVAILABLE");
+    let r = clients[0].request(
+        "GET",
+        "/v1/resources/modelService",
+        &[("X-Geoshard-After", "soon")],
+        b"",
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // `geoshard cluster status` lists the three nodes, none behind.
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args(["cluster", "status", "--name", "equal", "--cluster"])
+        .arg(nats.urls(0))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("nodes: 3 live"), "{report}");
+    assert!(report.contains("3 replicas"), "{report}");
+    for i in 0..3 {
+        assert!(report.contains(&format!("g{i}\t")), "{report}");
+    }
+}
+
+/// Puts documents `/faults/<writer>/<n>.json` through `addr` until told to stop; the ones
+/// acknowledged (201), and the highest log entry they reached.
+fn writer(
+    addr: Arc<std::sync::Mutex<std::net::SocketAddr>>,
+    tag: u64,
+    stop: Arc<AtomicBool>,
+    last: Arc<AtomicU64>,
+) -> Vec<u64> {
+    let mut acked = Vec::new();
+    let mut n = 0u64;
+    let mut current = *addr.lock().unwrap();
+    let mut c = Client::new(current, Auth::Digest(WRITER.0.into(), WRITER.1.into()));
+    while !stop.load(Ordering::Relaxed) {
+        let now = *addr.lock().unwrap();
+        if now != current {
+            current = now;
+            c = Client::new(current, Auth::Digest(WRITER.0.into(), WRITER.1.into()));
+        }
+        if TcpStream::connect(current).is_err() {
+            // The node is down: wait for it to come back (the test sets its new address).
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        n += 1;
+        let body = json!({"writer": tag, "n": n}).to_string();
+        let target = format!("/v1/documents?uri=/faults/{tag}/{n}.json&collection=faults");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            c.request(
+                "PUT",
+                &target,
+                &[("Content-Type", "application/json")],
+                body.as_bytes(),
+            )
+        }));
+        match r {
+            Ok(r) if r.status == 201 => {
+                acked.push(n);
+                last.fetch_max(sequence(&r), Ordering::Relaxed);
+            }
+            Ok(r) => {
+                // Refusals while a NATS server or the node is down: 503 with the contract's body.
+                assert!(r.status == 503, "{} {}", r.status, r.text());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(_) => {
+                // The node was killed under the request.
+                std::thread::sleep(Duration::from_millis(100));
+                c = Client::new(current, Auth::Digest(WRITER.0.into(), WRITER.1.into()));
+            }
+        }
+    }
+    acked
+}
+
+/// The NATS server leading the log, as `geoshard cluster status` reports it.
+fn log_leader(nats: &Nats, name: &str) -> usize {
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args(["cluster", "status", "--name", name, "--cluster"])
+        .arg(nats.urls(0))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let leader = report
+        .lines()
+        .find_map(|l| l.strip_prefix("NATS: leader nats"))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.trim().parse().ok());
+    leader.unwrap_or_else(|| panic!("no leader in the status: {report}"))
+}
+
+#[test]
+fn killed_nodes_and_nats_servers_lose_no_acknowledged_write() {
+    let Some(mut nats) = Nats::start("faults") else {
+        return;
+    };
+    let dirs: Vec<TestDir> = (0..3).map(|i| temp_dir(&format!("faults-{i}"))).collect();
+    let mut nodes: Vec<Option<ChildServer>> = (0..3)
+        .map(|i| Some(node(dirs[i].path(), &nats, i, "faults", &format!("f{i}"))))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let last = Arc::new(AtomicU64::new(0));
+    // Two writers: one on node 2, never killed; one on node 1, killed and restarted.
+    let addrs: Vec<_> = (0..3)
+        .map(|i| Arc::new(std::sync::Mutex::new(nodes[i].as_ref().unwrap().addr)))
+        .collect();
+    let writers: Vec<_> = [(1usize, 1u64), (2, 2)]
+        .into_iter()
+        .map(|(i, tag)| {
+            let (addr, stop, last) = (addrs[i].clone(), stop.clone(), last.clone());
+            std::thread::spawn(move || writer(addr, tag, stop, last))
+        })
+        .collect();
+
+    let started = Instant::now();
+    for round in 0..10 {
+        std::thread::sleep(Duration::from_millis(700));
+        let victim = [1, 0][round % 2];
+        nodes[victim].take().unwrap().kill();
+        std::thread::sleep(Duration::from_millis(300));
+        let back = node(
+            dirs[victim].path(),
+            &nats,
+            victim,
+            "faults",
+            &format!("f{victim}"),
+        );
+        *addrs[victim].lock().unwrap() = back.addr;
+        nodes[victim] = Some(back);
+    }
+    // The NATS server leading the log killed, three times: the log keeps its quorum with two
+    // of three, once they have elected a new leader.
+    for _ in 0..3 {
+        let leader = log_leader(&nats, "faults");
+        let before = last.load(Ordering::Relaxed);
+        nats.kill(leader);
+        let killed = Instant::now();
+        while last.load(Ordering::Relaxed) < before + 20 {
+            assert!(
+                killed.elapsed() < Duration::from_secs(30),
+                "writes are acknowledged with one NATS server down"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!(
+            "faults: 20 writes acknowledged {:.1} s after the log's leader (NATS server {leader}) \
+             was killed",
+            killed.elapsed().as_secs_f64()
+        );
+        nats.run(leader);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let acked: Vec<Vec<u64>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    eprintln!(
+        "faults: {} and {} writes acknowledged in {:.1} s",
+        acked[0].len(),
+        acked[1].len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        acked.iter().all(|a| a.len() > 20),
+        "too few writes got through"
+    );
+
+    // Every acknowledged write is on every node, once it has applied the last of them.
+    let after = last.load(Ordering::Relaxed).to_string();
+    for (i, n) in nodes.iter().enumerate() {
+        let mut c = n.as_ref().unwrap().client(READER);
+        for (w, ns) in acked.iter().enumerate() {
+            for &k in ns {
+                let tag = w + 1;
+                let r = c.request(
+                    "GET",
+                    &format!("/v1/documents?uri=/faults/{tag}/{k}.json"),
+                    &[("X-Geoshard-After", &after)],
+                    b"",
+                );
+                assert_eq!(r.status, 200, "node {i}: /faults/{tag}/{k}.json");
+                assert_eq!(r.json(), json!({"writer": tag, "n": k}));
+            }
+        }
+    }
+}
