@@ -449,20 +449,32 @@ fn writer(
     acked
 }
 
-/// The NATS server leading the log, as `geoshard cluster status` reports it.
+/// The NATS server leading the log, as `geoshard cluster status` reports it (asked again
+/// while a restarted server catches up and the log has no leader).
 fn log_leader(nats: &Nats, name: &str) -> usize {
-    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
-        .args(["cluster", "status", "--name", name, "--cluster"])
-        .arg(nats.urls(0))
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stdout).into_owned();
-    let leader = report
-        .lines()
-        .find_map(|l| l.strip_prefix("NATS: leader nats"))
-        .and_then(|l| l.split(',').next())
-        .and_then(|n| n.trim().parse().ok());
-    leader.unwrap_or_else(|| panic!("no leader in the status: {report}"))
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+            .args(["cluster", "status", "--name", name, "--cluster"])
+            .arg(nats.urls(0))
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        let leader = report
+            .lines()
+            .find_map(|l| l.strip_prefix("NATS: leader nats"))
+            .and_then(|l| l.split(',').next())
+            .and_then(|n| n.trim().parse().ok());
+        if let Some(leader) = leader {
+            return leader;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader in the status: {report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 #[test]

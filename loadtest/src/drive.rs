@@ -380,17 +380,17 @@ pub async fn drive(
     Ok((record, first))
 }
 
-/// Open `n` HTTP connections (Digest negotiated on first use).
+/// Open `n` HTTP connections (Digest negotiated on first use), to `addrs` in turn.
 pub async fn http_senders(
-    addr: std::net::SocketAddr,
+    addrs: &[std::net::SocketAddr],
     user: &str,
     password: &str,
     n: usize,
     check: bool,
 ) -> Result<Vec<Sender>, BoxError> {
     let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut conn = Conn::connect(addr, user, password).await?;
+    for i in 0..n {
+        let mut conn = Conn::connect(addrs[i % addrs.len()], user, password).await?;
         // Negotiate Digest before the clock starts.
         let _ = conn.request("GET", "/v1/ping", None, Bytes::new()).await?;
         out.push(Sender::Http { conn, check });

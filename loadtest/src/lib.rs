@@ -33,7 +33,7 @@ pub async fn run_http(
     spec: drive::Spec,
 ) -> Result<(drive::RunRecord, Option<String>), client::BoxError> {
     let check = target != "baseline";
-    let senders = drive::http_senders(addr, user, password, spec.connections, check).await?;
+    let senders = drive::http_senders(&[addr], user, password, spec.connections, check).await?;
     let (mut record, mismatch) = drive::drive(set, senders, spec).await?;
     record.target = target.to_string();
     Ok((record, mismatch))

@@ -154,6 +154,10 @@ struct RunArgs {
     target: String,
     #[arg(long, default_value = "127.0.0.1:8011")]
     addr: SocketAddr,
+    /// More servers answering the same data (the nodes of a cluster): the connections are
+    /// spread over `--addr` and these, in turn.
+    #[arg(long = "also")]
+    also: Vec<SocketAddr>,
     #[arg(long, default_value = "")]
     user: String,
     #[arg(long, default_value = "")]
@@ -409,27 +413,18 @@ fn run(args: RunArgs) -> Result<(), BoxError> {
         sched::batch_this_thread().map_err(|e| format!("SCHED_BATCH: {e}"))?;
     }
     let rt = runtime(args.threads)?;
+    let addrs: Vec<SocketAddr> = std::iter::once(args.addr)
+        .chain(args.also.iter().copied())
+        .collect();
     let (mut record, mismatch) = rt.block_on(async {
         let senders = match args.target.as_str() {
             "geoshard" => {
-                drive::http_senders(
-                    args.addr,
-                    &args.user,
-                    &args.password,
-                    args.connections,
-                    true,
-                )
-                .await?
+                drive::http_senders(&addrs, &args.user, &args.password, args.connections, true)
+                    .await?
             }
             "baseline" => {
-                drive::http_senders(
-                    args.addr,
-                    &args.user,
-                    &args.password,
-                    args.connections,
-                    false,
-                )
-                .await?
+                drive::http_senders(&addrs, &args.user, &args.password, args.connections, false)
+                    .await?
             }
             "postgis" => postgis::senders(&args.pg, &set, args.connections, args.geometry).await?,
             other => {

@@ -38,6 +38,9 @@ const APPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a node renews its registry entry, and how long the entry outlives the last.
 const HEARTBEAT: Duration = Duration::from_secs(2);
 const LEASE: Duration = Duration::from_secs(10);
+/// Log entries handed to the store and not yet finished, in KiB: bounds the follower's memory
+/// however large the entries.
+const IN_FLIGHT_KIB: usize = 64 * 1024;
 /// Room kept in a NATS message for its headers and subject.
 const ENVELOPE_BYTES: usize = 1024;
 
@@ -368,6 +371,8 @@ struct Pending {
     /// Why the entry could not be decoded (it was applied as nothing).
     unreadable: Option<StoreError>,
     outcome: oneshot::Receiver<Result<Written, StoreError>>,
+    /// Its share of [`IN_FLIGHT_KIB`], given back when it is finished.
+    _room: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Follow the log for as long as the node runs, starting again after a failure from the
@@ -404,6 +409,7 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
     let mut messages = consumer.messages().await.map_err(js_error)?;
     tracing::info!(from = start, last, "following the log");
     let (tx, rx) = mpsc::channel::<Pending>(4096);
+    let room = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_KIB));
     let (stop, mut stopped) = watch::channel(false);
     let finisher = tokio::spawn(finish(inner.clone(), rx, stop, last));
     let result = loop {
@@ -416,6 +422,10 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
         };
         let message = message.map_err(js_error)?;
         let seq = message.info().map_err(js_error)?.stream_sequence;
+        let kib = (message.message.payload.len() / 1024 + 1).min(IN_FLIGHT_KIB) as u32;
+        let Ok(permit) = room.clone().acquire_many_owned(kib).await else {
+            break Ok(());
+        };
         let headers = message.message.headers.as_ref();
         let mine = headers
             .filter(|h| {
@@ -442,6 +452,7 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
             reload,
             unreadable,
             outcome,
+            _room: permit,
         };
         if tx.send(pending).await.is_err() {
             break Ok(());

@@ -70,11 +70,26 @@ pub async fn status_report(settings: &ClusterSettings) -> Result<String, Cluster
         message: e.to_string(),
     })?;
     let js = jetstream::new(client);
-    let mut stream = js
-        .get_stream(settings.stream())
-        .await
-        .map_err(|e| ClusterError::JetStream(format!("stream {}: {e}", settings.stream())))?;
-    let info = stream.info().await.map_err(js_error)?.clone();
+    // A NATS server that has just started, or a log electing its leader, answers after a
+    // few seconds.
+    let mut tries = 0;
+    let info = loop {
+        let asked = async {
+            let mut stream = js.get_stream(settings.stream()).await.map_err(|e| {
+                ClusterError::JetStream(format!("stream {}: {e}", settings.stream()))
+            })?;
+            Ok::<_, ClusterError>(stream.info().await.map_err(js_error)?.clone())
+        }
+        .await;
+        match asked {
+            Ok(info) => break info,
+            Err(_) if tries < 10 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let last = info.state.last_sequence;
     let mut out = format!(
         "cluster {name}: log {stream}, {entries} entries (last {last}), {replicas} replicas\n",
