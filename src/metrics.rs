@@ -48,6 +48,8 @@ pub struct Metrics {
     pub resident_bytes: IntGauge,
     pub store_bytes: IntGauge,
     pub view_builds: IntGauge,
+    pub cluster_applied: IntGauge,
+    pub cluster_log_last: IntGauge,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -149,6 +151,14 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "view_builds_running",
             "Views being rebuilt in the background after a definition change (0 or 1)",
         ),
+        cluster_applied: gauge(
+            "cluster_applied_entry",
+            "Cluster mode: the last entry of the cluster's log this node applied",
+        ),
+        cluster_log_last: gauge(
+            "cluster_log_last_entry",
+            "Cluster mode: the log's last entry when this node last asked (every 2 s)",
+        ),
     };
     let r = &m.registry;
     let registered = [
@@ -172,6 +182,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         r.register(Box::new(m.resident_bytes.clone())),
         r.register(Box::new(m.store_bytes.clone())),
         r.register(Box::new(m.view_builds.clone())),
+        r.register(Box::new(m.cluster_applied.clone())),
+        r.register(Box::new(m.cluster_log_last.clone())),
     ];
     for result in registered {
         if let Err(e) = result {

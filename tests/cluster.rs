@@ -341,6 +341,44 @@ fn three_nodes_answer_every_query_as_one_node_does() {
     let denver = answer(&mut reference, 0, &queries()[0].1);
     assert_eq!(denver["features"][0]["properties"]["name"], "Denver");
 
+    // A write's outcome is decided where it is applied, alike through a node and a single node:
+    // a reader's write (refused), and a feature whose geometry the layer cannot use (a
+    // latitude of 200: stored, 201 with the view's warning).
+    let refusals = [
+        (READER, "/refused/1.json", json!({"a": 1})),
+        (
+            ADMIN,
+            "/Places/0/999999.json",
+            json!({"type": "Feature", "properties": {"OBJECTID": 999999, "name": "x"},
+                   "geometry": {"type": "Point", "coordinates": [2.0, 200.0]}}),
+        ),
+    ];
+    for (user, uri, body) in refusals {
+        let target = format!("/v1/documents?uri={uri}&collection=Places");
+        let put = |c: &mut Client| {
+            let r = c.request(
+                "PUT",
+                &target,
+                &[("Content-Type", "application/json")],
+                body.to_string().as_bytes(),
+            );
+            (r.status, r.json())
+        };
+        let expected = put(&mut single.client(user));
+        assert!(expected.0 == 403 || expected.0 == 201, "{expected:?}");
+        assert_eq!(put(&mut nodes[1].client(user)), expected, "{uri}");
+    }
+    // A write larger than one message of the log is a 413 in the contract's form.
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(9 * 1024 * 1024));
+    let r = nodes[0].client(ADMIN).request(
+        "PUT",
+        "/v1/documents?uri=/big.json",
+        &[("Content-Type", "application/json")],
+        big.as_bytes(),
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.error().1, "RESTAPI-REQUESTTOOLARGE");
+
     // A user made on one node authenticates on the others once they applied it.
     let mut admin = nodes[2].client(ADMIN);
     let made = admin.request(
@@ -379,6 +417,25 @@ fn three_nodes_answer_every_query_as_one_node_does() {
         b"",
     );
     assert_eq!(r.status, 400, "{}", r.text());
+
+    // Readiness and metrics say what the node applied of the log.
+    for (i, n) in nodes.iter().enumerate() {
+        let mut c = n.client(ADMIN);
+        let ready = c.get("/ready").json();
+        assert_eq!(ready["cluster"]["node"], format!("g{i}"));
+        assert!(
+            ready["cluster"]["applied"].as_u64().unwrap() >= seq,
+            "{ready}"
+        );
+        let metrics = c.get("/metrics").text();
+        let applied: u64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("geoshard_cluster_applied_entry "))
+            .expect("the applied-entry gauge")
+            .parse()
+            .unwrap();
+        assert!(applied >= seq, "node {i} applied {applied} < {seq}");
+    }
 
     // `geoshard cluster status` lists the three nodes, none behind.
     let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))

@@ -134,6 +134,8 @@ struct Inner {
     reload: Reloader,
     /// The node's HTTP address, for the registry (known once it listens).
     http: Mutex<String>,
+    /// The log's last entry, as of the last heartbeat.
+    log_last: AtomicU64,
     /// Unique to this run of the node: with the request id, a message id JetStream
     /// deduplicates by.
     boot: String,
@@ -181,6 +183,11 @@ impl Cluster {
     /// The last log entry this node applied and answered.
     pub fn visible(&self) -> u64 {
         *self.inner.visible.borrow()
+    }
+
+    /// The log's last entry when the node last asked (every heartbeat).
+    pub fn log_last(&self) -> u64 {
+        self.inner.log_last.load(Ordering::Relaxed)
     }
 
     /// Whether the node has applied what the log held when it started.
@@ -287,6 +294,7 @@ async fn connect(
         reload,
         http: Mutex::new(String::new()),
         boot: uuid::Uuid::new_v4().simple().to_string(),
+        log_last: AtomicU64::new(0),
     }))
 }
 
@@ -527,6 +535,12 @@ async fn heartbeat(inner: Arc<Inner>) {
                 Ok(b) => bucket = Some(b),
                 Err(e) => tracing::warn!(error = %e, "the node registry"),
             }
+        }
+        if let Ok(mut stream) = inner.js.get_stream(inner.settings.stream()).await
+            && let Ok(info) = stream.info().await
+        {
+            let last = info.state.last_sequence;
+            inner.log_last.store(last, Ordering::Relaxed);
         }
         if let Some(kv) = &bucket {
             let record = NodeRecord {

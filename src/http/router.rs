@@ -371,6 +371,7 @@ fn ready(app: &App) -> Resp {
         body["cluster"] = serde_json::json!({
             "node": c.node(),
             "applied": c.visible(),
+            "log_last": c.log_last(),
         });
     }
     response::json_value(status, &body)
@@ -399,6 +400,10 @@ fn metrics(app: &App) -> Resp {
         m.store_bytes.set(meta.len() as i64);
     }
     m.view_builds.set(i64::from(app.features.rebuilding()));
+    if let Some(c) = app.cluster.get() {
+        m.cluster_applied.set(c.visible() as i64);
+        m.cluster_log_last.set(c.log_last() as i64);
+    }
     let mut r = hyper::Response::new(http_body_util::Full::new(Bytes::from(
         crate::metrics::encode(),
     )));
