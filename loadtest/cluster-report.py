@@ -76,7 +76,11 @@ md += [
     "",
     "A query is answered by the node that receives it, on its own views: there is no fan-out, "
     "so a query over three nodes has no latency beyond one node's answer (the p50 and p99 "
-    "above are each node's own).",
+    "above are each node's own). The p99 of 30-85 ms is the CPU quota's: a group that has used "
+    "its share of a 100 ms period is stopped until the next, and a request caught then waits; "
+    "it is the harness's, not the nodes' (one node on the whole machine answers pip-counties "
+    "over 64 connections at a p99 of 1.7-3.0 ms, loadtest/reports/2026-11-24c.md). Throughput at one node "
+    "is the lowest per unit of CPU quota: its one io thread serves all 64 connections.",
     "",
     "## Writes",
     "",
@@ -90,6 +94,9 @@ md += [
     f"| 3-node cluster, through node 1 (JetStream R3 + node 1's fsync) | {fig(writes['cluster'])} | {fig(writes['cluster_all'])} |",
     "",
     "## Cluster status after the load",
+    "",
+    "(Each node's `applied` is as of its last heartbeat, at most 2 s old; the script waited "
+    "for every node to have applied the whole log before it printed this.)",
     "",
     "```",
     open(status_file).read().rstrip(),

@@ -58,6 +58,7 @@ urls=nats://127.0.0.1:14221,nats://127.0.0.1:14222,nats://127.0.0.1:14223
 # third argument), sets $node_pid and $node_addr.
 start_node() {
   "$bin" user add --data-dir "$1" --name bench --password bench --role admin > /dev/null
+  rm -f "$1.out" "$1.err"
   local mode=()
   [ -n "${3:-}" ] && mode=(--cluster "$urls" --node "$2")
   GEOSHARD_IO_THREADS=1 GEOSHARD_PIN_IO_THREADS=false GEOSHARD_ACCESS_LOG=false \
@@ -103,11 +104,10 @@ for r in $(seq "$REPEAT"); do
         --connections "$CONNS" --duration "$DURATION" --warmup 2 --threads 2 \
         --out "$work/n$n.jsonl" > /dev/null
       tail -1 "$work/n$n.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); r['note']='nodes=$n quota_us=$QUOTA_US'; print(json.dumps(r))" >> "$out.results.jsonl"
-      echo "round $r, $n node(s), $w: $(tail -1 "$out.results.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"{r[\"throughput\"]:.0f}/s p50 {r[\"p50_us\"]} us p99 {r[\"p99_us\"]} us errors {r[\"errors\"]}")')"
+      echo "round $r, $n node(s), $w: $(tail -1 "$out.results.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f/s p50 %s us p99 %s us errors %s" % (r["throughput"], r["p50_us"], r["p99_us"], r["errors"]))')"
     done
   done
 done
-for i in 1 2 3; do echo "${pid[$i]}" > "$cg/cgroup.procs"; done
 
 # The query nodes stop: the write runs have the machine.
 for i in 1 2 3; do kill "${pid[$i]}"; done

@@ -557,6 +557,27 @@ fn killed_nodes_and_nats_servers_lose_no_acknowledged_write() {
         })
         .collect();
 
+    // Reads on the node never killed go on through every fault: they need no log.
+    let reads = {
+        let (addr, stop) = (addrs[2].clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut c = Client::new(
+                *addr.lock().unwrap(),
+                Auth::Digest(READER.0.into(), READER.1.into()),
+            );
+            let (mut ok, mut failed) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let r = c.get("/v1/documents?uri=/faults/2/1.json");
+                if r.status == 200 || r.status == 404 {
+                    ok += 1;
+                } else {
+                    failed += 1;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (ok, failed)
+        })
+    };
     let started = Instant::now();
     for round in 0..10 {
         std::thread::sleep(Duration::from_millis(700));
@@ -598,6 +619,12 @@ fn killed_nodes_and_nats_servers_lose_no_acknowledged_write() {
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);
     let acked: Vec<Vec<u64>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    let (read, read_failed) = reads.join().unwrap();
+    eprintln!("faults: {read} reads on the node never killed, {read_failed} failed");
+    assert!(
+        read > 100 && read_failed == 0,
+        "{read} reads, {read_failed} failed"
+    );
     eprintln!(
         "faults: {} and {} writes acknowledged in {:.1} s",
         acked[0].len(),
