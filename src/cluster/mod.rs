@@ -38,6 +38,8 @@ const APPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a node renews its registry entry, and how long the entry outlives the last.
 const HEARTBEAT: Duration = Duration::from_secs(2);
 const LEASE: Duration = Duration::from_secs(10);
+/// How long the follower may receive nothing while the log holds entries it has not applied.
+const STALL: Duration = Duration::from_secs(5);
 /// Log entries handed to the store and not yet finished, in KiB: bounds the follower's memory
 /// however large the entries.
 const IN_FLIGHT_KIB: usize = 64 * 1024;
@@ -420,11 +422,28 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
     let room = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_KIB));
     let (stop, mut stopped) = watch::channel(false);
     let finisher = tokio::spawn(finish(inner.clone(), rx, stop, last));
+    // A consumer whose server went away can go quiet instead of failing: when the log holds
+    // entries this node has not applied and none has come for STALL, it is made again.
+    let mut watch = tokio::time::interval(Duration::from_secs(1));
+    let mut quiet_since = tokio::time::Instant::now();
+    // The last entry handed to the store.
+    let mut handed = start - 1;
     let result = loop {
         let next = tokio::select! {
             _ = stopped.changed() => break Ok(()),
+            _ = watch.tick() => {
+                let behind = inner.log_last.load(Ordering::Relaxed) > handed;
+                if behind && quiet_since.elapsed() > STALL {
+                    break Err(ClusterError::JetStream(format!(
+                        "no log entry for {} s while the log holds more; following again",
+                        STALL.as_secs()
+                    )));
+                }
+                continue;
+            }
             next = messages.next() => next,
         };
+        quiet_since = tokio::time::Instant::now();
         let Some(message) = next else {
             break Ok(());
         };
@@ -454,6 +473,7 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
             Ok(o) => o,
             Err(e) => break Err(ClusterError::JetStream(e.to_string())),
         };
+        handed = seq;
         let pending = Pending {
             seq,
             mine,

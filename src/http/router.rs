@@ -134,6 +134,10 @@ where
         };
     }
 
+    // Before authentication: the entry waited for may be the one that made the caller's user.
+    if let Some(refused) = wait_for_entry(app, &parts.headers).await {
+        return refused;
+    }
     let target = parts
         .uri
         .path_and_query()
@@ -167,9 +171,6 @@ where
             return r;
         }
     };
-    if let Some(refused) = wait_for_entry(app, &parts.headers).await {
-        return refused;
-    }
     let user = app
         .config
         .access_log
