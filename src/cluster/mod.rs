@@ -398,6 +398,15 @@ async fn follow(inner: Arc<Inner>) {
 
 async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
     let start = inner.store.applied() + 1;
+    // Entries the store applied after the last follower stopped taking outcomes are applied
+    // and in the views: visible, with whatever users or flows they changed.
+    if *inner.visible.borrow() < start - 1 {
+        (inner.reload)(Reload {
+            users: true,
+            flows: true,
+        });
+        inner.visible.send_replace(start - 1);
+    }
     let mut stream = inner
         .js
         .get_stream(inner.settings.stream())
