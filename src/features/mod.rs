@@ -15,6 +15,7 @@
 pub mod descriptor;
 pub mod path;
 pub mod query;
+mod segment;
 pub mod template;
 pub mod view;
 pub mod where_clause;
@@ -226,6 +227,9 @@ type Located = (geo::Geometry<f64>, GeometryOut);
 /// Per geometry path, the (slot, geometry) pairs to bulk-load into that path's index.
 type IndexItems = BTreeMap<String, Vec<(u32, geo::Geometry<f64>)>>;
 
+/// Views read back from their saved files, each with the documents changed since.
+type SavedViews = Vec<(ViewKey, Arc<ViewState>, Arc<Vec<String>>)>;
+
 /// A view to build: its template, its definition, and the geometry paths it needs.
 type BuildTarget = (Arc<Template>, Arc<ViewDef>, BTreeMap<String, Path>);
 
@@ -386,10 +390,20 @@ impl Features {
             .values()
             .flat_map(|t| t.views.iter().map(|v| v.key()))
             .collect();
+        let started = std::time::Instant::now();
+        let (saved, keys) = features.load_saved_views(&catalog, keys)?;
         let built = features.build_views(&catalog, &keys)?;
         catalog.views.extend(built);
         // Past the empty catalog's, so no early check made against that one is taken.
         catalog.generation = 1;
+        features.catch_up(&mut catalog, saved);
+        if !catalog.views.is_empty() {
+            tracing::info!(
+                secs = started.elapsed().as_secs_f64(),
+                rebuilt = keys.len(),
+                "views ready"
+            );
+        }
         tracing::info!(
             templates = catalog.templates.len(),
             descriptors = catalog.descriptors.len(),
@@ -538,28 +552,222 @@ impl Features {
             );
         }
         let mut out = Vec::new();
-        for ((template, def, paths), (data, mut items)) in
+        for ((template, def, paths), (data, items)) in
             targets.into_iter().zip(data.into_iter().zip(items))
         {
-            let mut indexes = BTreeMap::new();
-            for path in paths.keys() {
-                let engine = Engine::new(self.settings.engine)
-                    .map_err(|e| StoreError::Corrupt(format!("spatial settings: {e}")))?;
-                engine.bulk_load(items.remove(path).unwrap_or_default());
-                indexes.insert(path.clone(), Arc::new(engine));
-            }
-            out.push((
-                def.key(),
-                Arc::new(ViewState {
-                    def,
-                    template,
-                    data: RwLock::new(data),
-                    paths,
-                    indexes: RwLock::new(indexes),
-                }),
-            ));
+            out.push((def.key(), self.view_state(template, data, paths, items)?));
         }
         Ok(out)
+    }
+
+    /// A view from its rows: each geometry path's index bulk-loaded from `items`.
+    fn view_state(
+        &self,
+        template: Arc<Template>,
+        data: ViewData,
+        paths: BTreeMap<String, Path>,
+        mut items: IndexItems,
+    ) -> Result<Arc<ViewState>, StoreError> {
+        let mut indexes = BTreeMap::new();
+        for path in paths.keys() {
+            let engine = Engine::new(self.settings.engine)
+                .map_err(|e| StoreError::Corrupt(format!("spatial settings: {e}")))?;
+            engine.bulk_load(items.remove(path).unwrap_or_default());
+            indexes.insert(path.clone(), Arc::new(engine));
+        }
+        Ok(Arc::new(ViewState {
+            def: data.def.clone(),
+            template,
+            data: RwLock::new(data),
+            paths,
+            indexes: RwLock::new(indexes),
+        }))
+    }
+
+    /// Read back the views saved at the last clean stop that can be used (see [`segment`]):
+    /// those views with the documents changed since each one's commit point, and the keys of
+    /// the views still to build.
+    fn load_saved_views(
+        &self,
+        catalog: &Catalog,
+        keys: Vec<ViewKey>,
+    ) -> Result<(SavedViews, Vec<ViewKey>), StoreError> {
+        let dir = segment::dir(self.store.path());
+        if !dir.exists() {
+            return Ok((Vec::new(), keys));
+        }
+        let needed = catalog.needed_paths();
+        let last = self.store.last_commit();
+        let mut changes: HashMap<u64, Option<Arc<Vec<String>>>> = HashMap::new();
+        let mut saved = Vec::new();
+        let mut rest = Vec::new();
+        for key in keys {
+            let Some((template, def)) = catalog.template_of(&key) else {
+                continue;
+            };
+            let paths = needed.get(&key).cloned().unwrap_or_default();
+            let file = dir.join(segment::file_name(&key));
+            if !file.exists() {
+                rest.push(key);
+                continue;
+            }
+            let print =
+                segment::fingerprint(&template, &def, &paths, self.settings.max_document_vertices);
+            let loaded = segment::load(&file, def, &paths, &print).and_then(|l| {
+                if l.point > last {
+                    return Err(format!(
+                        "saved at commit {}, past the store's last ({last})",
+                        l.point
+                    ));
+                }
+                let changed = match changes.get(&l.point) {
+                    Some(c) => c.clone(),
+                    None => {
+                        let c = self
+                            .store
+                            .changed_since(l.point)
+                            .map_err(|e| e.to_string())?
+                            .map(|c| Arc::new(c.into_iter().collect::<Vec<_>>()));
+                        changes.insert(l.point, c.clone());
+                        c
+                    }
+                };
+                let changed = changed.ok_or_else(|| {
+                    "the documents changed since it was saved were not all recorded".to_string()
+                })?;
+                // Past this, reading each changed document again costs more than a build.
+                let most = (l.data.len() / 10).max(10_000);
+                if changed.len() > most {
+                    return Err(format!(
+                        "{} documents changed since it was saved, more than {most}",
+                        changed.len()
+                    ));
+                }
+                Ok((l, changed))
+            });
+            match loaded {
+                Ok((l, changed)) => {
+                    let mut diagnostics = self.diagnostics.lock();
+                    diagnostics.clear_view(&key);
+                    for (uri, problem, skipped) in l.diagnostics {
+                        diagnostics.add(&uri, &key, problem, skipped);
+                    }
+                    drop(diagnostics);
+                    let state = self.view_state(template, l.data, paths, l.items)?;
+                    saved.push((key, state, changed));
+                }
+                Err(why) => {
+                    tracing::info!(view = %key, file = %file.display(), why = %why, "saved view not used; building it");
+                    rest.push(key);
+                }
+            }
+        }
+        Ok((saved, rest))
+    }
+
+    /// Put the views read back into `catalog` and apply to them the documents changed since
+    /// they were saved.
+    fn catch_up(&self, catalog: &mut Catalog, saved: SavedViews) {
+        // Views saved at the same point catch up together: a document's diagnostics are
+        // cleared and made again for every view it feeds at once.
+        type Group = (Arc<Vec<String>>, Vec<(ViewKey, Arc<ViewState>)>);
+        let mut groups: Vec<Group> = Vec::new();
+        for (key, state, changed) in saved {
+            match groups.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &changed)) {
+                Some((_, views)) => views.push((key, state)),
+                None => groups.push((changed, vec![(key, state)])),
+            }
+        }
+        for (changed, views) in groups {
+            let together = Catalog {
+                generation: catalog.generation,
+                templates: catalog.templates.clone(),
+                descriptors: catalog.descriptors.clone(),
+                views: views.iter().cloned().collect(),
+            };
+            let documents: Vec<String> = changed
+                .iter()
+                .filter(|u| {
+                    !catalog.templates.contains_key(*u) && !catalog.descriptors.contains_key(*u)
+                })
+                .cloned()
+                .collect();
+            self.replay(&together, &documents);
+            for (key, state) in views {
+                tracing::info!(
+                    view = %key,
+                    rows = state.data.read().len(),
+                    changed_since = documents.len(),
+                    "view read from its saved file"
+                );
+                catalog.views.insert(key, state);
+            }
+        }
+    }
+
+    /// Save every view to the data directory as of the store's last commit, for the next
+    /// start (see [`segment`]). Call once no write can come: the store's writer has stopped.
+    pub fn save_views(&self) {
+        self.finish_rebuild();
+        let started = std::time::Instant::now();
+        let point = self.store.last_commit();
+        let dir = segment::dir(self.store.path());
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "views not saved");
+            return;
+        }
+        let catalog = self.catalog.read();
+        let mut by_view: HashMap<String, Vec<segment::SavedDiagnostic>> = HashMap::new();
+        for ((uri, view), (problem, skipped)) in &self.diagnostics.lock().by_doc {
+            by_view
+                .entry(view.clone())
+                .or_default()
+                .push((uri.clone(), problem.clone(), *skipped));
+        }
+        let mut kept = std::collections::HashSet::new();
+        let mut rows = 0;
+        for (key, view) in &catalog.views {
+            let name = segment::file_name(key);
+            let file = dir.join(&name);
+            let print = segment::fingerprint(
+                &view.template,
+                &view.def,
+                &view.paths,
+                self.settings.max_document_vertices,
+            );
+            let data = view.data.read();
+            let diagnostics = by_view.remove(&key.to_string()).unwrap_or_default();
+            match segment::save(&file, &data, &view.paths, &print, point, &diagnostics) {
+                Ok(()) => {
+                    rows += data.len();
+                    kept.insert(name);
+                }
+                Err(e) => {
+                    tracing::warn!(view = %key, error = %e, "view not saved; the next start builds it");
+                    let _ = std::fs::remove_file(&file);
+                }
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if !kept.contains(&name) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        match self.store.saved_at(point) {
+            Ok(()) => tracing::info!(
+                views = kept.len(),
+                rows,
+                commit = point,
+                secs = started.elapsed().as_secs_f64(),
+                "views saved"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "views saved, but the store could not record it; the next start builds them")
+            }
+        }
     }
 
     /// The rows a document gives every view it feeds, under the bounds of a write: a

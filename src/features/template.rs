@@ -279,6 +279,8 @@ pub struct Template {
     /// Empty: every document (but templates and descriptors).
     pub collections: Vec<String>,
     pub views: Vec<Arc<ViewDef>>,
+    /// The template's JSON as parsed: what a saved view was built from.
+    pub source: Arc<str>,
 }
 
 impl Template {
@@ -416,6 +418,7 @@ pub(crate) fn parse_template(uri: &str, doc: &Value) -> Result<Template, String>
         context,
         collections,
         views,
+        source: Arc::from(doc.to_string()),
     })
 }
 

@@ -296,6 +296,22 @@ impl ViewData {
         GeometryColumn(self.geometries.get(path).map_or(&[], Vec::as_slice))
     }
 
+    /// Every document with rows, in URI order, with its rows' slots.
+    pub(crate) fn documents(&self) -> Vec<(&Arc<str>, &[u32])> {
+        let mut docs: Vec<(&Arc<str>, &[u32])> =
+            self.by_doc.iter().map(|(u, s)| (u, s.as_slice())).collect();
+        docs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        docs
+    }
+
+    /// The readers of the document behind a row.
+    pub(crate) fn readers_at(&self, slot: u32) -> RoleSet {
+        self.readers
+            .get(slot as usize)
+            .copied()
+            .unwrap_or(RoleSet::EMPTY)
+    }
+
     /// Every live slot, ascending.
     pub(crate) fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
         self.live

@@ -304,6 +304,9 @@ impl Server {
             tracing::warn!("grace period over; closing remaining connections");
         }
         app.store.shutdown().await;
+        // Every write is in: the views as they stand are the store's last commit's.
+        let features = app.features.clone();
+        let _ = tokio::task::spawn_blocking(move || features.save_views()).await;
         if !io.is_empty() {
             // Whatever is left on them past the grace period is dropped with them.
             let _ = tokio::task::spawn_blocking(move || io.stop()).await;

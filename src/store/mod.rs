@@ -7,6 +7,7 @@
 //! disk and visible to queries. Permission checks happen here, inside the transaction that
 //! writes, so no caller can get around them. This module knows nothing of views or HTTP.
 
+mod changes;
 mod codec;
 pub mod content;
 pub mod logged;
@@ -383,6 +384,9 @@ pub struct StoreStats {
     pub commits: AtomicU64,
     /// Write requests answered by those commits.
     pub writes: AtomicU64,
+    /// The number of the last commit that changed documents, as stored (it survives
+    /// restarts, unlike the counters above).
+    pub last_commit: AtomicU64,
 }
 
 struct WriteRequest {
@@ -466,6 +470,7 @@ impl Store {
             for t in [Table::Users, Table::Meta, Table::Flows, Table::Traces] {
                 txn.open_table(t.definition()).map_err(storage)?;
             }
+            txn.open_table(changes::CHANGES).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
         let applied = {
@@ -480,11 +485,19 @@ impl Store {
             }
         };
         let applied = Arc::new(AtomicU64::new(applied));
+        let last_commit = {
+            let txn = db.begin_read().map_err(storage)?;
+            let meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
+            changes::read_number(&meta, changes::COMMITS_KEY)?.unwrap_or(0)
+        };
 
         let db = Arc::new(db);
         let (queue, rx) = mpsc::channel(options.write_queue.max(1));
         let hook: HookSlot = Arc::new(RwLock::new(None));
-        let stats = Arc::new(StoreStats::default());
+        let stats = Arc::new(StoreStats {
+            last_commit: AtomicU64::new(last_commit),
+            ..StoreStats::default()
+        });
         let writer = {
             let db = db.clone();
             let hook = hook.clone();
@@ -529,6 +542,29 @@ impl Store {
     /// it (cluster mode).
     pub fn set_log(&self, log: Arc<dyn WriteLog>) {
         *self.log.write() = Some(log);
+    }
+
+    /// The number of the last commit that changed documents (0 before any).
+    pub fn last_commit(&self) -> u64 {
+        self.stats.last_commit.load(Ordering::Acquire)
+    }
+
+    /// The URIs of the documents changed after commit `point`, when every change since was
+    /// recorded (see [`Store::saved_at`]); `None` otherwise.
+    pub fn changed_since(
+        &self,
+        point: u64,
+    ) -> Result<Option<std::collections::BTreeSet<String>>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        changes::since(&txn, point)
+    }
+
+    /// Data derived from the documents was saved as of commit `point`: from now on, record
+    /// which documents each commit changes, so that it can be brought up to date.
+    pub fn saved_at(&self, point: u64) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        changes::saved_at(&txn, point)?;
+        txn.commit().map_err(storage)
     }
 
     /// The last log entry this store applied (0 before any).
@@ -849,6 +885,7 @@ fn commit_batch(
     let mut changes: Vec<Change> = Vec::new();
     // Each request's changes, by index into `changes`.
     let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(batch.len());
+    let mut commit = None;
     let result = (|| -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(storage)?;
         {
@@ -892,6 +929,13 @@ fn commit_batch(
             meta.insert(APPLIED_KEY, last.to_string().as_bytes())
                 .map_err(storage)?;
         }
+        if !changes.is_empty() {
+            commit = Some(changes::record(
+                &txn,
+                changes.iter().map(|c| c.uri.as_str()),
+                changes.len(),
+            )?);
+        }
         let committing = std::time::Instant::now();
         txn.commit().map_err(storage)?;
         crate::metrics::record(|m| m.commit_seconds.observe(committing.elapsed().as_secs_f64()));
@@ -900,6 +944,9 @@ fn commit_batch(
     match result {
         Ok(()) => {
             applied.store(last, Ordering::Release);
+            if let Some(c) = commit {
+                stats.last_commit.store(c, Ordering::Release);
+            }
             crate::metrics::record(|m| {
                 m.commits.inc();
                 m.commit_batch.observe(batch.len() as f64);
@@ -1272,6 +1319,74 @@ pub(crate) mod tests {
             .unwrap();
         let answer = rt.block_on(store.apply_logged(seq, caller, ops)).unwrap();
         answer.blocking_recv().unwrap()
+    }
+
+    #[test]
+    fn commits_are_numbered_and_their_changes_recorded_after_a_save_point() {
+        let dir = tempdir();
+        let set = |v: &[&str]| -> Option<std::collections::BTreeSet<String>> {
+            Some(v.iter().map(|s| s.to_string()).collect())
+        };
+        {
+            let store = Store::open(&dir, StoreOptions::default()).unwrap();
+            assert_eq!(store.last_commit(), 0);
+            store
+                .write_blocking(&writer(), vec![put("/a", "1"), put("/b", "2")])
+                .unwrap();
+            assert_eq!(store.last_commit(), 1);
+            // Nothing is recorded before a save point.
+            assert_eq!(store.changed_since(0).unwrap(), None);
+            store.saved_at(1).unwrap();
+            assert_eq!(store.changed_since(1).unwrap(), set(&[]));
+            store
+                .write_blocking(&writer(), vec![put("/c", "3")])
+                .unwrap();
+            store
+                .write_blocking(&writer(), vec![put("/a", "4"), put("/c", "5")])
+                .unwrap();
+            // A refused write is no commit.
+            let reader = Caller::new("r", RoleSet::from_roles([Role::RestReader]));
+            assert!(store.write_blocking(&reader, vec![put("/d", "6")]).is_err());
+            assert_eq!(store.last_commit(), 3);
+            assert_eq!(store.changed_since(1).unwrap(), set(&["/a", "/c"]));
+            assert_eq!(store.changed_since(2).unwrap(), set(&["/a", "/c"]));
+            assert_eq!(store.changed_since(3).unwrap(), set(&[]));
+            // Before the save point, the changes are not known.
+            assert_eq!(store.changed_since(0).unwrap(), None);
+            store.shutdown_blocking();
+        }
+        {
+            // The number and the record survive a reopen; a new save point forgets the past.
+            let store = Store::open(&dir, StoreOptions::default()).unwrap();
+            assert_eq!(store.last_commit(), 3);
+            assert_eq!(store.changed_since(1).unwrap(), set(&["/a", "/c"]));
+            store.saved_at(2).unwrap();
+            assert_eq!(store.changed_since(1).unwrap(), None);
+            assert_eq!(store.changed_since(2).unwrap(), set(&["/a", "/c"]));
+            // Past MAX_RECORDED (6 in tests) URIs since the save point, the record is dropped.
+            store
+                .write_blocking(&writer(), vec![put("/e", "1"), put("/f", "1")])
+                .unwrap();
+            assert_eq!(
+                store.changed_since(2).unwrap(),
+                set(&["/a", "/c", "/e", "/f"])
+            );
+            store
+                .write_blocking(
+                    &writer(),
+                    vec![put("/g", "1"), put("/h", "1"), put("/i", "1")],
+                )
+                .unwrap();
+            assert_eq!(store.last_commit(), 5);
+            assert_eq!(store.changed_since(2).unwrap(), None);
+            assert_eq!(store.changed_since(5).unwrap(), None);
+            store.saved_at(5).unwrap();
+            store
+                .write_blocking(&writer(), vec![put("/j", "1")])
+                .unwrap();
+            assert_eq!(store.changed_since(5).unwrap(), set(&["/j"]));
+            store.shutdown_blocking();
+        }
     }
 
     #[test]

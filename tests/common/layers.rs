@@ -131,3 +131,90 @@ pub fn field_names(layer: &Value) -> Vec<&str> {
         .map(|f| f["name"].as_str().unwrap())
         .collect()
 }
+
+/// A geoQueryService body for layer 0 of `service`.
+pub fn q(service: &str, query: Value) -> Value {
+    json!({"params": {"id": service, "layer": 0, "method": "query"}, "query": query})
+}
+
+/// Every query kind the contract has, over the counties and the GeoNames places loaded as
+/// services `counties` and `places`.
+pub fn queries() -> Vec<(&'static str, Value)> {
+    let paris = json!({"type": "Polygon", "coordinates": [[[2.0, 48.5], [2.8, 48.5], [2.8, 49.1], [2.0, 49.1], [2.0, 48.5]]]});
+    let colorado = json!({"type": "Polygon", "coordinates": [[[-106.0, 38.5], [-103.5, 39.0], [-105.0, 40.5], [-106.0, 38.5]]]});
+    vec![
+        (
+            "point in polygon",
+            q(
+                "Counties",
+                json!({"returnGeometry": true, "outFields": "*", "spatialRel": "esriSpatialRelContains",
+                       "extension": {"geometry": {"type": "Point", "coordinates": [-104.9903, 39.7392]}}}),
+            ),
+        ),
+        (
+            "polygon intersects",
+            q(
+                "Counties",
+                json!({"returnGeometry": false, "outFields": "name", "orderByFields": "name",
+                       "spatialRel": "esriSpatialRelIntersects", "extension": {"geometry": colorado}}),
+            ),
+        ),
+        (
+            "envelope",
+            q(
+                "Places",
+                json!({"outFields": "*", "returnGeometry": true,
+                       "geometry": {"xmin": 2.0, "ymin": 48.5, "xmax": 2.8, "ymax": 49.1},
+                       "geometryType": "esriGeometryEnvelope", "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        (
+            "where, order and paging",
+            q(
+                "Places",
+                json!({"where": "cc = 'FR' AND name LIKE 'Saint%'", "outFields": "name,admin1",
+                       "orderByFields": "name DESC", "resultOffset": 20, "resultRecordCount": 15}),
+            ),
+        ),
+        (
+            "box, where and paging",
+            q(
+                "Places",
+                json!({"where": "cc = 'FR'", "outFields": "name", "orderByFields": "name",
+                       "resultRecordCount": 7, "extension": {"geometry": paris},
+                       "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        (
+            "statistics by group",
+            q(
+                "Places",
+                json!({"where": "cc IN ('US','CA','MX','FR')", "groupByFieldsForStatistics": "cc",
+                       "outStatistics": [
+                           {"statisticType": "count", "onStatisticField": "OBJECTID", "outStatisticFieldName": "n"},
+                           {"statisticType": "sum", "onStatisticField": "OBJECTID", "outStatisticFieldName": "s"},
+                           {"statisticType": "min", "onStatisticField": "OBJECTID", "outStatisticFieldName": "lo"},
+                           {"statisticType": "max", "onStatisticField": "OBJECTID", "outStatisticFieldName": "hi"},
+                           {"statisticType": "avg", "onStatisticField": "OBJECTID", "outStatisticFieldName": "mean"},
+                           {"statisticType": "stddev", "onStatisticField": "OBJECTID", "outStatisticFieldName": "sd"},
+                           {"statisticType": "var", "onStatisticField": "OBJECTID", "outStatisticFieldName": "v"}]}),
+            ),
+        ),
+        (
+            "ids",
+            q(
+                "Places",
+                json!({"returnIdsOnly": true, "extension": {"geometry": paris},
+                       "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        ("count", q("Places", json!({"returnCountOnly": true}))),
+        (
+            "count with where",
+            q(
+                "Counties",
+                json!({"returnCountOnly": true, "where": "name LIKE 'S%'"}),
+            ),
+        ),
+    ]
+}

@@ -561,6 +561,13 @@ impl ChildServer {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// SIGTERM (a clean stop), and wait for it to exit; its exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        self.child.wait().unwrap()
+    }
+
     /// SIGKILL, and wait for it.
     pub fn kill(mut self) {
         let _ = self.child.kill();

@@ -528,24 +528,39 @@ pub(super) fn statistic<'d>(
             });
             match exact {
                 Some(total) => Datum::Int(total),
-                None => Datum::Float(nums().sum()),
+                None => Datum::Float(ascending_sum(nums().collect())),
             }
         }
         StatKind::Avg => {
             let n: Vec<f64> = nums().collect();
             if n.is_empty() {
-                Datum::Null
-            } else {
-                Datum::Float(n.iter().sum::<f64>() / n.len() as f64)
+                return Datum::Null;
             }
+            Datum::Float(match exact_sums(&values) {
+                Some((sum, _)) => sum as f64 / n.len() as f64,
+                None => ascending_sum(n.clone()) / n.len() as f64,
+            })
         }
         StatKind::Var | StatKind::Stddev => {
             let n: Vec<f64> = nums().collect();
             if n.len() < 2 {
                 return Datum::Null;
             }
-            let mean = n.iter().sum::<f64>() / n.len() as f64;
-            let var = n.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n.len() - 1) as f64;
+            let count = n.len() as f64;
+            let var = match exact_sums(&values) {
+                // (n Σx² − (Σx)²) / (n (n − 1)), exactly until the last division.
+                Some((sum, squares)) => {
+                    let k = n.len() as i128;
+                    match k
+                        .checked_mul(squares)
+                        .and_then(|a| a.checked_sub(sum * sum))
+                    {
+                        Some(spread) => spread as f64 / (count * (count - 1.0)),
+                        None => float_variance(n),
+                    }
+                }
+                None => float_variance(n),
+            };
             Datum::Float(if kind == StatKind::Var {
                 var
             } else {
@@ -553,6 +568,35 @@ pub(super) fn statistic<'d>(
             })
         }
     }
+}
+
+/// The sum and the sum of squares of integer values, exactly; `None` when some value is not
+/// an integer or the sums do not fit. The same whatever the rows' order.
+fn exact_sums(values: &[Datum<'_>]) -> Option<(i128, i128)> {
+    values.iter().try_fold((0i128, 0i128), |(s, q), v| {
+        let x = match v {
+            Datum::Int(i) | Datum::Date(i) => *i as i128,
+            Datum::Bool(b) => i128::from(*b),
+            _ => return None,
+        };
+        Some((s.checked_add(x)?, q.checked_add(x.checked_mul(x)?)?))
+    })
+}
+
+/// A float sum taken in ascending order, so that it does not depend on the rows' order.
+fn ascending_sum(mut n: Vec<f64>) -> f64 {
+    n.sort_unstable_by(f64::total_cmp);
+    n.iter().sum()
+}
+
+/// The sample variance of floats, summed in ascending order.
+fn float_variance(mut n: Vec<f64>) -> f64 {
+    n.sort_unstable_by(f64::total_cmp);
+    let count = n.len() as f64;
+    let mean = n.iter().sum::<f64>() / count;
+    let mut deviations: Vec<f64> = n.iter().map(|x| (x - mean) * (x - mean)).collect();
+    deviations.sort_unstable_by(f64::total_cmp);
+    deviations.iter().sum::<f64>() / (count - 1.0)
 }
 
 #[cfg(test)]

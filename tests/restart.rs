@@ -1,0 +1,222 @@
+//! Restarts on the views saved in the data directory: a clean stop saves them, a start reads
+//! them back (and the documents changed since, after a SIGKILL too) instead of extracting
+//! every stored document, and answers every query kind exactly as a server that built its
+//! views from the documents; a damaged or truncated saved view is detected and rebuilt.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::layers::{put, queries};
+use common::*;
+use serde_json::{Value, json};
+
+fn load_offline(dir: &Path, service: &str, file: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args(["load", "--quiet", "--service", service, "--data-dir"])
+        .arg(dir)
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every query kind's answer (without its clock), then the diagnostics.
+fn answers(c: &mut Client) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (what, body) in queries() {
+        let r = c.post_json("/v1/resources/geoQueryService", &body.to_string());
+        assert_eq!(r.status, 200, "{what}: {}", r.text());
+        let mut v = r.json();
+        v.as_object_mut().unwrap().remove("$timestamp");
+        out.push(v);
+    }
+    let r = c.get("/v1/diagnostics");
+    assert_eq!(r.status, 200, "{}", r.text());
+    out.push(r.json());
+    out
+}
+
+/// The server's log lines holding `needle`, waiting a moment for its log reader.
+fn log_lines(s: &ChildServer, needle: &str, at_least: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let lines: Vec<String> = s
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .cloned()
+            .collect();
+        if lines.len() >= at_least || Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const INFO: [(&str, &str); 1] = [("GEOSHARD_LOG", "info")];
+
+fn assert_same(got: &[Value], want: &[Value], when: &str) {
+    let names: Vec<&str> = queries().iter().map(|(n, _)| *n).collect();
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g, w, "{when}: {}", names.get(i).unwrap_or(&"diagnostics"));
+    }
+    assert_eq!(got.len(), want.len());
+}
+
+#[test]
+fn restarts_read_the_saved_views_and_answer_as_a_rebuild_does() {
+    let dir = temp_dir("restart");
+    seed_users(&dir);
+    let real = data_dir().join("real");
+    load_offline(&dir, "Counties", &real.join("us-counties.geojson"));
+    load_offline(&dir, "Places", &real.join("geonames-cities1000.csv"));
+
+    // The first start builds the views from the documents; its clean stop saves them.
+    let s = ChildServer::start(&dir, &INFO);
+    let built = answers(&mut s.client(ADMIN));
+    assert_eq!(built[7]["count"], json!(144_563), "{}", built[7]);
+    assert!(log_lines(&s, "view read from its saved file", 0).is_empty());
+    assert!(s.stop().success());
+    let mut saved: Vec<String> = std::fs::read_dir(dir.join("views"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    saved.sort();
+    assert_eq!(saved.len(), 2, "{saved:?}");
+    assert!(
+        saved[0].starts_with("counties.") && saved[1].starts_with("places."),
+        "{saved:?}"
+    );
+
+    // A restart reads them, and answers alike.
+    let s = ChildServer::start(&dir, &INFO);
+    let read = log_lines(&s, "view read from its saved file", 2);
+    assert_eq!(read.len(), 2, "{read:?}");
+    assert!(
+        read.iter().all(|l| l.contains("changed_since=0")),
+        "{read:?}"
+    );
+    assert!(log_lines(&s, "saved view not used", 0).is_empty());
+    assert_same(&answers(&mut s.client(ADMIN)), &built, "after a clean stop");
+
+    // Writes, then SIGKILL: the next start reads the saved views and the documents changed
+    // since. Replaced, deleted and new places; a county whose geometry cannot be used.
+    let mut c = s.client(ADMIN);
+    let mut changed = 0;
+    for id in [1, 2, 3, 50_000, 144_563] {
+        let uri = format!("/Places/0/{id}.json");
+        let r = c.get(&format!("/v1/documents?uri={uri}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let mut doc = r.json();
+        doc["properties"]["name"] = json!(format!("Renamed {id}"));
+        doc["properties"]["cc"] = json!("FR");
+        doc["geometry"]["coordinates"] = json!([2.35 + id as f64 * 1e-7, 48.85]);
+        assert!(put(&mut c, &uri, "&collection=Places", &doc).status < 300);
+        changed += 1;
+    }
+    for id in [4, 5, 60_000] {
+        let r = c.delete(&format!("/v1/documents?uri=/Places/0/{id}.json"));
+        assert_eq!(r.status, 204, "{}", r.text());
+        changed += 1;
+    }
+    for id in 200_001..200_011 {
+        let doc = json!({"type": "Feature",
+            "properties": {"OBJECTID": id, "name": format!("Saint New {id}"), "cc": "FR"},
+            "geometry": {"type": "Point", "coordinates": [2.0 + (id - 200_000) as f64 * 0.05, 48.9]}});
+        let r = put(
+            &mut c,
+            &format!("/Places/0/{id}.json"),
+            "&collection=Places",
+            &doc,
+        );
+        assert!(r.status < 300, "{}", r.text());
+        changed += 1;
+    }
+    let r = c.get("/v1/documents?uri=/Counties/0/7.json");
+    let mut county = r.json();
+    county["geometry"] = json!({"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1]]]});
+    let r = put(
+        &mut c,
+        "/Counties/0/7.json",
+        "&collection=Counties",
+        &county,
+    );
+    assert!(r.status < 300, "{}", r.text());
+    changed += 1;
+    let after_writes = answers(&mut c);
+    assert_ne!(after_writes, built);
+    assert!(
+        after_writes
+            .last()
+            .unwrap()
+            .to_string()
+            .contains("/Counties/0/7.json"),
+        "{}",
+        after_writes.last().unwrap()
+    );
+    s.kill();
+
+    let s = ChildServer::start(&dir, &INFO);
+    let read = log_lines(&s, "view read from its saved file", 2);
+    assert_eq!(read.len(), 2, "{read:?}");
+    let since: usize = read
+        .iter()
+        .map(|l| {
+            l.split("changed_since=")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    // Each view reads again every document changed since (the other view's too).
+    assert_eq!(since, 2 * changed, "{read:?}");
+    assert_same(
+        &answers(&mut s.client(ADMIN)),
+        &after_writes,
+        "after a SIGKILL",
+    );
+    assert!(s.stop().success());
+
+    // Without the saved views, a start builds them from the documents: the same answers.
+    std::fs::rename(dir.join("views"), dir.join("views-kept")).unwrap();
+    let s = ChildServer::start(&dir, &INFO);
+    assert!(log_lines(&s, "view read from its saved file", 0).is_empty());
+    let rebuilt = answers(&mut s.client(ADMIN));
+    assert_same(&rebuilt, &after_writes, "rebuilt from the documents");
+    assert!(s.stop().success());
+
+    // A damaged file (one byte changed) and a truncated one are found out and rebuilt.
+    let places = dir.join("views").join(&saved[1]);
+    let mut bytes = std::fs::read(&places).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    std::fs::write(&places, &bytes).unwrap();
+    let counties = dir.join("views").join(&saved[0]);
+    let len = std::fs::metadata(&counties).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&counties)
+        .unwrap()
+        .set_len(len - 1000)
+        .unwrap();
+    let s = ChildServer::start(&dir, &INFO);
+    let refused = log_lines(&s, "saved view not used", 2);
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(log_lines(&s, "view read from its saved file", 0).is_empty());
+    assert_same(&answers(&mut s.client(ADMIN)), &rebuilt, "after damage");
+    s.kill();
+}
