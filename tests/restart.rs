@@ -90,6 +90,7 @@ fn restarts_read_the_saved_views_and_answer_as_a_rebuild_does() {
     let mut saved: Vec<String> = std::fs::read_dir(dir.join("views"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".seg"))
         .collect();
     saved.sort();
     assert_eq!(saved.len(), 2, "{saved:?}");

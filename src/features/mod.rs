@@ -113,6 +113,9 @@ pub struct Features {
     /// Held while committed changes are applied to the views, and while views built in the
     /// background take their place, so no change falls between the two.
     applying: parking_lot::Mutex<()>,
+    /// Views whose saved file holds them as they are: the commit it was saved at, and the
+    /// view then (a new one after a definition change).
+    on_disk: parking_lot::Mutex<HashMap<ViewKey, (u64, std::sync::Weak<ViewState>)>>,
 }
 
 /// A background build of views: the documents changed since it began, to apply to the new
@@ -379,12 +382,15 @@ impl Features {
             diagnostics: parking_lot::Mutex::new(Diagnostics::default()),
             rebuild: parking_lot::Mutex::new(None),
             applying: parking_lot::Mutex::new(()),
+            on_disk: parking_lot::Mutex::new(HashMap::new()),
         });
         let mut catalog = Catalog::default();
-        features.store.scan_documents(|doc| {
-            features.load_definition(&mut catalog, &doc);
-            Ok(())
-        })?;
+        if !features.load_saved_definitions(&mut catalog)? {
+            features.store.scan_documents(|doc| {
+                features.load_definition(&mut catalog, &doc);
+                Ok(())
+            })?;
+        }
         let keys: Vec<ViewKey> = catalog
             .templates
             .values()
@@ -570,18 +576,33 @@ impl Features {
     ) -> Result<Arc<ViewState>, StoreError> {
         let mut indexes = BTreeMap::new();
         for path in paths.keys() {
-            let engine = Engine::new(self.settings.engine)
-                .map_err(|e| StoreError::Corrupt(format!("spatial settings: {e}")))?;
-            engine.bulk_load(items.remove(path).unwrap_or_default());
-            indexes.insert(path.clone(), Arc::new(engine));
+            let engine = self.index(items.remove(path).unwrap_or_default())?;
+            indexes.insert(path.clone(), engine);
         }
-        Ok(Arc::new(ViewState {
+        Ok(Self::state_of(template, data, paths, indexes))
+    }
+
+    /// An index bulk-loaded with `items`.
+    fn index(&self, items: Vec<(u32, geo::Geometry<f64>)>) -> Result<Arc<Engine>, StoreError> {
+        let engine = Engine::new(self.settings.engine)
+            .map_err(|e| StoreError::Corrupt(format!("spatial settings: {e}")))?;
+        engine.bulk_load(items);
+        Ok(Arc::new(engine))
+    }
+
+    fn state_of(
+        template: Arc<Template>,
+        data: ViewData,
+        paths: BTreeMap<String, Path>,
+        indexes: BTreeMap<String, Arc<Engine>>,
+    ) -> Arc<ViewState> {
+        Arc::new(ViewState {
             def: data.def.clone(),
             template,
             data: RwLock::new(data),
             paths,
             indexes: RwLock::new(indexes),
-        }))
+        })
     }
 
     /// Read back the views saved at the last clean stop that can be used (see [`segment`]):
@@ -613,7 +634,9 @@ impl Features {
             }
             let print =
                 segment::fingerprint(&template, &def, &paths, self.settings.max_document_vertices);
-            let loaded = segment::load(&file, def, &paths, &print).and_then(|l| {
+            let reading = std::time::Instant::now();
+            let index = |items| self.index(items).map_err(|e| e.to_string());
+            let loaded = segment::load(&file, def, &paths, &print, &index).and_then(|l| {
                 if l.point > last {
                     return Err(format!(
                         "saved at commit {}, past the store's last ({last})",
@@ -653,7 +676,11 @@ impl Features {
                         diagnostics.add(&uri, &key, problem, skipped);
                     }
                     drop(diagnostics);
-                    let state = self.view_state(template, l.data, paths, l.items)?;
+                    tracing::debug!(view = %key, secs = reading.elapsed().as_secs_f64(), "saved view read");
+                    let state = Self::state_of(template, l.data, paths, l.indexes);
+                    self.on_disk
+                        .lock()
+                        .insert(key.clone(), (l.point, Arc::downgrade(&state)));
                     saved.push((key, state, changed));
                 }
                 Err(why) => {
@@ -663,6 +690,28 @@ impl Features {
             }
         }
         Ok((saved, rest))
+    }
+
+    /// The templates and descriptors, without reading every document: those listed when the
+    /// views were last saved and those written since. `false` when that cannot be known.
+    fn load_saved_definitions(&self, catalog: &mut Catalog) -> Result<bool, StoreError> {
+        let file = segment::dir(self.store.path()).join(segment::DEFINITIONS);
+        let Some((point, uris)) = segment::read_definitions(&file) else {
+            return Ok(false);
+        };
+        if point > self.store.last_commit() {
+            return Ok(false);
+        }
+        let Some(changed) = self.store.changed_since(point)? else {
+            return Ok(false);
+        };
+        let system = crate::acl::Caller::system();
+        for uri in uris.iter().chain(&changed) {
+            if let Some(doc) = self.store.get(&system, uri)? {
+                self.load_definition(catalog, &doc);
+            }
+        }
+        Ok(true)
     }
 
     /// Put the views read back into `catalog` and apply to them the documents changed since
@@ -725,10 +774,31 @@ impl Features {
                 .push((uri.clone(), problem.clone(), *skipped));
         }
         let mut kept = std::collections::HashSet::new();
+        let definitions: Vec<&String> = catalog
+            .templates
+            .keys()
+            .chain(catalog.descriptors.keys())
+            .collect();
+        match segment::write_definitions(&dir.join(segment::DEFINITIONS), point, &definitions) {
+            Ok(()) => {
+                kept.insert(segment::DEFINITIONS.to_string());
+            }
+            Err(e) => tracing::warn!(error = %e, "the list of definitions was not saved"),
+        }
         let mut rows = 0;
+        let mut on_disk = self.on_disk.lock();
         for (key, view) in &catalog.views {
             let name = segment::file_name(key);
             let file = dir.join(&name);
+            // Read at start from a file of this very commit, and the same view since.
+            let unchanged = on_disk.get(key).is_some_and(|(at, was)| {
+                *at == point && was.upgrade().is_some_and(|w| Arc::ptr_eq(&w, view))
+            });
+            if unchanged && file.exists() {
+                rows += view.data.read().len();
+                kept.insert(name);
+                continue;
+            }
             let print = segment::fingerprint(
                 &view.template,
                 &view.def,
@@ -741,6 +811,7 @@ impl Features {
                 Ok(()) => {
                     rows += data.len();
                     kept.insert(name);
+                    on_disk.insert(key.clone(), (point, Arc::downgrade(view)));
                 }
                 Err(e) => {
                     tracing::warn!(view = %key, error = %e, "view not saved; the next start builds it");

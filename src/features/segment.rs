@@ -2,26 +2,28 @@
 //! every stored document again.
 //!
 //! One file a view, `views/<schema.view>.seg` beside the store, written whole at a store
-//! commit point (a clean stop) and replaced by a rename: its documents in URI order with
-//! their readers, each row's cells and geometries, and the view's diagnostics, then a CRC-32
-//! of everything before it. A start uses a file only when its checksum holds, its
+//! commit point (a clean stop) and replaced by a rename. It is in sections, each with its
+//! CRC-32 in a table at the head, so that they are encoded and read back in parallel: the
+//! documents in URI order (URI, readers, rows), one section a column (strings as a
+//! dictionary and an index a row), one a geometry path, and the view's diagnostics. A start uses a file only when its checksum holds, its
 //! fingerprint (the template's JSON, the geometry paths, the vertex bound, this format and
 //! version) equals the view's, and the store recorded every document changed since its point;
 //! those are then read again. Anything else is rebuilt from the documents.
 
 use std::collections::BTreeMap;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
-use super::IndexItems;
 use super::path::Path;
-use super::template::{Cell, Template, ViewDef, ViewKey};
-use super::view::{Column, GeometryOut, NewRow, ViewData};
+use super::template::{Template, ViewDef, ViewKey};
+use super::view::{Column, DocSlots, GeometryOut, ViewData};
 use crate::acl::RoleSet;
+use crate::spatial::Engine;
+use rayon::prelude::*;
 
 /// Bumped whenever what a view holds for a document changes meaning.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 const MAGIC: &[u8; 8] = b"GSVIEWS\0";
 const END: &[u8; 4] = b"END.";
 
@@ -41,6 +43,39 @@ pub(super) fn file_name(key: &ViewKey) -> String {
     }
     out.push_str(".seg");
     out
+}
+
+/// The file listing the templates and descriptors when the views were saved.
+pub(super) const DEFINITIONS: &str = "definitions.json";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Definitions {
+    point: u64,
+    uris: Vec<String>,
+}
+
+/// Write the list of definition URIs as of commit `point`, whole or not at all.
+pub(super) fn write_definitions(
+    file: &FsPath,
+    point: u64,
+    uris: &[&String],
+) -> std::io::Result<()> {
+    let body = serde_json::to_vec(&Definitions {
+        point,
+        uris: uris.iter().map(|u| u.to_string()).collect(),
+    })?;
+    let tmp = file.with_extension("json.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&body)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file)
+}
+
+/// The list written by [`write_definitions`], when it is there and whole.
+pub(super) fn read_definitions(file: &FsPath) -> Option<(u64, Vec<String>)> {
+    let bytes = std::fs::read(file).ok()?;
+    let d: Definitions = serde_json::from_slice(&bytes).ok()?;
+    Some((d.point, d.uris))
 }
 
 /// What a saved view must have been built from to be used as it is.
@@ -66,94 +101,215 @@ pub(super) type SavedDiagnostic = (String, String, bool);
 /// was saved at.
 pub(super) struct Loaded {
     pub data: ViewData,
-    pub items: IndexItems,
+    /// Each geometry path's index, built as soon as its section was read.
+    pub indexes: BTreeMap<String, Arc<Engine>>,
     pub diagnostics: Vec<SavedDiagnostic>,
     pub point: u64,
 }
 
-/// A writer that keeps the CRC-32 of what passes through.
-struct Summed<W> {
-    inner: W,
-    crc: crc32fast::Hasher,
+type Fault = String;
+
+/// Builds a geometry path's index from its rows' geometries.
+pub(super) type Indexer<'a> =
+    dyn Fn(Vec<(u32, geo::Geometry<f64>)>) -> Result<Arc<Engine>, Fault> + Sync + 'a;
+
+fn put_u32(w: &mut Vec<u8>, v: u32) {
+    w.extend_from_slice(&v.to_le_bytes());
 }
 
-impl<W: Write> Write for Summed<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.crc.update(&buf[..n]);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
+fn put_u64(w: &mut Vec<u8>, v: u64) {
+    w.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_u32(w: &mut impl Write, v: u32) -> std::io::Result<()> {
-    w.write_all(&v.to_le_bytes())
+fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
+    put_u32(w, b.len() as u32);
+    w.extend_from_slice(b);
 }
 
-fn put_u64(w: &mut impl Write, v: u64) -> std::io::Result<()> {
-    w.write_all(&v.to_le_bytes())
-}
+/// Bytes being read back; every read is checked against what is left.
+struct Cursor<'a>(&'a [u8]);
 
-fn put_bytes(w: &mut impl Write, b: &[u8]) -> std::io::Result<()> {
-    put_u32(w, b.len() as u32)?;
-    w.write_all(b)
-}
-
-/// One cell of `column` at `slot`: a tag, then the value.
-fn put_cell(w: &mut impl Write, column: &Column, slot: usize) -> std::io::Result<()> {
-    match column {
-        Column::Int(v) => match v.get(slot).copied().flatten() {
-            Some(i) => {
-                w.write_all(&[1])?;
-                w.write_all(&i.to_le_bytes())
-            }
-            None => w.write_all(&[0]),
-        },
-        Column::Float(v) => match v.get(slot).copied().flatten() {
-            Some(f) => {
-                w.write_all(&[2])?;
-                w.write_all(&f.to_le_bytes())
-            }
-            None => w.write_all(&[0]),
-        },
-        Column::Str(v, _) => match v.get(slot).and_then(|s| s.as_deref()) {
-            Some(s) => {
-                w.write_all(&[3])?;
-                put_bytes(w, s.as_bytes())
-            }
-            None => w.write_all(&[0]),
-        },
-        Column::Bool(v) => match v.get(slot).copied().flatten() {
-            Some(b) => w.write_all(&[4, u8::from(b)]),
-            None => w.write_all(&[0]),
-        },
-        Column::Date(v) => match v.get(slot).copied().flatten() {
-            Some(d) => {
-                w.write_all(&[5])?;
-                w.write_all(&d.to_le_bytes())
-            }
-            None => w.write_all(&[0]),
-        },
-    }
-}
-
-fn put_geometry(w: &mut impl Write, g: Option<&GeometryOut>) -> std::io::Result<()> {
-    match g {
-        None => w.write_all(&[0]),
-        Some(GeometryOut::Point(x, y)) => {
-            w.write_all(&[1])?;
-            w.write_all(&x.to_le_bytes())?;
-            w.write_all(&y.to_le_bytes())
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Fault> {
+        if n > self.0.len() {
+            return Err("truncated".into());
         }
-        Some(GeometryOut::Json(j)) => {
-            w.write_all(&[2])?;
-            put_bytes(w, j)
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Fault> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
+    }
+
+    fn u8(&mut self) -> Result<u8, Fault> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, Fault> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, Fault> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn f64(&mut self) -> Result<f64, Fault> {
+        Ok(f64::from_le_bytes(self.array()?))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], Fault> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+
+    fn str(&mut self) -> Result<&'a str, Fault> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| "a string is not UTF-8".to_string())
+    }
+
+    /// A count of things each at least `min_bytes` long, no more than the bytes left hold.
+    fn count(&mut self, min_bytes: usize) -> Result<usize, Fault> {
+        let n = self.u64()?;
+        if n.saturating_mul(min_bytes as u64) > self.0.len() as u64 {
+            return Err("truncated (a count larger than its section)".into());
+        }
+        Ok(n as usize)
+    }
+
+    fn end(&self) -> Result<(), Fault> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err("damaged (a section longer than its contents)".into())
         }
     }
 }
+
+/// The sections of a view's file, in order.
+#[derive(Clone, Copy)]
+enum Section {
+    Documents,
+    Column(usize),
+    Geometry(usize),
+    Diagnostics,
+}
+
+fn sections(columns: usize, paths: usize) -> Vec<Section> {
+    std::iter::once(Section::Documents)
+        .chain((0..columns).map(Section::Column))
+        .chain((0..paths).map(Section::Geometry))
+        .chain(std::iter::once(Section::Diagnostics))
+        .collect()
+}
+
+/// One section's bytes: documents (URI, readers, rows), a column's cells, a geometry path's
+/// geometries (rows in slot order, which is document order), or the diagnostics.
+fn encode(
+    section: Section,
+    data: &ViewData,
+    docs: &[(&Arc<str>, &[u32])],
+    paths: &[&String],
+    diagnostics: &[SavedDiagnostic],
+) -> Vec<u8> {
+    let mut w = Vec::new();
+    let slots = || docs.iter().flat_map(|(_, s)| s.iter().map(|s| *s as usize));
+    match section {
+        Section::Documents => {
+            put_u64(&mut w, docs.len() as u64);
+            for (uri, slots) in docs {
+                put_bytes(&mut w, uri.as_bytes());
+                let readers = slots
+                    .first()
+                    .map_or(RoleSet::EMPTY, |s| data.readers_at(*s));
+                w.push(readers.bits());
+                put_u32(&mut w, slots.len() as u32);
+            }
+        }
+        Section::Column(i) => match &data.columns[i] {
+            Column::Int(v) | Column::Date(v) => {
+                for s in slots() {
+                    match v.get(s).copied().flatten() {
+                        Some(x) => {
+                            w.push(1);
+                            w.extend_from_slice(&x.to_le_bytes());
+                        }
+                        None => w.push(0),
+                    }
+                }
+            }
+            Column::Float(v) => {
+                for s in slots() {
+                    match v.get(s).copied().flatten() {
+                        Some(x) => {
+                            w.push(1);
+                            w.extend_from_slice(&x.to_le_bytes());
+                        }
+                        None => w.push(0),
+                    }
+                }
+            }
+            Column::Bool(v) => {
+                for s in slots() {
+                    w.push(v.get(s).copied().flatten().map_or(0, |b| 1 + u8::from(b)));
+                }
+            }
+            Column::Str(v, _) => {
+                // A dictionary of the values, then an index a row (u32::MAX: null). Equal
+                // values are shared (interned) in memory, so the same pointer is the same
+                // value; one not shared may be listed twice, which only costs its bytes.
+                let mut index: crate::FastMap<*const u8, u32> = crate::FastMap::default();
+                let mut dictionary: Vec<&str> = Vec::new();
+                let mut rows: Vec<u32> = Vec::new();
+                for s in slots() {
+                    rows.push(match v.get(s).and_then(|x| x.as_ref()) {
+                        None => u32::MAX,
+                        Some(x) => *index.entry(x.as_ptr()).or_insert_with(|| {
+                            dictionary.push(x);
+                            dictionary.len() as u32 - 1
+                        }),
+                    });
+                }
+                put_u64(&mut w, dictionary.len() as u64);
+                for d in dictionary {
+                    put_bytes(&mut w, d.as_bytes());
+                }
+                for r in rows {
+                    put_u32(&mut w, r);
+                }
+            }
+        },
+        Section::Geometry(p) => {
+            let column = data.geometry_column(paths[p]);
+            for s in slots() {
+                match column.get(s as u32) {
+                    None => w.push(0),
+                    Some(GeometryOut::Point(x, y)) => {
+                        w.push(1);
+                        w.extend_from_slice(&x.to_le_bytes());
+                        w.extend_from_slice(&y.to_le_bytes());
+                    }
+                    Some(GeometryOut::Json(j)) => {
+                        w.push(2);
+                        put_bytes(&mut w, j);
+                    }
+                }
+            }
+        }
+        Section::Diagnostics => {
+            put_u64(&mut w, diagnostics.len() as u64);
+            for (uri, problem, skipped) in diagnostics {
+                put_bytes(&mut w, uri.as_bytes());
+                put_bytes(&mut w, problem.as_bytes());
+                w.push(u8::from(*skipped));
+            }
+        }
+    }
+    w
+}
+
+/// Size of one entry of the section table: offset, length, CRC-32.
+const ENTRY: usize = 8 + 8 + 4;
 
 /// Write `data` to `file` as of commit `point`: to a temporary file, synced, then renamed
 /// over the old one, so a crash leaves the old file or the new one whole.
@@ -165,48 +321,47 @@ pub(super) fn save(
     point: u64,
     diagnostics: &[SavedDiagnostic],
 ) -> std::io::Result<()> {
-    let tmp = file.with_extension("seg.tmp");
-    let out = std::fs::File::create(&tmp)?;
-    let mut w = Summed {
-        inner: BufWriter::with_capacity(1 << 20, out),
-        crc: crc32fast::Hasher::new(),
-    };
-    w.write_all(MAGIC)?;
-    put_u32(&mut w, FORMAT)?;
-    put_bytes(&mut w, fingerprint.as_bytes())?;
-    put_u64(&mut w, point)?;
-    let geometries: Vec<_> = paths.keys().map(|p| data.geometry_column(p)).collect();
     let docs = data.documents();
-    put_u64(&mut w, docs.len() as u64)?;
-    for (uri, slots) in docs {
-        put_bytes(&mut w, uri.as_bytes())?;
-        let readers = slots
-            .first()
-            .map_or(RoleSet::EMPTY, |s| data.readers_at(*s));
-        w.write_all(&[readers.bits()])?;
-        put_u32(&mut w, slots.len() as u32)?;
-        for &slot in slots {
-            for column in &data.columns {
-                put_cell(&mut w, column, slot as usize)?;
-            }
-            for g in &geometries {
-                put_geometry(&mut w, g.get(slot))?;
-            }
+    let path_names: Vec<&String> = paths.keys().collect();
+    let all = sections(data.columns.len(), path_names.len());
+    let mut head = Vec::new();
+    head.extend_from_slice(MAGIC);
+    put_u32(&mut head, FORMAT);
+    put_bytes(&mut head, fingerprint.as_bytes());
+    put_u64(&mut head, point);
+    put_u64(&mut head, data.len() as u64);
+    put_u32(&mut head, all.len() as u32);
+    let table_at = head.len();
+    head.resize(table_at + all.len() * ENTRY + 4, 0);
+    let tmp = file.with_extension("seg.tmp");
+    let mut out = std::fs::File::create(&tmp)?;
+    out.write_all(&head)?;
+    let mut offset = head.len() as u64;
+    let threads = rayon::current_num_threads().max(1);
+    // A few sections at a time: as many as there are threads, not the whole file in memory.
+    for (chunk_at, chunk) in all.chunks(threads).enumerate() {
+        let encoded: Vec<Vec<u8>> = chunk
+            .par_iter()
+            .map(|s| encode(*s, data, &docs, &path_names, diagnostics))
+            .collect();
+        for (i, bytes) in encoded.iter().enumerate() {
+            let at = table_at + (chunk_at * threads + i) * ENTRY;
+            head[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+            head[at + 8..at + 16].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+            head[at + 16..at + 20].copy_from_slice(&crc32fast::hash(bytes).to_le_bytes());
+            out.write_all(bytes)?;
+            offset += bytes.len() as u64;
         }
     }
-    put_u64(&mut w, diagnostics.len() as u64)?;
-    for (uri, problem, skipped) in diagnostics {
-        put_bytes(&mut w, uri.as_bytes())?;
-        put_bytes(&mut w, problem.as_bytes())?;
-        w.write_all(&[u8::from(*skipped)])?;
-    }
-    w.write_all(END)?;
-    let crc = w.crc.clone().finalize();
-    let mut out = w.inner;
-    out.write_all(&crc.to_le_bytes())?;
-    let file_handle = out.into_inner().map_err(|e| e.into_error())?;
-    file_handle.sync_all()?;
-    drop(file_handle);
+    out.write_all(END)?;
+    // The head, its table filled in, summed last.
+    let sum = crc32fast::hash(&head[..head.len() - 4]);
+    let n = head.len();
+    head[n - 4..].copy_from_slice(&sum.to_le_bytes());
+    out.seek(SeekFrom::Start(0))?;
+    out.write_all(&head)?;
+    out.sync_all()?;
+    drop(out);
     std::fs::rename(&tmp, file)?;
     if let Some(parent) = file.parent() {
         std::fs::File::open(parent)?.sync_all()?;
@@ -214,203 +369,281 @@ pub(super) fn save(
     Ok(())
 }
 
-/// A reader over a file's bytes that knows how many are left, so that no length read from a
-/// damaged file makes it allocate more than the file holds.
-struct Input<R> {
-    inner: R,
-    left: u64,
-    crc: crc32fast::Hasher,
+/// What one section gives back.
+enum Decoded {
+    Documents {
+        by_doc: Vec<(Arc<str>, DocSlots)>,
+        readers: Vec<RoleSet>,
+    },
+    Column(Column),
+    Geometry(Vec<Option<GeometryOut>>, Arc<Engine>),
+    Diagnostics(Vec<SavedDiagnostic>),
 }
 
-type Fault = String;
-
-impl<R: Read> Input<R> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], Fault> {
-        let mut b = [0u8; N];
-        self.fill(&mut b)?;
-        Ok(b)
-    }
-
-    fn fill(&mut self, b: &mut [u8]) -> Result<(), Fault> {
-        if (b.len() as u64) > self.left {
-            return Err("truncated".into());
+fn decode(
+    section: Section,
+    bytes: &[u8],
+    def: &ViewDef,
+    rows: usize,
+    index: &Indexer<'_>,
+) -> Result<Decoded, Fault> {
+    let mut c = Cursor(bytes);
+    let decoded = match section {
+        Section::Documents => {
+            let docs = c.count(9)?;
+            let mut by_doc = Vec::with_capacity(docs);
+            let mut readers = Vec::with_capacity(rows);
+            for _ in 0..docs {
+                let uri: Arc<str> = Arc::from(c.str()?);
+                let r = RoleSet::from_bits(c.u8()?);
+                let n = c.u32()? as usize;
+                let first = readers.len();
+                if first + n > rows {
+                    return Err("damaged (more rows than the view holds)".into());
+                }
+                readers.resize(first + n, r);
+                by_doc.push((uri, DocSlots::range(first as u32, n as u32)));
+            }
+            if readers.len() != rows {
+                return Err("damaged (fewer rows than the view holds)".into());
+            }
+            Decoded::Documents { by_doc, readers }
         }
-        self.inner
-            .read_exact(b)
-            .map_err(|e| format!("cannot be read: {e}"))?;
-        self.left -= b.len() as u64;
-        self.crc.update(b);
-        Ok(())
-    }
-
-    fn u8(&mut self) -> Result<u8, Fault> {
-        Ok(self.take::<1>()?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32, Fault> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-
-    fn u64(&mut self) -> Result<u64, Fault> {
-        Ok(u64::from_le_bytes(self.take()?))
-    }
-
-    fn f64(&mut self) -> Result<f64, Fault> {
-        Ok(f64::from_le_bytes(self.take()?))
-    }
-
-    /// A count of things each at least `min_bytes` long.
-    fn count(&mut self, n: u64, min_bytes: u64) -> Result<usize, Fault> {
-        if n.saturating_mul(min_bytes) > self.left {
-            return Err("truncated (a count larger than the file)".into());
+        Section::Column(i) => {
+            let kind = def
+                .columns
+                .get(i)
+                .ok_or("damaged (a column the view has not)")?
+                .scalar
+                .kind();
+            let mut column = Column::new(kind);
+            match &mut column {
+                Column::Int(v) | Column::Date(v) => {
+                    v.reserve(rows);
+                    for _ in 0..rows {
+                        v.push(match c.u8()? {
+                            0 => None,
+                            _ => Some(i64::from_le_bytes(c.array()?)),
+                        });
+                    }
+                }
+                Column::Float(v) => {
+                    v.reserve(rows);
+                    for _ in 0..rows {
+                        v.push(match c.u8()? {
+                            0 => None,
+                            _ => Some(c.f64()?),
+                        });
+                    }
+                }
+                Column::Bool(v) => {
+                    v.reserve(rows);
+                    for _ in 0..rows {
+                        v.push(match c.u8()? {
+                            0 => None,
+                            b => Some(b == 2),
+                        });
+                    }
+                }
+                Column::Str(v, shared) => {
+                    let n = c.count(4)?;
+                    let mut dictionary: Vec<Arc<str>> = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        dictionary.push(Arc::from(c.str()?));
+                    }
+                    v.reserve(rows);
+                    for _ in 0..rows {
+                        let i = c.u32()?;
+                        v.push(match i {
+                            u32::MAX => None,
+                            i => Some(
+                                dictionary
+                                    .get(i as usize)
+                                    .ok_or("damaged (a string past its dictionary)")?
+                                    .clone(),
+                            ),
+                        });
+                    }
+                    // Values that repeat are shared with later writes; a column of distinct
+                    // values (names) is not worth a table.
+                    if n <= rows / 4 {
+                        shared.extend(dictionary);
+                    }
+                }
+            }
+            Decoded::Column(column)
         }
-        Ok(n as usize)
-    }
-
-    fn bytes(&mut self) -> Result<Vec<u8>, Fault> {
-        let n = self.u32()? as u64;
-        let n = self.count(n, 1)?;
-        let mut v = vec![0u8; n];
-        self.fill(&mut v)?;
-        Ok(v)
-    }
-
-    fn string(&mut self) -> Result<String, Fault> {
-        String::from_utf8(self.bytes()?).map_err(|_| "a string is not UTF-8".to_string())
-    }
+        Section::Geometry(_) => {
+            let mut out = Vec::with_capacity(rows);
+            let mut items = Vec::with_capacity(rows);
+            for slot in 0..rows as u32 {
+                match c.u8()? {
+                    0 => out.push(None),
+                    1 => {
+                        let (x, y) = (c.f64()?, c.f64()?);
+                        out.push(Some(GeometryOut::Point(x, y)));
+                        items.push((slot, geo::Geometry::Point(geo::Point::new(x, y))));
+                    }
+                    2 => {
+                        let json = c.bytes()?;
+                        let value: serde_json::Value = serde_json::from_slice(json)
+                            .map_err(|e| format!("a saved geometry is not JSON: {e}"))?;
+                        let g = crate::spatial::parse_geojson(&value)
+                            .map_err(|e| format!("a saved geometry is not usable: {e}"))?;
+                        out.push(Some(GeometryOut::Json(Arc::from(json))));
+                        items.push((slot, g));
+                    }
+                    t => return Err(format!("unknown geometry tag {t}")),
+                }
+            }
+            // Indexed now, while the other sections are still being read.
+            Decoded::Geometry(out, index(items)?)
+        }
+        Section::Diagnostics => {
+            let n = c.count(9)?;
+            let mut out = Vec::with_capacity(n);
+            for _ in 0..n {
+                let uri = c.str()?.to_string();
+                let problem = c.str()?.to_string();
+                out.push((uri, problem, c.u8()? != 0));
+            }
+            Decoded::Diagnostics(out)
+        }
+    };
+    c.end()?;
+    Ok(decoded)
 }
 
-fn cell<R: Read>(input: &mut Input<R>) -> Result<Option<Cell>, Fault> {
-    Ok(match input.u8()? {
-        0 => None,
-        1 => Some(Cell::Int(i64::from_le_bytes(input.take()?))),
-        2 => Some(Cell::Float(input.f64()?)),
-        3 => Some(Cell::Str(Arc::from(input.string()?))),
-        4 => Some(Cell::Bool(input.u8()? != 0)),
-        5 => Some(Cell::Date(i64::from_le_bytes(input.take()?))),
-        t => return Err(format!("unknown cell tag {t}")),
-    })
-}
-
-/// A saved geometry, and the same geometry for the index.
-fn geometry<R: Read>(
-    input: &mut Input<R>,
-) -> Result<Option<(GeometryOut, geo::Geometry<f64>)>, Fault> {
-    Ok(match input.u8()? {
-        0 => None,
-        1 => {
-            let (x, y) = (input.f64()?, input.f64()?);
-            Some((
-                GeometryOut::Point(x, y),
-                geo::Geometry::Point(geo::Point::new(x, y)),
-            ))
-        }
-        2 => {
-            let json = input.bytes()?;
-            let value: serde_json::Value = serde_json::from_slice(&json)
-                .map_err(|e| format!("a saved geometry is not JSON: {e}"))?;
-            let g = crate::spatial::parse_geojson(&value)
-                .map_err(|e| format!("a saved geometry is not usable: {e}"))?;
-            Some((GeometryOut::Json(Arc::from(json)), g))
-        }
-        t => return Err(format!("unknown geometry tag {t}")),
-    })
+/// One section's bytes, read from the file at `offset` and checked against its sum.
+fn read_section(
+    file: &FsPath,
+    offset: u64,
+    len: u64,
+    sum: u32,
+    size: u64,
+) -> Result<Vec<u8>, Fault> {
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err("truncated".into());
+    }
+    let mut f = std::fs::File::open(file).map_err(|e| format!("cannot be opened: {e}"))?;
+    f.seek(SeekFrom::Start(offset))
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    let mut bytes = vec![0u8; len as usize];
+    f.read_exact(&mut bytes)
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    if crc32fast::hash(&bytes) != sum {
+        return Err("damaged (a section's checksum does not match)".into());
+    }
+    Ok(bytes)
 }
 
 /// Read a saved view back, when its file is whole and was built from what `fingerprint`
-/// says; `Err` says why not.
+/// says; `Err` says why not. Its sections are read and decoded in parallel.
 pub(super) fn load(
     file: &FsPath,
     def: Arc<ViewDef>,
     paths: &BTreeMap<String, Path>,
     fingerprint: &str,
+    index: &Indexer<'_>,
 ) -> Result<Loaded, Fault> {
-    let f = std::fs::File::open(file).map_err(|e| format!("cannot be opened: {e}"))?;
+    let mut f = std::fs::File::open(file).map_err(|e| format!("cannot be opened: {e}"))?;
     let size = f
         .metadata()
         .map_err(|e| format!("cannot be read: {e}"))?
         .len();
-    if size < (MAGIC.len() + END.len() + 4) as u64 {
-        return Err("truncated".into());
-    }
-    let mut input = Input {
-        inner: BufReader::with_capacity(1 << 20, f),
-        left: size - 4,
-        crc: crc32fast::Hasher::new(),
-    };
-    if &input.take::<8>()? != MAGIC {
+    // The head: magic, format, fingerprint, point, rows, the section table and its sum.
+    let fixed = MAGIC.len() + 4 + 4;
+    let mut start = vec![0u8; fixed];
+    f.read_exact(&mut start)
+        .map_err(|_| "truncated".to_string())?;
+    if &start[..8] != MAGIC {
         return Err("not a saved view".into());
     }
-    let format = input.u32()?;
+    let format = u32::from_le_bytes(start[8..12].try_into().expect("4 bytes"));
     if format != FORMAT {
         return Err(format!("format {format}, not {FORMAT}"));
     }
-    if input.bytes()? != fingerprint.as_bytes() {
+    let print_len = u32::from_le_bytes(start[12..16].try_into().expect("4 bytes")) as usize;
+    if print_len != fingerprint.len() {
         return Err("built from another template, paths or version".into());
     }
-    let point = input.u64()?;
-    let mut data = ViewData::new(def.clone());
-    let mut items: IndexItems = paths.keys().map(|p| (p.clone(), Vec::new())).collect();
     let path_names: Vec<&String> = paths.keys().collect();
-    let n = input.u64()?;
-    let docs = input.count(n, 9)?;
-    for _ in 0..docs {
-        let uri: Arc<str> = Arc::from(input.string()?);
-        let readers = RoleSet::from_bits(input.u8()?);
-        let n = input.u32()? as u64;
-        let n = input.count(n, 1)?;
-        let mut rows = Vec::with_capacity(n);
-        let mut shapes = Vec::with_capacity(n);
-        for _ in 0..n {
-            let mut cells = Vec::with_capacity(def.columns.len());
-            for _ in 0..def.columns.len() {
-                cells.push(cell(&mut input)?);
-            }
-            let mut geometries = Vec::with_capacity(path_names.len());
-            let mut indexed = Vec::new();
-            for p in &path_names {
-                match geometry(&mut input)? {
-                    Some((out, g)) => {
-                        geometries.push(((*p).clone(), Some(out)));
-                        indexed.push(((*p).clone(), g));
-                    }
-                    None => geometries.push(((*p).clone(), None)),
-                }
-            }
-            rows.push(NewRow { cells, geometries });
-            shapes.push(indexed);
-        }
-        let slots = data.add_rows(&uri, readers, rows);
-        for (slot, indexed) in slots.into_iter().zip(shapes) {
-            for (p, g) in indexed {
-                items.entry(p).or_default().push((slot, g));
-            }
-        }
+    let all = sections(def.columns.len(), path_names.len());
+    let rest = print_len + 8 + 8 + 4 + all.len() * ENTRY + 4;
+    let mut head = start;
+    head.resize(fixed + rest, 0);
+    f.read_exact(&mut head[fixed..])
+        .map_err(|_| "truncated".to_string())?;
+    let n = head.len();
+    if crc32fast::hash(&head[..n - 4]) != u32::from_le_bytes(head[n - 4..].try_into().expect("4")) {
+        return Err("damaged (its head's checksum does not match)".into());
     }
-    let n = input.u64()?;
-    let count = input.count(n, 9)?;
-    let mut diagnostics = Vec::with_capacity(count.min(1 << 16));
-    for _ in 0..count {
-        let uri = input.string()?;
-        let problem = input.string()?;
-        let skipped = input.u8()? != 0;
-        diagnostics.push((uri, problem, skipped));
+    let mut c = Cursor(&head[fixed..n - 4]);
+    if c.take(print_len)? != fingerprint.as_bytes() {
+        return Err("built from another template, paths or version".into());
     }
-    if &input.take::<4>()? != END || input.left != 0 {
+    let point = c.u64()?;
+    let rows = c.u64()?;
+    if c.u32()? as usize != all.len() || rows > size {
+        return Err("damaged (its sections are not the view's)".into());
+    }
+    let rows = rows as usize;
+    let mut table = Vec::with_capacity(all.len());
+    for _ in 0..all.len() {
+        table.push((c.u64()?, c.u64()?, c.u32()?));
+    }
+    let end = table.last().map_or(n as u64, |(o, l, _)| o + l);
+    if end + END.len() as u64 != size {
         return Err("damaged (its end is not where it should be)".into());
     }
-    let computed = input.crc.clone().finalize();
-    let mut stored = [0u8; 4];
-    input
-        .inner
-        .read_exact(&mut stored)
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    if u32::from_le_bytes(stored) != computed {
-        return Err("damaged (its checksum does not match)".into());
+    // Geometries first, so that their indexes are built while the rest is read; then the
+    // largest sections.
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    order.sort_by_key(|&i| {
+        let first = matches!(all[i], Section::Geometry(_));
+        (!first, std::cmp::Reverse(table[i].1))
+    });
+    let mut decoded: Vec<(usize, Decoded)> = order
+        .into_par_iter()
+        .with_max_len(1)
+        .map(|i| {
+            let (offset, len, sum) = table[i];
+            let bytes = read_section(file, offset, len, sum, size)?;
+            Ok((i, decode(all[i], &bytes, &def, rows, index)?))
+        })
+        .collect::<Result<_, Fault>>()?;
+    decoded.sort_by_key(|(i, _)| *i);
+    let decoded = decoded.into_iter().map(|(_, d)| d);
+    let mut columns = Vec::with_capacity(def.columns.len());
+    let (mut docs, mut readers, mut geometries, mut indexes, mut diagnostics) = (
+        Vec::new(),
+        Vec::new(),
+        crate::FastMap::default(),
+        BTreeMap::new(),
+        Vec::new(),
+    );
+    let mut names = path_names.iter();
+    for d in decoded {
+        match d {
+            Decoded::Documents { by_doc, readers: r } => (docs, readers) = (by_doc, r),
+            Decoded::Column(column) => columns.push(column),
+            Decoded::Geometry(out, engine) => {
+                let name = names.next().expect("a section a path");
+                geometries.insert((*name).clone(), out);
+                indexes.insert((*name).clone(), engine);
+            }
+            Decoded::Diagnostics(d) => diagnostics = d,
+        }
     }
     Ok(Loaded {
-        data,
-        items,
+        data: ViewData::from_parts(
+            def,
+            columns,
+            readers,
+            docs.into_iter().collect(),
+            geometries,
+        ),
+        indexes,
         diagnostics,
         point,
     })

@@ -28,7 +28,7 @@ pub enum Column {
 }
 
 impl Column {
-    fn new(kind: Kind) -> Column {
+    pub(crate) fn new(kind: Kind) -> Column {
         match kind {
             Kind::Int => Column::Int(Vec::new()),
             Kind::Float => Column::Float(Vec::new()),
@@ -111,7 +111,7 @@ pub enum GeometryOut {
 
 /// The slots of one document's rows: nearly always one, kept inline.
 #[derive(Debug, Clone)]
-enum DocSlots {
+pub(crate) enum DocSlots {
     One(u32),
     Many(Box<[u32]>),
 }
@@ -121,6 +121,14 @@ impl DocSlots {
         match self {
             DocSlots::One(s) => std::slice::from_ref(s),
             DocSlots::Many(b) => b,
+        }
+    }
+
+    /// `n` slots from `first` on.
+    pub(crate) fn range(first: u32, n: u32) -> DocSlots {
+        match n {
+            1 => DocSlots::One(first),
+            _ => DocSlots::Many((first..first + n).collect()),
         }
     }
 
@@ -182,6 +190,27 @@ impl ViewData {
             free: Vec::new(),
             geometries: crate::FastMap::default(),
             rows: 0,
+        }
+    }
+
+    /// A view read back whole: every row live, slots in document order.
+    pub(crate) fn from_parts(
+        def: Arc<ViewDef>,
+        columns: Vec<Column>,
+        readers: Vec<RoleSet>,
+        by_doc: HashMap<Arc<str>, DocSlots>,
+        geometries: crate::FastMap<String, Vec<Option<GeometryOut>>>,
+    ) -> ViewData {
+        let rows = readers.len();
+        ViewData {
+            def,
+            columns,
+            live: vec![true; rows],
+            readers,
+            by_doc,
+            free: Vec::new(),
+            geometries,
+            rows,
         }
     }
 
@@ -298,9 +327,10 @@ impl ViewData {
 
     /// Every document with rows, in URI order, with its rows' slots.
     pub(crate) fn documents(&self) -> Vec<(&Arc<str>, &[u32])> {
+        use rayon::slice::ParallelSliceMut;
         let mut docs: Vec<(&Arc<str>, &[u32])> =
             self.by_doc.iter().map(|(u, s)| (u, s.as_slice())).collect();
-        docs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        docs.par_sort_unstable_by(|a, b| a.0.cmp(b.0));
         docs
     }
 

@@ -232,33 +232,54 @@ impl Engine {
     /// Index many features at once: entries are built in parallel and each shard's trees are
     /// bulk-loaded (existing entries included) and swapped in. Replaces existing ids.
     pub fn bulk_load(&self, items: Vec<(FeatureId, Geometry<f64>)>) {
-        let built: Vec<(FeatureId, Slot, Built)> = items
+        let slots: Vec<(FeatureId, Slot)> = items
             .into_par_iter()
-            .map(|(id, g)| {
-                let slot = Self::slot_for(g);
-                let b = self.entries(id, &slot);
-                (id, slot, b)
+            .map(|(id, g)| (id, Self::slot_for(g)))
+            .collect();
+        // Each rayon task sorts its entries by shard; points, nearly always one entry a
+        // feature, go straight in without a list of their own.
+        let shards = self.shards.len();
+        let empty = || -> Vec<ShardBatch> { (0..shards).map(|_| ShardBatch::default()).collect() };
+        let p = &self.partitioner;
+        let batches = slots
+            .par_iter()
+            .fold(empty, |mut acc, (id, slot)| {
+                match slot {
+                    Slot::Point(xy) => acc[p.shard_of_point(xy[0], xy[1])]
+                        .points
+                        .push(PointEntry { xy: *xy, id: *id }),
+                    other => {
+                        let b = self.entries(*id, other);
+                        for (s, e) in b.points {
+                            acc[s].points.push(e);
+                        }
+                        for (s, e) in b.parts {
+                            acc[s].parts.push(e);
+                        }
+                        for (s, e) in b.envelopes {
+                            acc[s].envelopes.push(e);
+                        }
+                    }
+                }
+                acc
             })
-            .collect();
+            .reduce(empty, |mut a, b| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    x.points.extend(y.points);
+                    x.parts.extend(y.parts);
+                    x.envelopes.extend(y.envelopes);
+                }
+                a
+            });
         let mut registry = self.registry.lock();
-        let mut batches: Vec<ShardBatch> = (0..self.shards.len())
-            .map(|_| ShardBatch::default())
-            .collect();
-        for (id, slot, b) in built {
+        if let Some(top) = slots.iter().map(|(id, _)| *id as usize).max()
+            && registry.len() <= top
+        {
+            registry.resize(top + 1, Slot::Empty);
+        }
+        for (id, slot) in slots {
             self.remove_locked(&mut registry, id);
-            if registry.len() <= id as usize {
-                registry.resize(id as usize + 1, Slot::Empty);
-            }
             registry[id as usize] = slot;
-            for (s, e) in b.points {
-                batches[s].points.push(e);
-            }
-            for (s, e) in b.parts {
-                batches[s].parts.push(e);
-            }
-            for (s, e) in b.envelopes {
-                batches[s].envelopes.push(e);
-            }
         }
         batches.into_par_iter().enumerate().for_each(|(s, b)| {
             if b.points.is_empty() && b.parts.is_empty() && b.envelopes.is_empty() {
