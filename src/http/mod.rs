@@ -97,6 +97,7 @@ impl App {
                 write_queue: config.write_queue,
                 cache_bytes: config.store_cache_bytes,
                 min_free_bytes: config.min_free_disk_bytes,
+                quick_repair: config.store_quick_repair,
             },
         )?);
         let security = Security::open(

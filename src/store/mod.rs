@@ -421,6 +421,7 @@ pub struct Store {
     /// The last log entry applied (cluster mode; 0 before any), as committed.
     applied: Arc<AtomicU64>,
     log: RwLock<Option<Arc<dyn WriteLog>>>,
+    quick_repair: bool,
 }
 
 /// Settings of the store, from `Config`.
@@ -435,6 +436,9 @@ pub struct StoreOptions {
     /// start: redb stops at its first I/O error, reads included, so it must never meet a full
     /// disk. 0 = no check.
     pub min_free_bytes: u64,
+    /// Commits record the allocator state, so that an open after a crash needs no repair
+    /// walk of the whole file (redb's quick repair; each commit writes twice).
+    pub quick_repair: bool,
 }
 
 impl Default for StoreOptions {
@@ -444,6 +448,7 @@ impl Default for StoreOptions {
             write_queue: 16_384,
             cache_bytes: 128 * 1024 * 1024,
             min_free_bytes: 0,
+            quick_repair: true,
         }
     }
 }
@@ -464,7 +469,8 @@ impl Store {
                 message: e.to_string(),
             })?;
         // Create every table once, so readers never meet a missing one.
-        let txn = db.begin_write().map_err(storage)?;
+        let mut txn = db.begin_write().map_err(storage)?;
+        txn.set_quick_repair(options.quick_repair);
         {
             txn.open_table(DOCUMENTS).map_err(storage)?;
             for t in [Table::Users, Table::Meta, Table::Flows, Table::Traces] {
@@ -503,14 +509,17 @@ impl Store {
             let hook = hook.clone();
             let stats = stats.clone();
             let applied = applied.clone();
-            let batch_max = options.commit_batch_max.max(1);
-            let space = SpaceCheck {
-                dir: dir.to_path_buf(),
-                min: options.min_free_bytes,
+            let settings = WriterSettings {
+                batch_max: options.commit_batch_max.max(1),
+                space: SpaceCheck {
+                    dir: dir.to_path_buf(),
+                    min: options.min_free_bytes,
+                },
+                quick_repair: options.quick_repair,
             };
             std::thread::Builder::new()
                 .name("store-writer".into())
-                .spawn(move || writer_loop(db, rx, hook, stats, applied, batch_max, space))
+                .spawn(move || writer_loop(db, rx, hook, stats, applied, settings))
                 .map_err(storage)?
         };
         Ok(Store {
@@ -522,6 +531,7 @@ impl Store {
             path,
             applied,
             log: RwLock::new(None),
+            quick_repair: options.quick_repair,
         })
     }
 
@@ -562,7 +572,8 @@ impl Store {
     /// Data derived from the documents was saved as of commit `point`: from now on, record
     /// which documents each commit changes, so that it can be brought up to date.
     pub fn saved_at(&self, point: u64) -> Result<(), StoreError> {
-        let txn = self.db.begin_write().map_err(storage)?;
+        let mut txn = self.db.begin_write().map_err(storage)?;
+        txn.set_quick_repair(self.quick_repair);
         changes::saved_at(&txn, point)?;
         txn.commit().map_err(storage)
     }
@@ -800,15 +811,26 @@ impl SpaceCheck {
     }
 }
 
+/// What the writer thread is set to.
+struct WriterSettings {
+    batch_max: usize,
+    space: SpaceCheck,
+    quick_repair: bool,
+}
+
 fn writer_loop(
     db: Arc<Database>,
     mut rx: mpsc::Receiver<Message>,
     hook: HookSlot,
     stats: Arc<StoreStats>,
     applied: Arc<AtomicU64>,
-    batch_max: usize,
-    space: SpaceCheck,
+    writer: WriterSettings,
 ) {
+    let WriterSettings {
+        batch_max,
+        ref space,
+        ..
+    } = writer;
     let mut batch: Vec<WriteRequest> = Vec::with_capacity(batch_max);
     loop {
         let mut shutdown = None;
@@ -832,7 +854,7 @@ fn writer_loop(
                 }
             } else {
                 let hook = hook.read().clone();
-                commit_batch(&db, &mut batch, hook.as_deref(), &stats, &applied);
+                commit_batch(&db, &mut batch, hook.as_deref(), &stats, &applied, &writer);
             }
         }
         if let Some(done) = shutdown {
@@ -878,6 +900,7 @@ fn commit_batch(
     hook: Option<&dyn CommitHook>,
     stats: &StoreStats,
     applied: &AtomicU64,
+    writer: &WriterSettings,
 ) {
     let before = applied.load(Ordering::Acquire);
     let mut last = before;
@@ -887,7 +910,8 @@ fn commit_batch(
     let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(batch.len());
     let mut commit = None;
     let result = (|| -> Result<(), StoreError> {
-        let txn = db.begin_write().map_err(storage)?;
+        let mut txn = db.begin_write().map_err(storage)?;
+        txn.set_quick_repair(writer.quick_repair);
         {
             let mut docs = txn.open_table(DOCUMENTS).map_err(storage)?;
             // The hook's state moves only in `committed`, after this transaction.
