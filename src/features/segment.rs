@@ -593,7 +593,11 @@ pub(super) fn load(
         table.push((c.u64()?, c.u64()?, c.u32()?));
     }
     let end = table.last().map_or(n as u64, |(o, l, _)| o + l);
-    if end + END.len() as u64 != size {
+    let mut tail = [0u8; END.len()];
+    let tail_read = f
+        .seek(SeekFrom::Start(end))
+        .and_then(|_| f.read_exact(&mut tail));
+    if end + END.len() as u64 != size || tail_read.is_err() || &tail != END {
         return Err("damaged (its end is not where it should be)".into());
     }
     // Geometries first, so that their indexes are built while the rest is read; then the
@@ -647,4 +651,152 @@ pub(super) fn load(
         diagnostics,
         point,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::template::{Cell, parse_template};
+    use crate::features::view::NewRow;
+    use serde_json::json;
+
+    fn template() -> Template {
+        let column = |name: &str, t: &str| json!({"name": name, "scalarType": t, "val": name, "nullable": true});
+        let doc = json!({"template": {"context": "/", "collections": ["c"], "rows": [{
+            "schemaName": "s", "viewName": "v", "columns": [
+                {"name": "OBJECTID", "scalarType": "long", "val": "id"},
+                column("f", "double"), column("t", "string"), column("b", "boolean"),
+                column("d", "dateTime")]}]}});
+        parse_template("/t.json", &doc).unwrap()
+    }
+
+    fn row(id: i64, t: Option<&str>, g: Option<GeometryOut>) -> NewRow {
+        NewRow {
+            cells: vec![
+                Some(Cell::Int(id)),
+                (id % 2 == 0).then_some(Cell::Float(id as f64 / 3.0)),
+                t.map(|t| Cell::Str(Arc::from(t))),
+                Some(Cell::Bool(id % 3 == 0)),
+                (id % 4 != 0).then_some(Cell::Date(id * 86_400_000)),
+            ],
+            geometries: vec![("geometry".to_string(), g)],
+        }
+    }
+
+    /// Every row as its cells and geometry, in slot order, with its document's URI.
+    fn dump(data: &ViewData) -> Vec<String> {
+        let mut out = Vec::new();
+        for (uri, slots) in data.documents() {
+            for &s in slots {
+                let cells: Vec<String> = data
+                    .columns
+                    .iter()
+                    .map(|c| format!("{:?}", c.get(s as usize)))
+                    .collect();
+                let g = data.geometry_column("geometry").get(s).map(|g| match g {
+                    GeometryOut::Point(x, y) => format!("{x},{y}"),
+                    GeometryOut::Json(j) => String::from_utf8_lossy(j).into_owned(),
+                });
+                out.push(format!("{uri} {:?} {cells:?} {g:?}", data.readers_at(s)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
+        let t = template();
+        let def = t.views[0].clone();
+        let mut data = ViewData::new(def.clone());
+        let square = r#"{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}"#;
+        let readers = RoleSet::from_bits(0b101);
+        data.add_rows(
+            &Arc::from("/b.json"),
+            readers,
+            vec![row(2, Some("zwei"), Some(GeometryOut::Point(1.5, -2.25)))],
+        );
+        // Two rows of one document, a shared string, no geometry, a polygon.
+        data.add_rows(
+            &Arc::from("/a.json"),
+            RoleSet::EMPTY,
+            vec![
+                row(
+                    1,
+                    Some("eins"),
+                    Some(GeometryOut::Json(Arc::from(square.as_bytes()))),
+                ),
+                row(3, None, None),
+            ],
+        );
+        data.add_rows(
+            &Arc::from("/c.json"),
+            readers,
+            vec![row(4, Some("zwei"), Some(GeometryOut::Point(0.0, 0.0)))],
+        );
+        let mut paths = BTreeMap::new();
+        paths.insert("geometry".to_string(), Path::parse("geometry").unwrap());
+        let print = fingerprint(&t, &def, &paths, 100);
+        let diagnostics = vec![("/x.json".to_string(), "no geometry".to_string(), false)];
+        let dir = crate::store::tests::tempdir();
+        let file = dir.join("s.v.seg");
+        save(&file, &data, &paths, &print, 42, &diagnostics).unwrap();
+
+        let points = std::sync::atomic::AtomicUsize::new(0);
+        let index = |items: Vec<(u32, geo::Geometry<f64>)>| -> Result<Arc<Engine>, Fault> {
+            points.store(items.len(), std::sync::atomic::Ordering::Relaxed);
+            let engine = Engine::new(Default::default()).map_err(|e| e.to_string())?;
+            engine.bulk_load(items);
+            Ok(Arc::new(engine))
+        };
+        let loaded = load(&file, def.clone(), &paths, &print, &index).unwrap();
+        assert_eq!(loaded.point, 42);
+        assert_eq!(loaded.diagnostics, diagnostics);
+        assert_eq!(loaded.data.len(), 4);
+        assert_eq!(dump(&loaded.data), dump(&data));
+        // Rows in URI order, as a build from the documents gives them.
+        assert_eq!(loaded.data.slots_of("/a.json"), &[0, 1]);
+        assert_eq!(loaded.data.slots_of("/c.json"), &[3]);
+        // Three geometries indexed: the polygon and the two points.
+        assert_eq!(points.load(std::sync::atomic::Ordering::Relaxed), 3);
+        assert_eq!(loaded.indexes["geometry"].len(), 3);
+
+        // Another fingerprint is refused; so is every file with one byte changed, or cut.
+        assert!(
+            load(
+                &file,
+                def.clone(),
+                &paths,
+                &fingerprint(&t, &def, &paths, 99),
+                &index
+            )
+            .is_err()
+        );
+        let bytes = std::fs::read(&file).unwrap();
+        let damaged = dir.join("damaged.seg");
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x01;
+            std::fs::write(&damaged, &b).unwrap();
+            assert!(
+                load(&damaged, def.clone(), &paths, &print, &index).is_err(),
+                "byte {i}"
+            );
+        }
+        for len in [0, 10, bytes.len() / 2, bytes.len() - 1] {
+            std::fs::write(&damaged, &bytes[..len]).unwrap();
+            assert!(
+                load(&damaged, def.clone(), &paths, &print, &index).is_err(),
+                "{len} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn file_names_escape_what_a_path_must_not_hold() {
+        assert_eq!(
+            file_name(&ViewKey::new("Places", "places_0")),
+            "places.places_0.seg"
+        );
+        assert_eq!(file_name(&ViewKey::new("a/b", "..")), "a%2fb....seg");
+    }
 }
