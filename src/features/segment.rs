@@ -126,6 +126,17 @@ fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
     w.extend_from_slice(b);
 }
 
+/// A value that may be null: 0, or 1 and its bytes.
+fn put_option<const N: usize>(w: &mut Vec<u8>, v: Option<[u8; N]>) {
+    match v {
+        Some(b) => {
+            w.push(1);
+            w.extend_from_slice(&b);
+        }
+        None => w.push(0),
+    }
+}
+
 /// Bytes being read back; every read is checked against what is left.
 struct Cursor<'a>(&'a [u8]);
 
@@ -229,24 +240,12 @@ fn encode(
         Section::Column(i) => match &data.columns[i] {
             Column::Int(v) | Column::Date(v) => {
                 for s in slots() {
-                    match v.get(s).copied().flatten() {
-                        Some(x) => {
-                            w.push(1);
-                            w.extend_from_slice(&x.to_le_bytes());
-                        }
-                        None => w.push(0),
-                    }
+                    put_option(&mut w, v.get(s).copied().flatten().map(i64::to_le_bytes));
                 }
             }
             Column::Float(v) => {
                 for s in slots() {
-                    match v.get(s).copied().flatten() {
-                        Some(x) => {
-                            w.push(1);
-                            w.extend_from_slice(&x.to_le_bytes());
-                        }
-                        None => w.push(0),
-                    }
+                    put_option(&mut w, v.get(s).copied().flatten().map(f64::to_le_bytes));
                 }
             }
             Column::Bool(v) => {
