@@ -57,6 +57,13 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     let mut w = srv.client(WRITER);
     let r = w.put_json("/v1/documents?uri=/before.json", r#"{"n":1}"#);
     assert_eq!(r.status, 201, "{}", r.text());
+    // A layer with a row, whose view a clean stop would save beside the store.
+    let mut admin = srv.client(ADMIN);
+    common::layers::polygon_layer(&mut admin, "Full", "full");
+    let square = serde_json::json!({"id": 1, "name": "a",
+        "geometry": {"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1], [0, 0]]]}});
+    let r = common::layers::put(&mut admin, "/full/1.json", "&collection=full", &square);
+    assert_eq!(r.status, 201, "{}", r.text());
 
     // Fill the disk to below the bound.
     let filler = mount.0.join("filler");
@@ -95,6 +102,39 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     assert_eq!((r.status, r.text().as_str()), (200, r#"{"n":1}"#));
     assert_eq!(reader.get("/v1/documents?uri=/during.json").status, 404);
     assert_eq!(Client::new(srv.addr, Auth::None).get("/health").status, 200);
+
+    // A clean stop does not save the views into the space the store keeps; the start after
+    // it builds them from the documents.
+    let log = srv.log.clone();
+    assert!(srv.stop().success());
+    assert!(
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("view not saved: too little free disk")),
+        "{:?}",
+        log.lock().unwrap()
+    );
+    let saved: Vec<String> = std::fs::read_dir(data.join("views"))
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".seg"))
+        .collect();
+    assert!(saved.is_empty(), "{saved:?}");
+    let srv = ChildServer::start(&data, &env);
+    let mut w = srv.client(WRITER);
+    let q = serde_json::json!({"params": {"id": "Full", "layer": 0, "method": "query"},
+        "query": {"returnCountOnly": true}});
+    let r = srv
+        .client(ADMIN)
+        .post_json("/v1/resources/geoQueryService", &q.to_string());
+    assert_eq!(
+        (r.status, r.json()["count"].clone()),
+        (200, serde_json::json!(1)),
+        "{}",
+        r.text()
+    );
 
     // Space returns: writes go on.
     std::fs::remove_file(&filler).unwrap();

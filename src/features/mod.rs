@@ -806,6 +806,16 @@ impl Features {
                 self.settings.max_document_vertices,
             );
             let data = view.data.read();
+            // The store must never meet a full disk: a file the size of the last one, or
+            // a generous 256 bytes a row, must leave it the space it keeps.
+            let likely = std::fs::metadata(&file)
+                .map_or(0, |m| m.len())
+                .max(data.len() as u64 * 256);
+            if !self.store.has_room_for(likely) {
+                tracing::warn!(view = %key, bytes = likely, "view not saved: too little free disk; the next start builds it");
+                let _ = std::fs::remove_file(&file);
+                continue;
+            }
             let diagnostics = by_view.remove(&key.to_string()).unwrap_or_default();
             match segment::save(&file, &data, &view.paths, &print, point, &diagnostics) {
                 Ok(()) => {

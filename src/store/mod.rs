@@ -422,6 +422,7 @@ pub struct Store {
     applied: Arc<AtomicU64>,
     log: RwLock<Option<Arc<dyn WriteLog>>>,
     quick_repair: bool,
+    min_free_bytes: u64,
 }
 
 /// Settings of the store, from `Config`.
@@ -532,6 +533,7 @@ impl Store {
             applied,
             log: RwLock::new(None),
             quick_repair: options.quick_repair,
+            min_free_bytes: options.min_free_bytes,
         })
     }
 
@@ -552,6 +554,13 @@ impl Store {
     /// it (cluster mode).
     pub fn set_log(&self, log: Arc<dyn WriteLog>) {
         *self.log.write() = Some(log);
+    }
+
+    /// Whether `bytes` more can be written beside the store and still leave it the free
+    /// space it keeps (`min_free_bytes`); true when the free space cannot be read.
+    pub fn has_room_for(&self, bytes: u64) -> bool {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        free_bytes(dir).is_none_or(|free| free >= self.min_free_bytes.saturating_add(bytes))
     }
 
     /// The number of the last commit that changed documents (0 before any).
