@@ -480,23 +480,15 @@ impl Store {
             txn.open_table(changes::CHANGES).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
-        let applied = {
+        let (applied, last_commit) = {
             let txn = db.begin_read().map_err(storage)?;
             let meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
-            let value = meta.get(APPLIED_KEY).map_err(storage)?;
-            let applied = value.map(|v| String::from_utf8_lossy(v.value()).parse::<u64>());
-            match applied {
-                None => 0,
-                Some(Ok(n)) => n,
-                Some(Err(_)) => return Err(StoreError::Corrupt(format!("meta {APPLIED_KEY}"))),
-            }
+            (
+                changes::read_number(&meta, APPLIED_KEY)?.unwrap_or(0),
+                changes::read_number(&meta, changes::COMMITS_KEY)?.unwrap_or(0),
+            )
         };
         let applied = Arc::new(AtomicU64::new(applied));
-        let last_commit = {
-            let txn = db.begin_read().map_err(storage)?;
-            let meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
-            changes::read_number(&meta, changes::COMMITS_KEY)?.unwrap_or(0)
-        };
 
         let db = Arc::new(db);
         let (queue, rx) = mpsc::channel(options.write_queue.max(1));

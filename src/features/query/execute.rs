@@ -532,34 +532,30 @@ pub(super) fn statistic<'d>(
             }
         }
         StatKind::Avg => {
-            let n: Vec<f64> = nums().collect();
-            if n.is_empty() {
+            let count = nums().count();
+            if count == 0 {
                 return Datum::Null;
             }
             Datum::Float(match exact_sums(&values) {
-                Some((sum, _)) => sum as f64 / n.len() as f64,
-                None => ascending_sum(n.clone()) / n.len() as f64,
+                Some((sum, _)) => sum as f64 / count as f64,
+                None => ascending_sum(nums().collect()) / count as f64,
             })
         }
         StatKind::Var | StatKind::Stddev => {
-            let n: Vec<f64> = nums().collect();
-            if n.len() < 2 {
+            let count = nums().count();
+            if count < 2 {
                 return Datum::Null;
             }
-            let count = n.len() as f64;
-            let var = match exact_sums(&values) {
-                // (n Σx² − (Σx)²) / (n (n − 1)), exactly until the last division.
-                Some((sum, squares)) => {
-                    let k = n.len() as i128;
-                    match k
-                        .checked_mul(squares)
-                        .and_then(|a| a.checked_sub(sum * sum))
-                    {
-                        Some(spread) => spread as f64 / (count * (count - 1.0)),
-                        None => float_variance(n),
-                    }
-                }
-                None => float_variance(n),
+            let k = count as f64;
+            // (n Σx² − (Σx)²) / (n (n − 1)) for integers, exact until the last division.
+            let exact = exact_sums(&values).and_then(|(sum, squares)| {
+                (count as i128)
+                    .checked_mul(squares)?
+                    .checked_sub(sum.checked_mul(sum)?)
+            });
+            let var = match exact {
+                Some(spread) => spread as f64 / (k * (k - 1.0)),
+                None => float_variance(nums().collect()),
             };
             Datum::Float(if kind == StatKind::Var {
                 var
