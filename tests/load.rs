@@ -612,3 +612,98 @@ fn csv_with_a_wkt_column() {
     assert!(got.contains(&1), "{got:?}");
     srv.kill();
 }
+
+/// What the server found wrong in loaded documents reaches the loader's report, by URI; and
+/// a load whose standard error is a log (not a terminal) prints progress lines there.
+#[test]
+fn server_warnings_and_progress_lines_reach_the_user() {
+    let srv = TestServer::start();
+    let dir = temp_dir("load-warnings");
+    let file = dir.path().join("sites.ndjson");
+    let site = |n: i64, shape: Option<&str>| {
+        let mut p = json!({"name": format!("s{n}"), "OBJECTID": n});
+        if let Some(shape) = shape {
+            p["shape"] = json!(shape);
+        }
+        json!({"type": "Feature", "properties": p,
+               "geometry": {"type": "Point", "coordinates": [(n % 100) as f64, 1.0]}})
+        .to_string()
+    };
+    let write = |lines: &[String]| std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    write(&[site(1, None)]);
+    let t = target_args(&Target::Http(srv.addr));
+    let base: Vec<&str> = [file.to_str().unwrap(), "--service", "sites"]
+        .into_iter()
+        .chain(t.iter().map(String::as_str))
+        .collect();
+    let r = load(&base);
+    assert_eq!(r.code, 0, "{}", r.report);
+    assert!(!r.report.contains("server warnings"), "{}", r.report);
+    assert_eq!(contains_ids(&mut srv.client(GEO), "sites", 1.0, 1.0), [1]);
+    // The layer's geometry is moved to a `shape` property: a text the loader stores as it
+    // is, and the server cannot use as a geometry.
+    let mut admin = srv.client(ADMIN);
+    let d_uri = "/geoshard-load/sites/service.json";
+    let mut descriptor = admin
+        .get(&format!("/v1/documents?uri={}", enc(d_uri)))
+        .json();
+    descriptor["layers"][0]["geometry"]["xpath"] = json!("/properties/shape");
+    let put = admin.put_json(
+        &format!(
+            "/v1/documents?uri={}&collection={}",
+            enc(d_uri),
+            enc("http://marklogic.com/feature-services")
+        ),
+        &descriptor.to_string(),
+    );
+    assert!(put.status < 300, "{}", put.text());
+    write(&[
+        site(2, Some("POINT (2 1)")),
+        site(3, None),
+        site(4, Some("{\"type\": \"Point\", \"coordinates\": [4, 1]}")),
+    ]);
+    let r = load(&base);
+    assert_eq!(r.code, 0, "{}", r.report);
+    assert!(r.report.contains("loaded 3 of 3 records"), "{}", r.report);
+    assert!(
+        r.report.contains("server warnings (the first 2 of 2):"),
+        "{}",
+        r.report
+    );
+    for uri in ["/sites/0/2.json", "/sites/0/4.json"] {
+        let line = r
+            .report
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{uri}: ")))
+            .unwrap_or_else(|| panic!("no warning for {uri}: {}", r.report));
+        assert!(
+            line.contains("the geometry at /properties/shape is not usable"),
+            "{line}"
+        );
+    }
+    // The documents were stored all the same, without a geometry in the layer.
+    let mut c = srv.client(GEO);
+    assert_eq!(count(&mut c, "sites", json!({})), 4);
+    assert_eq!(contains_ids(&mut c, "sites", 2.0, 1.0), [] as [i64; 0]);
+
+    // Progress: a line at each step when asked for every 0 s, on standard error.
+    let lines: Vec<String> = (10..2010).map(|n| site(n, None)).collect();
+    write(&lines);
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .arg("load")
+        .args(&base)
+        .args(["--progress-every", "0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let progress: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("read ") && l.contains(" records ("))
+        .collect();
+    assert!(!progress.is_empty(), "no progress lines: {stderr}");
+    let last = progress.last().unwrap();
+    assert!(last.contains(" loaded, 0 skipped"), "{last}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("loaded 2000 of 2000 records"), "{stdout}");
+}

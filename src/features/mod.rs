@@ -16,6 +16,7 @@ pub mod descriptor;
 pub mod path;
 pub mod query;
 mod segment;
+pub mod strings;
 pub mod template;
 pub mod view;
 pub mod where_clause;

@@ -27,7 +27,7 @@ use thiserror::Error;
 
 use super::descriptor::{Descriptor, Layer};
 use super::template::{Kind, ViewDef};
-use super::view::{GeometryOut, ViewData};
+use super::view::{GeometryRef, ViewData};
 use super::where_clause::{Datum, Row, Where, WhereError, compare};
 use super::{Features, ViewState};
 use crate::acl::Caller;

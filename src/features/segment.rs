@@ -16,8 +16,9 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
 use super::path::Path;
+use super::strings::{DocIndex, StrColumn};
 use super::template::{Template, ViewDef, ViewKey};
-use super::view::{Column, DocSlots, GeometryOut, ViewData};
+use super::view::{Column, Geometries, GeometryOut, GeometryRef, ViewData};
 use crate::acl::RoleSet;
 use crate::spatial::Engine;
 use rayon::prelude::*;
@@ -154,6 +155,14 @@ impl<'a> Cursor<'a> {
         Ok(self.take(N)?.try_into().expect("N bytes"))
     }
 
+    /// A tag byte (0: null), then the value when there is one.
+    fn option_i64(&mut self) -> Result<Option<i64>, Fault> {
+        Ok(match self.u8()? {
+            0 => None,
+            _ => Some(i64::from_le_bytes(self.array()?)),
+        })
+    }
+
     fn u8(&mut self) -> Result<u8, Fault> {
         Ok(self.take(1)?[0])
     }
@@ -219,7 +228,7 @@ fn sections(columns: usize, paths: usize) -> Vec<Section> {
 fn encode(
     section: Section,
     data: &ViewData,
-    docs: &[(&Arc<str>, &[u32])],
+    docs: &[(&str, &[u32])],
     paths: &[&String],
     diagnostics: &[SavedDiagnostic],
 ) -> Vec<u8> {
@@ -238,35 +247,41 @@ fn encode(
             }
         }
         Section::Column(i) => match &data.columns[i] {
-            Column::Int(v) | Column::Date(v) => {
+            column @ (Column::Int(_) | Column::Date(_)) => {
                 for s in slots() {
-                    put_option(&mut w, v.get(s).copied().flatten().map(i64::to_le_bytes));
+                    put_option(&mut w, column.int_at(s).map(i64::to_le_bytes));
                 }
             }
             Column::Float(v) => {
                 for s in slots() {
-                    put_option(&mut w, v.get(s).copied().flatten().map(f64::to_le_bytes));
+                    put_option(&mut w, v.get(s).map(f64::to_le_bytes));
                 }
             }
             Column::Bool(v) => {
                 for s in slots() {
-                    w.push(v.get(s).copied().flatten().map_or(0, |b| 1 + u8::from(b)));
+                    w.push(v.get(s).map_or(0, |b| 1 + u8::from(b)));
                 }
             }
-            Column::Str(v, _) => {
-                // A dictionary of the values, then an index a row (u32::MAX: null). Equal
-                // values are shared (interned) in memory, so the same pointer is the same
-                // value; one not shared may be listed twice, which only costs its bytes.
-                let mut index: crate::FastMap<*const u8, u32> = crate::FastMap::default();
+            Column::Str(v) => {
+                // A dictionary of the values in order of first use, then an index a row
+                // (u32::MAX: null).
+                let mut index: Vec<u32> = Vec::new();
                 let mut dictionary: Vec<&str> = Vec::new();
                 let mut rows: Vec<u32> = Vec::new();
                 for s in slots() {
-                    rows.push(match v.get(s).and_then(|x| x.as_ref()) {
+                    rows.push(match v.code(s) {
                         None => u32::MAX,
-                        Some(x) => *index.entry(x.as_ptr()).or_insert_with(|| {
-                            dictionary.push(x);
-                            dictionary.len() as u32 - 1
-                        }),
+                        Some(c) => {
+                            let c = c as usize;
+                            if index.len() <= c {
+                                index.resize(c + 1, u32::MAX);
+                            }
+                            if index[c] == u32::MAX {
+                                index[c] = dictionary.len() as u32;
+                                dictionary.push(v.get(s).unwrap_or_default());
+                            }
+                            index[c]
+                        }
                     });
                 }
                 put_u64(&mut w, dictionary.len() as u64);
@@ -283,12 +298,12 @@ fn encode(
             for s in slots() {
                 match column.get(s as u32) {
                     None => w.push(0),
-                    Some(GeometryOut::Point(x, y)) => {
+                    Some(GeometryRef::Point(x, y)) => {
                         w.push(1);
                         w.extend_from_slice(&x.to_le_bytes());
                         w.extend_from_slice(&y.to_le_bytes());
                     }
-                    Some(GeometryOut::Json(j)) => {
+                    Some(GeometryRef::Json(j)) => {
                         w.push(2);
                         put_bytes(&mut w, j);
                     }
@@ -371,11 +386,11 @@ pub(super) fn save(
 /// What one section gives back.
 enum Decoded {
     Documents {
-        by_doc: Vec<(Arc<str>, DocSlots)>,
+        docs: DocIndex,
         readers: Vec<RoleSet>,
     },
     Column(Column),
-    Geometry(Vec<Option<GeometryOut>>, Arc<Engine>),
+    Geometry(Geometries, Arc<Engine>),
     Diagnostics(Vec<SavedDiagnostic>),
 }
 
@@ -390,23 +405,33 @@ fn decode(
     let decoded = match section {
         Section::Documents => {
             let docs = c.count(9)?;
-            let mut by_doc = Vec::with_capacity(docs);
+            let mut by_uri = DocIndex::default();
+            by_uri.reserve(docs);
             let mut readers = Vec::with_capacity(rows);
+            let mut slots: Vec<u32> = Vec::new();
             for _ in 0..docs {
-                let uri: Arc<str> = Arc::from(c.str()?);
+                let uri = c.str()?;
                 let r = RoleSet::from_bits(c.u8()?);
                 let n = c.u32()? as usize;
                 let first = readers.len();
                 if first + n > rows {
                     return Err("damaged (more rows than the view holds)".into());
                 }
+                if n == 0 || !by_uri.get(uri).is_empty() {
+                    return Err("damaged (a document listed twice, or without rows)".into());
+                }
                 readers.resize(first + n, r);
-                by_doc.push((uri, DocSlots::range(first as u32, n as u32)));
+                slots.clear();
+                slots.extend(first as u32..(first + n) as u32);
+                by_uri.set(uri, &slots);
             }
             if readers.len() != rows {
                 return Err("damaged (fewer rows than the view holds)".into());
             }
-            Decoded::Documents { by_doc, readers }
+            Decoded::Documents {
+                docs: by_uri,
+                readers,
+            }
         }
         Section::Column(i) => {
             let kind = def
@@ -417,13 +442,16 @@ fn decode(
                 .kind();
             let mut column = Column::new(kind);
             match &mut column {
-                Column::Int(v) | Column::Date(v) => {
+                Column::Int(v) => {
                     v.reserve(rows);
                     for _ in 0..rows {
-                        v.push(match c.u8()? {
-                            0 => None,
-                            _ => Some(i64::from_le_bytes(c.array()?)),
-                        });
+                        v.push(c.option_i64()?);
+                    }
+                }
+                Column::Date(v) => {
+                    v.reserve(rows);
+                    for _ in 0..rows {
+                        v.push(c.option_i64()?);
                     }
                 }
                 Column::Float(v) => {
@@ -444,36 +472,26 @@ fn decode(
                         });
                     }
                 }
-                Column::Str(v, shared) => {
+                Column::Str(v) => {
                     let n = c.count(4)?;
-                    let mut dictionary: Vec<Arc<str>> = Vec::with_capacity(n);
+                    let mut dictionary: Vec<&str> = Vec::with_capacity(n);
                     for _ in 0..n {
-                        dictionary.push(Arc::from(c.str()?));
+                        dictionary.push(c.str()?);
                     }
-                    v.reserve(rows);
-                    for _ in 0..rows {
-                        let i = c.u32()?;
-                        v.push(match i {
-                            u32::MAX => None,
-                            i => Some(
-                                dictionary
-                                    .get(i as usize)
-                                    .ok_or("damaged (a string past its dictionary)")?
-                                    .clone(),
-                            ),
-                        });
-                    }
-                    // Values that repeat are shared with later writes; a column of distinct
-                    // values (names) is not worth a table.
-                    if n <= rows / 4 {
-                        shared.extend(dictionary);
-                    }
+                    let codes = c.take(rows.checked_mul(4).ok_or("damaged (too many rows)")?)?;
+                    *v = StrColumn::from_dictionary(
+                        &dictionary,
+                        codes
+                            .chunks_exact(4)
+                            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                    )
+                    .map_err(|e| format!("damaged ({e})"))?;
                 }
             }
             Decoded::Column(column)
         }
         Section::Geometry(_) => {
-            let mut out = Vec::with_capacity(rows);
+            let mut out = Geometries::default();
             let mut items = Vec::with_capacity(rows);
             for slot in 0..rows as u32 {
                 match c.u8()? {
@@ -619,7 +637,7 @@ pub(super) fn load(
     let decoded = decoded.into_iter().map(|(_, d)| d);
     let mut columns = Vec::with_capacity(def.columns.len());
     let (mut docs, mut readers, mut geometries, mut indexes, mut diagnostics) = (
-        Vec::new(),
+        DocIndex::default(),
         Vec::new(),
         crate::FastMap::default(),
         BTreeMap::new(),
@@ -628,7 +646,10 @@ pub(super) fn load(
     let mut names = path_names.iter();
     for d in decoded {
         match d {
-            Decoded::Documents { by_doc, readers: r } => (docs, readers) = (by_doc, r),
+            Decoded::Documents {
+                docs: d,
+                readers: r,
+            } => (docs, readers) = (d, r),
             Decoded::Column(column) => columns.push(column),
             Decoded::Geometry(out, engine) => {
                 let name = names.next().expect("a section a path");
@@ -639,13 +660,7 @@ pub(super) fn load(
         }
     }
     Ok(Loaded {
-        data: ViewData::from_parts(
-            def,
-            columns,
-            readers,
-            docs.into_iter().collect(),
-            geometries,
-        ),
+        data: ViewData::from_parts(def, columns, readers, docs, geometries),
         indexes,
         diagnostics,
         point,
@@ -693,8 +708,8 @@ mod tests {
                     .map(|c| format!("{:?}", c.get(s as usize)))
                     .collect();
                 let g = data.geometry_column("geometry").get(s).map(|g| match g {
-                    GeometryOut::Point(x, y) => format!("{x},{y}"),
-                    GeometryOut::Json(j) => String::from_utf8_lossy(j).into_owned(),
+                    GeometryRef::Point(x, y) => format!("{x},{y}"),
+                    GeometryRef::Json(j) => String::from_utf8_lossy(j).into_owned(),
                 });
                 out.push(format!("{uri} {:?} {cells:?} {g:?}", data.readers_at(s)));
             }

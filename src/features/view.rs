@@ -6,97 +6,208 @@
 //! Slots are reused after a row dies, but only after the spatial indexes have dropped it, so
 //! a query can never see a reused slot with an old geometry.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use super::strings::{DocIndex, StrColumn};
 use super::template::{Cell, Kind, ViewDef};
 use super::where_clause::{Datum, Row};
 use crate::acl::{Caller, Permissions, RoleSet};
 
-/// Distinct strings a column keeps shared; past this, new values are stored as they come.
-const INTERN_LIMIT: usize = 1 << 22;
+/// One bit a slot.
+#[derive(Debug, Default, Clone)]
+pub struct Bits(Vec<u64>);
+
+impl Bits {
+    /// `n` bits, all set.
+    fn all(n: usize) -> Bits {
+        let mut words = vec![u64::MAX; n.div_ceil(64)];
+        if let Some(last) = words.last_mut()
+            && !n.is_multiple_of(64)
+        {
+            *last = (1 << (n % 64)) - 1;
+        }
+        Bits(words)
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> bool {
+        self.0.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+
+    pub fn set(&mut self, i: usize, on: bool) {
+        if self.0.len() <= i / 64 {
+            self.0.resize(i / 64 + 1, 0);
+        }
+        let bit = 1u64 << (i % 64);
+        if on {
+            self.0[i / 64] |= bit;
+        } else {
+            self.0[i / 64] &= !bit;
+        }
+    }
+
+    /// The set bits, ascending.
+    fn ones(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, &word)| {
+            let mut word = word;
+            std::iter::from_fn(move || {
+                (word != 0).then(|| {
+                    let b = word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    w * 64 + b
+                })
+            })
+        })
+    }
+}
+
+/// Values of a fixed size, with a bit a row saying which are present (not null).
+#[derive(Debug, Default)]
+pub struct Nullable<T> {
+    values: Vec<T>,
+    present: Bits,
+}
+
+impl<T: Copy + Default> Nullable<T> {
+    #[inline]
+    pub fn get(&self, slot: usize) -> Option<T> {
+        self.present.get(slot).then(|| self.values[slot])
+    }
+
+    pub fn set(&mut self, slot: usize, value: Option<T>) {
+        if self.values.len() <= slot {
+            self.values.resize(slot + 1, T::default());
+        }
+        self.values[slot] = value.unwrap_or_default();
+        self.present.set(slot, value.is_some());
+    }
+
+    /// Append a row (a column read back in slot order).
+    pub fn push(&mut self, value: Option<T>) {
+        let slot = self.values.len();
+        self.set(slot, value);
+    }
+
+    pub fn reserve(&mut self, rows: usize) {
+        self.values.reserve(rows);
+        self.present.0.reserve(rows / 64 + 1);
+    }
+}
+
+/// An integer column: four bytes a row while every value fits (ids, counts, populations),
+/// eight from the first that does not.
+#[derive(Debug)]
+pub enum Ints {
+    Narrow(Nullable<i32>),
+    Wide(Nullable<i64>),
+}
+
+impl Default for Ints {
+    fn default() -> Ints {
+        Ints::Narrow(Nullable::default())
+    }
+}
+
+impl Ints {
+    #[inline]
+    pub fn get(&self, slot: usize) -> Option<i64> {
+        match self {
+            Ints::Narrow(v) => v.get(slot).map(i64::from),
+            Ints::Wide(v) => v.get(slot),
+        }
+    }
+
+    pub fn set(&mut self, slot: usize, value: Option<i64>) {
+        if let Ints::Narrow(v) = self {
+            match value.map(i32::try_from) {
+                None => return v.set(slot, None),
+                Some(Ok(n)) => return v.set(slot, Some(n)),
+                Some(Err(_)) => {
+                    let wide = Nullable {
+                        values: v.values.iter().map(|&n| i64::from(n)).collect(),
+                        present: std::mem::take(&mut v.present),
+                    };
+                    *self = Ints::Wide(wide);
+                }
+            }
+        }
+        if let Ints::Wide(v) = self {
+            v.set(slot, value);
+        }
+    }
+
+    pub fn push(&mut self, value: Option<i64>) {
+        let slot = match self {
+            Ints::Narrow(v) => v.values.len(),
+            Ints::Wide(v) => v.values.len(),
+        };
+        self.set(slot, value);
+    }
+
+    pub fn reserve(&mut self, rows: usize) {
+        match self {
+            Ints::Narrow(v) => v.reserve(rows),
+            Ints::Wide(v) => v.reserve(rows),
+        }
+    }
+}
 
 /// One column's values, indexed by slot.
 #[derive(Debug)]
 pub enum Column {
-    Int(Vec<Option<i64>>),
-    Float(Vec<Option<f64>>),
-    /// Strings, with equal values shared: real columns repeat (country codes, names, types).
-    Str(Vec<Option<Arc<str>>>, HashSet<Arc<str>>),
-    Bool(Vec<Option<bool>>),
-    Date(Vec<Option<i64>>),
+    Int(Ints),
+    Float(Nullable<f64>),
+    /// Strings as a dictionary: real columns repeat (country codes, types).
+    Str(StrColumn),
+    Bool(Nullable<bool>),
+    Date(Nullable<i64>),
 }
 
 impl Column {
     pub(crate) fn new(kind: Kind) -> Column {
         match kind {
-            Kind::Int => Column::Int(Vec::new()),
-            Kind::Float => Column::Float(Vec::new()),
-            Kind::Str => Column::Str(Vec::new(), HashSet::new()),
-            Kind::Bool => Column::Bool(Vec::new()),
-            Kind::Date => Column::Date(Vec::new()),
+            Kind::Int => Column::Int(Ints::default()),
+            Kind::Float => Column::Float(Nullable::default()),
+            Kind::Str => Column::Str(StrColumn::default()),
+            Kind::Bool => Column::Bool(Nullable::default()),
+            Kind::Date => Column::Date(Nullable::default()),
         }
     }
 
     fn set(&mut self, slot: usize, cell: Option<Cell>) {
-        fn put<T>(v: &mut Vec<Option<T>>, slot: usize, x: Option<T>) {
-            if v.len() <= slot {
-                v.resize_with(slot + 1, || None);
-            }
-            v[slot] = x;
-        }
         match (self, cell) {
-            (Column::Int(v), Some(Cell::Int(i))) => put(v, slot, Some(i)),
-            (Column::Float(v), Some(Cell::Float(f))) => put(v, slot, Some(f)),
-            (Column::Str(v, shared), Some(Cell::Str(s))) => {
-                let s = match shared.get(&s) {
-                    Some(existing) => existing.clone(),
-                    None => {
-                        if shared.len() < INTERN_LIMIT {
-                            shared.insert(s.clone());
-                        }
-                        s
-                    }
-                };
-                put(v, slot, Some(s))
-            }
-            (Column::Bool(v), Some(Cell::Bool(b))) => put(v, slot, Some(b)),
-            (Column::Date(v), Some(Cell::Date(d))) => put(v, slot, Some(d)),
-            (Column::Int(v), _) => put(v, slot, None),
-            (Column::Float(v), _) => put(v, slot, None),
-            (Column::Str(v, _), _) => put(v, slot, None),
-            (Column::Bool(v), _) => put(v, slot, None),
-            (Column::Date(v), _) => put(v, slot, None),
+            (Column::Int(v), Some(Cell::Int(i))) => v.set(slot, Some(i)),
+            (Column::Float(v), Some(Cell::Float(f))) => v.set(slot, Some(f)),
+            (Column::Str(v), Some(Cell::Str(s))) => v.set(slot, Some(&s)),
+            (Column::Bool(v), Some(Cell::Bool(b))) => v.set(slot, Some(b)),
+            (Column::Date(v), Some(Cell::Date(d))) => v.set(slot, Some(d)),
+            (Column::Int(v), _) => v.set(slot, None),
+            (Column::Date(v), _) => v.set(slot, None),
+            (Column::Float(v), _) => v.set(slot, None),
+            (Column::Str(v), _) => v.set(slot, None),
+            (Column::Bool(v), _) => v.set(slot, None),
+        }
+    }
+
+    /// An integer or date column's value.
+    pub(crate) fn int_at(&self, slot: usize) -> Option<i64> {
+        match self {
+            Column::Int(v) => v.get(slot),
+            Column::Date(v) => v.get(slot),
+            _ => None,
         }
     }
 
     #[inline]
     pub fn get(&self, slot: usize) -> Datum<'_> {
         match self {
-            Column::Int(v) => v
+            Column::Int(v) => v.get(slot).map_or(Datum::Null, Datum::Int),
+            Column::Float(v) => v.get(slot).map_or(Datum::Null, Datum::Float),
+            Column::Str(v) => v
                 .get(slot)
-                .copied()
-                .flatten()
-                .map_or(Datum::Null, Datum::Int),
-            Column::Float(v) => v
-                .get(slot)
-                .copied()
-                .flatten()
-                .map_or(Datum::Null, Datum::Float),
-            Column::Str(v, _) => v
-                .get(slot)
-                .and_then(|s| s.as_deref())
                 .map_or(Datum::Null, |s| Datum::Str(std::borrow::Cow::Borrowed(s))),
-            Column::Bool(v) => v
-                .get(slot)
-                .copied()
-                .flatten()
-                .map_or(Datum::Null, Datum::Bool),
-            Column::Date(v) => v
-                .get(slot)
-                .copied()
-                .flatten()
-                .map_or(Datum::Null, Datum::Date),
+            Column::Bool(v) => v.get(slot).map_or(Datum::Null, Datum::Bool),
+            Column::Date(v) => v.get(slot).map_or(Datum::Null, Datum::Date),
         }
     }
 }
@@ -109,34 +220,79 @@ pub enum GeometryOut {
     Json(Arc<[u8]>),
 }
 
-/// The slots of one document's rows: nearly always one, kept inline.
-#[derive(Debug, Clone)]
-pub(crate) enum DocSlots {
-    One(u32),
-    Many(Box<[u32]>),
+/// A geometry as the response reads it from a view.
+#[derive(Debug, Clone, Copy)]
+pub enum GeometryRef<'v> {
+    Point(f64, f64),
+    Json(&'v [u8]),
 }
 
-impl DocSlots {
-    fn as_slice(&self) -> &[u32] {
+/// One geometry path's geometries, by slot: coordinates inline while every geometry is a
+/// point (a point layer), each row's [`GeometryOut`] once another kind comes.
+#[derive(Debug)]
+pub enum Geometries {
+    /// `[NaN, NaN]`: no geometry (JSON has no NaN, so no point is ever that).
+    Points(Vec<[f64; 2]>),
+    Mixed(Vec<Option<GeometryOut>>),
+}
+
+const NO_POINT: [f64; 2] = [f64::NAN, f64::NAN];
+
+impl Default for Geometries {
+    fn default() -> Geometries {
+        Geometries::Points(Vec::new())
+    }
+}
+
+impl Geometries {
+    #[inline]
+    pub fn get(&self, slot: usize) -> Option<GeometryRef<'_>> {
         match self {
-            DocSlots::One(s) => std::slice::from_ref(s),
-            DocSlots::Many(b) => b,
+            Geometries::Points(v) => {
+                let [x, y] = *v.get(slot)?;
+                (!x.is_nan()).then_some(GeometryRef::Point(x, y))
+            }
+            Geometries::Mixed(v) => match v.get(slot)?.as_ref()? {
+                GeometryOut::Point(x, y) => Some(GeometryRef::Point(*x, *y)),
+                GeometryOut::Json(j) => Some(GeometryRef::Json(j)),
+            },
         }
     }
 
-    /// `n` slots from `first` on.
-    pub(crate) fn range(first: u32, n: u32) -> DocSlots {
-        match n {
-            1 => DocSlots::One(first),
-            _ => DocSlots::Many((first..first + n).collect()),
+    pub fn set(&mut self, slot: usize, g: Option<GeometryOut>) {
+        if let (Geometries::Points(v), Some(GeometryOut::Json(_))) = (&*self, &g) {
+            let mixed = v
+                .iter()
+                .map(|&[x, y]| (!x.is_nan()).then_some(GeometryOut::Point(x, y)))
+                .collect();
+            *self = Geometries::Mixed(mixed);
+        }
+        match self {
+            Geometries::Points(v) => {
+                if v.len() <= slot {
+                    v.resize(slot + 1, NO_POINT);
+                }
+                v[slot] = match g {
+                    Some(GeometryOut::Point(x, y)) => [x, y],
+                    _ => NO_POINT,
+                };
+            }
+            Geometries::Mixed(v) => {
+                if v.len() <= slot {
+                    v.resize(slot + 1, None);
+                }
+                v[slot] = g;
+            }
         }
     }
 
-    fn from_vec(v: Vec<u32>) -> DocSlots {
-        match v.as_slice() {
-            [one] => DocSlots::One(*one),
-            _ => DocSlots::Many(v.into_boxed_slice()),
-        }
+    /// Append a row (a column read back in slot order).
+    pub fn push(&mut self, g: Option<GeometryOut>) {
+        let slot = match self {
+            Geometries::Points(v) => v.len(),
+            Geometries::Mixed(v) => v.len(),
+        };
+        self.set(slot, g);
     }
 }
 
@@ -145,25 +301,26 @@ impl DocSlots {
 pub struct ViewData {
     pub def: Arc<ViewDef>,
     pub columns: Vec<Column>,
-    live: Vec<bool>,
+    live: Bits,
     /// The readers of each row's document (effective roles holding `read`).
     readers: Vec<RoleSet>,
     /// Slots of each document's rows.
-    by_doc: HashMap<Arc<str>, DocSlots>,
+    docs: DocIndex,
     /// Dead slots whose removal from the spatial indexes is done; ready for reuse.
     free: Vec<u32>,
     /// Geometry of each row, per layer geometry path.
-    pub geometries: crate::FastMap<String, Vec<Option<GeometryOut>>>,
+    pub geometries: crate::FastMap<String, Geometries>,
     rows: usize,
 }
 
 /// One geometry path's geometries, by slot.
 #[derive(Clone, Copy)]
-pub(crate) struct GeometryColumn<'v>(&'v [Option<GeometryOut>]);
+pub(crate) struct GeometryColumn<'v>(Option<&'v Geometries>);
 
 impl<'v> GeometryColumn<'v> {
-    pub fn get(self, slot: u32) -> Option<&'v GeometryOut> {
-        self.0.get(slot as usize)?.as_ref()
+    #[inline]
+    pub fn get(self, slot: u32) -> Option<GeometryRef<'v>> {
+        self.0?.get(slot as usize)
     }
 }
 
@@ -184,9 +341,9 @@ impl ViewData {
         ViewData {
             def,
             columns,
-            live: Vec::new(),
+            live: Bits::default(),
             readers: Vec::new(),
-            by_doc: HashMap::new(),
+            docs: DocIndex::default(),
             free: Vec::new(),
             geometries: crate::FastMap::default(),
             rows: 0,
@@ -198,16 +355,16 @@ impl ViewData {
         def: Arc<ViewDef>,
         columns: Vec<Column>,
         readers: Vec<RoleSet>,
-        by_doc: HashMap<Arc<str>, DocSlots>,
-        geometries: crate::FastMap<String, Vec<Option<GeometryOut>>>,
+        docs: DocIndex,
+        geometries: crate::FastMap<String, Geometries>,
     ) -> ViewData {
         let rows = readers.len();
         ViewData {
             def,
             columns,
-            live: vec![true; rows],
+            live: Bits::all(rows),
             readers,
-            by_doc,
+            docs,
             free: Vec::new(),
             geometries,
             rows,
@@ -224,7 +381,7 @@ impl ViewData {
 
     #[inline]
     pub(crate) fn is_live(&self, slot: u32) -> bool {
-        self.live.get(slot as usize).copied().unwrap_or(false)
+        self.live.get(slot as usize)
     }
 
     /// Whether `caller` may read the document behind a row: checked for every row a query
@@ -239,67 +396,50 @@ impl ViewData {
     }
 
     pub(crate) fn slots_of(&self, uri: &str) -> &[u32] {
-        self.by_doc.get(uri).map_or(&[], |s| s.as_slice())
+        self.docs.get(uri)
     }
 
     /// Add a document's rows; returns their slots.
-    pub(crate) fn add_rows(
-        &mut self,
-        uri: &Arc<str>,
-        readers: RoleSet,
-        rows: Vec<NewRow>,
-    ) -> Vec<u32> {
+    pub(crate) fn add_rows(&mut self, uri: &str, readers: RoleSet, rows: Vec<NewRow>) -> Vec<u32> {
         let mut slots = Vec::with_capacity(rows.len());
         for row in rows {
             let slot = match self.free.pop() {
                 Some(s) => s,
-                None => self.live.len() as u32,
+                None => self.readers.len() as u32,
             };
             let s = slot as usize;
-            if self.live.len() <= s {
-                self.live.resize(s + 1, false);
+            if self.readers.len() <= s {
                 self.readers.resize(s + 1, RoleSet::EMPTY);
             }
             for (col, cell) in self.columns.iter_mut().zip(row.cells) {
                 col.set(s, cell);
             }
             for (path, g) in row.geometries {
-                let v = self.geometries.entry(path).or_default();
-                if v.len() <= s {
-                    v.resize(s + 1, None);
-                }
-                v[s] = g;
+                self.geometries.entry(path).or_default().set(s, g);
             }
-            self.live[s] = true;
+            self.live.set(s, true);
             self.readers[s] = readers;
             self.rows += 1;
             slots.push(slot);
         }
         let mut all: Vec<u32> = self.slots_of(uri).to_vec();
         all.extend(&slots);
-        if !all.is_empty() {
-            self.by_doc.insert(uri.clone(), DocSlots::from_vec(all));
-        }
+        self.docs.set(uri, &all);
         slots
     }
 
     /// Mark a document's rows dead; returns their slots (to drop from the spatial indexes,
     /// then hand back with [`ViewData::release`]).
     pub(crate) fn kill_rows(&mut self, uri: &str) -> Vec<u32> {
-        let Some(slots) = self.by_doc.remove(uri) else {
-            return Vec::new();
-        };
-        let slots = slots.as_slice().to_vec();
+        let slots = self.docs.remove(uri);
         for &s in slots.iter() {
             let s = s as usize;
-            self.live[s] = false;
+            self.live.set(s, false);
             for col in &mut self.columns {
                 col.set(s, None);
             }
             for g in self.geometries.values_mut() {
-                if let Some(x) = g.get_mut(s) {
-                    *x = None;
-                }
+                g.set(s, None);
             }
             self.rows -= 1;
         }
@@ -315,21 +455,20 @@ impl ViewData {
     #[inline]
     pub(crate) fn id_of(&self, slot: u32) -> Option<i64> {
         match &self.columns[self.def.id_column] {
-            Column::Int(v) => v.get(slot as usize).copied().flatten(),
+            Column::Int(v) => v.get(slot as usize),
             _ => None,
         }
     }
 
     /// The geometries of every slot at `path`: one lookup for a whole page of rows.
     pub(crate) fn geometry_column(&self, path: &str) -> GeometryColumn<'_> {
-        GeometryColumn(self.geometries.get(path).map_or(&[], Vec::as_slice))
+        GeometryColumn(self.geometries.get(path))
     }
 
     /// Every document with rows, in URI order, with its rows' slots.
-    pub(crate) fn documents(&self) -> Vec<(&Arc<str>, &[u32])> {
+    pub(crate) fn documents(&self) -> Vec<(&str, &[u32])> {
         use rayon::slice::ParallelSliceMut;
-        let mut docs: Vec<(&Arc<str>, &[u32])> =
-            self.by_doc.iter().map(|(u, s)| (u, s.as_slice())).collect();
+        let mut docs: Vec<(&str, &[u32])> = self.docs.iter().collect();
         docs.par_sort_unstable_by(|a, b| a.0.cmp(b.0));
         docs
     }
@@ -344,11 +483,7 @@ impl ViewData {
 
     /// Every live slot, ascending.
     pub(crate) fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
-        self.live
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| **l)
-            .map(|(s, _)| s as u32)
+        self.live.ones().map(|s| s as u32)
     }
 
     /// A row as the `where` evaluator reads it.
@@ -366,5 +501,91 @@ impl Row for RowRef<'_> {
     #[inline]
     fn get(&self, column: usize) -> Datum<'_> {
         self.view.columns[column].get(self.slot as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn show(g: &Geometries, slots: usize) -> Vec<String> {
+        (0..slots)
+            .map(|s| match g.get(s) {
+                None => "-".to_string(),
+                Some(GeometryRef::Point(x, y)) => format!("{x} {y}"),
+                Some(GeometryRef::Json(j)) => String::from_utf8_lossy(j).into_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn points_stay_inline_until_another_kind_comes() {
+        let mut g = Geometries::default();
+        g.set(0, Some(GeometryOut::Point(1.5, -2.0)));
+        g.set(3, Some(GeometryOut::Point(-0.0, 90.0)));
+        g.set(0, None);
+        g.set(2, Some(GeometryOut::Point(7.0, 8.0)));
+        assert!(matches!(g, Geometries::Points(_)));
+        assert_eq!(show(&g, 5), ["-", "-", "7 8", "-0 90", "-"]);
+        let line: Arc<[u8]> = Arc::from(&br#"{"type":"LineString"}"#[..]);
+        g.set(1, Some(GeometryOut::Json(line)));
+        assert!(matches!(g, Geometries::Mixed(_)));
+        g.push(Some(GeometryOut::Point(3.0, 4.0)));
+        assert_eq!(
+            show(&g, 6),
+            ["-", r#"{"type":"LineString"}"#, "7 8", "-0 90", "3 4", "-"]
+        );
+    }
+
+    #[test]
+    fn integers_widen_when_one_does_not_fit() {
+        let mut v = Ints::default();
+        v.set(0, Some(i32::MAX as i64));
+        v.set(2, Some(-7));
+        assert!(matches!(v, Ints::Narrow(_)));
+        v.set(3, Some(i32::MIN as i64 - 1));
+        assert!(matches!(v, Ints::Wide(_)));
+        v.push(Some(1 << 40));
+        let all: Vec<Option<i64>> = (0..6).map(|s| v.get(s)).collect();
+        assert_eq!(
+            all,
+            [
+                Some(i32::MAX as i64),
+                None,
+                Some(-7),
+                Some(i32::MIN as i64 - 1),
+                Some(1 << 40),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn bits_list_their_ones() {
+        let mut b = Bits::all(70);
+        assert!(b.get(69) && !b.get(70));
+        b.set(0, false);
+        b.set(64, false);
+        b.set(200, true);
+        let ones: Vec<usize> = b.ones().collect();
+        assert_eq!(ones.len(), 69);
+        assert_eq!(&ones[..2], [1, 2]);
+        assert_eq!(&ones[ones.len() - 3..], [68, 69, 200]);
+        assert!(!ones.contains(&64));
+    }
+
+    #[test]
+    fn nullable_values_keep_their_nulls() {
+        let mut v: Nullable<i64> = Nullable::default();
+        v.set(70, Some(-5));
+        v.set(3, Some(0));
+        v.push(Some(9));
+        v.set(70, None);
+        assert_eq!(v.get(3), Some(0));
+        assert_eq!(v.get(70), None);
+        assert_eq!(v.get(71), Some(9));
+        assert_eq!(v.get(72), None);
+        assert_eq!(v.get(1000), None);
+        assert_eq!((0..72).filter(|&s| v.get(s).is_some()).count(), 2);
     }
 }

@@ -112,6 +112,9 @@ pub struct LoadArgs {
     /// No progress output.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Seconds between progress lines when standard error is not a terminal (a log).
+    #[arg(long, default_value_t = 5.0)]
+    pub progress_every: f64,
 }
 
 /// What stops a load as a whole.
@@ -332,6 +335,8 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
         first: None,
     };
     let mut progress = Progress::new(args.quiet, total_bytes, bytes.clone());
+    progress.plain_every =
+        Duration::try_from_secs_f64(args.progress_every.max(0.0)).unwrap_or(progress.plain_every);
     let mut result = Ok(());
     let feed = |loader: &mut Loader, target: &mut dyn Target, chunk: Vec<source::Record>| {
         for record in chunk {
@@ -615,6 +620,8 @@ struct Progress {
     total: u64,
     started: Instant,
     last: Instant,
+    /// Between plain lines.
+    plain_every: Duration,
 }
 
 impl Progress {
@@ -636,6 +643,7 @@ impl Progress {
             total,
             started: Instant::now(),
             last: Instant::now(),
+            plain_every: Duration::from_secs(5),
         }
     }
 
@@ -644,7 +652,7 @@ impl Progress {
         let every = if self.bar.is_some() {
             Duration::from_millis(200)
         } else {
-            Duration::from_secs(5)
+            self.plain_every
         };
         if now - self.last < every {
             return;

@@ -113,8 +113,9 @@ struct ExactTable {
 }
 
 impl ExactTable {
+    /// A table for `capacity` entries, at most three quarters full, holding the arena's.
     fn rebuild(&mut self, arena: &[PointEntry], capacity: usize) {
-        let cap = (capacity * 2).next_power_of_two().max(16);
+        let cap = (capacity * 4 / 3 + 1).next_power_of_two().max(16);
         self.table = vec![EMPTY; cap];
         self.used = 0;
         self.live = 0;
@@ -144,7 +145,8 @@ impl ExactTable {
 
     fn insert(&mut self, slot: u32, arena: &[PointEntry]) {
         if (self.used + 1) * 4 > self.table.len() * 3 {
-            self.rebuild(arena, self.live + 1);
+            // Room for half as many again, so growth is not paid on every few inserts.
+            self.rebuild(arena, (self.live + 1) * 3 / 2);
             // `rebuild` placed every live arena slot, this one included.
             return;
         }

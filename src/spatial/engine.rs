@@ -38,6 +38,57 @@ enum Slot {
     Shape(Arc<Shape>),
 }
 
+/// What each id has indexed: a point inline (nearly every feature of a point layer), any
+/// other geometry in a map.
+#[derive(Default)]
+struct Registry {
+    /// `[NaN, NaN]`: not a point (see `others`), or nothing.
+    points: Vec<[f64; 2]>,
+    others: crate::FastMap<FeatureId, Slot>,
+    len: usize,
+}
+
+const NOT_A_POINT: [f64; 2] = [f64::NAN, f64::NAN];
+
+impl Registry {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn reserve(&mut self, top: FeatureId) {
+        if self.points.len() <= top as usize {
+            self.points.resize(top as usize + 1, NOT_A_POINT);
+        }
+    }
+
+    /// Take out what `id` has (`Slot::Empty` when nothing).
+    fn take(&mut self, id: FeatureId) -> Slot {
+        let old = match self.points.get_mut(id as usize) {
+            Some(xy) if !xy[0].is_nan() => Slot::Point(std::mem::replace(xy, NOT_A_POINT)),
+            _ => self.others.remove(&id).unwrap_or_default(),
+        };
+        if !matches!(old, Slot::Empty) {
+            self.len -= 1;
+        }
+        old
+    }
+
+    /// Set what `id` has; it must have nothing now.
+    fn put(&mut self, id: FeatureId, slot: Slot) {
+        match slot {
+            Slot::Empty => return,
+            Slot::Point(xy) => {
+                self.reserve(id);
+                self.points[id as usize] = xy;
+            }
+            other => {
+                self.others.insert(id, other);
+            }
+        }
+        self.len += 1;
+    }
+}
+
 /// A region query given up at its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PastDeadline;
@@ -84,7 +135,7 @@ pub struct Engine {
     partitioner: Partitioner,
     shards: Box<[RwLock<ShardIndex>]>,
     /// Id -> what is indexed; its lock also makes writers take turns.
-    registry: Mutex<Vec<Slot>>,
+    registry: Mutex<Registry>,
 }
 
 impl Engine {
@@ -96,17 +147,13 @@ impl Engine {
         Ok(Engine {
             partitioner,
             shards,
-            registry: Mutex::new(Vec::new()),
+            registry: Mutex::new(Registry::default()),
         })
     }
 
     /// Features indexed.
     pub fn len(&self) -> usize {
-        self.registry
-            .lock()
-            .iter()
-            .filter(|s| !matches!(s, Slot::Empty))
-            .count()
+        self.registry.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -130,6 +177,8 @@ impl Engine {
     /// What to keep for a geometry: points inline, anything else as a prepared shape.
     fn slot_for(geometry: Geometry<f64>) -> Slot {
         match geometry {
+            // Never stored: parsing refuses coordinates that are not finite.
+            Geometry::Point(pt) if pt.x().is_nan() || pt.y().is_nan() => Slot::Empty,
             Geometry::Point(pt) => Slot::Point([pt.x(), pt.y()]),
             Geometry::MultiPoint(mp) => {
                 let mut pts: Vec<[f64; 2]> = mp.0.iter().map(|p| [p.x(), p.y()]).collect();
@@ -176,11 +225,8 @@ impl Engine {
         b
     }
 
-    fn remove_locked(&self, registry: &mut [Slot], id: FeatureId) -> bool {
-        let Some(slot) = registry.get_mut(id as usize) else {
-            return false;
-        };
-        let old = std::mem::take(slot);
+    fn remove_locked(&self, registry: &mut Registry, id: FeatureId) -> bool {
+        let old = registry.take(id);
         if matches!(old, Slot::Empty) {
             return false;
         }
@@ -216,10 +262,7 @@ impl Engine {
         let built = self.entries(id, &slot);
         let mut registry = self.registry.lock();
         self.remove_locked(&mut registry, id);
-        if registry.len() <= id as usize {
-            registry.resize(id as usize + 1, Slot::Empty);
-        }
-        registry[id as usize] = slot;
+        registry.put(id, slot);
         self.apply(built);
     }
 
@@ -272,14 +315,12 @@ impl Engine {
                 a
             });
         let mut registry = self.registry.lock();
-        if let Some(top) = slots.iter().map(|(id, _)| *id as usize).max()
-            && registry.len() <= top
-        {
-            registry.resize(top + 1, Slot::Empty);
+        if let Some(top) = slots.iter().map(|(id, _)| *id).max() {
+            registry.reserve(top);
         }
         for (id, slot) in slots {
             self.remove_locked(&mut registry, id);
-            registry[id as usize] = slot;
+            registry.put(id, slot);
         }
         batches.into_par_iter().enumerate().for_each(|(s, b)| {
             if b.points.is_empty() && b.parts.is_empty() && b.envelopes.is_empty() {

@@ -41,17 +41,17 @@ pub(super) fn write_str(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-pub(super) fn write_geometry(out: &mut Vec<u8>, g: Option<&GeometryOut>) {
+pub(super) fn write_geometry(out: &mut Vec<u8>, g: Option<GeometryRef<'_>>) {
     match g {
         None => out.extend_from_slice(b"null"),
-        Some(GeometryOut::Point(x, y)) => {
+        Some(GeometryRef::Point(x, y)) => {
             out.extend_from_slice(b"{\"type\":\"Point\",\"coordinates\":[");
-            let _ = serde_json::to_writer(&mut *out, x);
+            let _ = serde_json::to_writer(&mut *out, &x);
             out.push(b',');
-            let _ = serde_json::to_writer(&mut *out, y);
+            let _ = serde_json::to_writer(&mut *out, &y);
             out.extend_from_slice(b"]}");
         }
-        Some(GeometryOut::Json(bytes)) => out.extend_from_slice(bytes),
+        Some(GeometryRef::Json(bytes)) => out.extend_from_slice(bytes),
     }
 }
 
@@ -214,7 +214,7 @@ impl Features {
         let geometry_bytes: usize = geometries.map_or(0, |g| {
             page.iter()
                 .map(|s| match g.get(*s) {
-                    Some(GeometryOut::Json(b)) => b.len(),
+                    Some(GeometryRef::Json(b)) => b.len(),
                     _ => 64,
                 })
                 .sum()

@@ -1,0 +1,482 @@
+//! Strings of views kept compactly: the bytes of many strings in one arena, addressed by a
+//! stable number, instead of an allocation (and its header) for each.
+//!
+//! - [`Strings`]: the arena. A removed string leaves garbage, compacted away once it is
+//!   half the arena.
+//! - [`StrColumn`]: a string column as a dictionary: one `u32` a row, each distinct value
+//!   stored once with a count of the rows holding it, dropped when the last one goes.
+//! - [`DocIndex`]: each document's URI and its rows' slots, found by URI.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+/// A string's place in the arena: start in the high 40 bits, length in the low 24.
+type Loc = u64;
+const LEN_BITS: u32 = 24;
+/// Length field of a string kept outside the arena (too long, or past 2^40 bytes).
+const OUTSIDE: u64 = (1 << LEN_BITS) - 1;
+/// A free number.
+const FREE: Loc = u64::MAX;
+/// Garbage below this is never worth a compaction.
+const COMPACT_FROM: usize = 1 << 20;
+
+#[derive(Debug, Default)]
+pub(crate) struct Strings {
+    text: String,
+    locs: Vec<Loc>,
+    free: Vec<u32>,
+    garbage: usize,
+    outside: crate::FastMap<u32, Box<str>>,
+}
+
+impl Strings {
+    /// Store `s`; returns its number.
+    pub fn push(&mut self, s: &str) -> u32 {
+        let start = self.text.len() as u64;
+        let n = match self.free.pop() {
+            Some(n) => n,
+            None => {
+                self.locs.push(FREE);
+                (self.locs.len() - 1) as u32
+            }
+        };
+        if (s.len() as u64) < OUTSIDE && start < 1 << (64 - LEN_BITS) {
+            self.text.push_str(s);
+            self.locs[n as usize] = (start << LEN_BITS) | s.len() as u64;
+        } else {
+            self.outside.insert(n, s.into());
+            self.locs[n as usize] = OUTSIDE;
+        }
+        n
+    }
+
+    #[inline]
+    pub fn get(&self, n: u32) -> &str {
+        let loc = self.locs[n as usize];
+        let len = (loc & OUTSIDE) as usize;
+        if len == OUTSIDE as usize {
+            return self.outside.get(&n).map_or("", |s| s);
+        }
+        let start = (loc >> LEN_BITS) as usize;
+        &self.text[start..start + len]
+    }
+
+    /// Drop string `n`; its number is reused by a later push.
+    pub fn remove(&mut self, n: u32) {
+        let loc = std::mem::replace(&mut self.locs[n as usize], FREE);
+        if loc & OUTSIDE == OUTSIDE {
+            self.outside.remove(&n);
+        } else {
+            self.garbage += (loc & OUTSIDE) as usize;
+        }
+        self.free.push(n);
+        if self.garbage >= COMPACT_FROM && self.garbage * 2 > self.text.len() {
+            self.compact();
+        }
+    }
+
+    /// Copy the live strings into a new arena; their numbers stay.
+    fn compact(&mut self) {
+        let mut text = String::with_capacity(self.text.len() - self.garbage);
+        for loc in self.locs.iter_mut() {
+            if *loc == FREE || *loc & OUTSIDE == OUTSIDE {
+                continue;
+            }
+            let (start, len) = ((*loc >> LEN_BITS) as usize, (*loc & OUTSIDE) as usize);
+            let at = text.len() as u64;
+            text.push_str(&self.text[start..start + len]);
+            *loc = (at << LEN_BITS) | len as u64;
+        }
+        self.text = text;
+        self.garbage = 0;
+    }
+
+    /// Numbers in use, and bytes of text held (garbage included).
+    #[cfg(test)]
+    fn sizes(&self) -> (usize, usize) {
+        (self.locs.len() - self.free.len(), self.text.len())
+    }
+}
+
+/// Hashes of strings, seeded at random per table: values come from documents, so a fixed
+/// seed would let a writer choose colliding values.
+type State = foldhash::fast::RandomState;
+
+fn hash(state: &State, s: &str) -> u64 {
+    state.hash_one(s)
+}
+
+/// Marks a null row of a [`StrColumn`].
+const NULL: u32 = u32::MAX;
+
+/// A string column, dictionary-encoded.
+#[derive(Debug, Default)]
+pub struct StrColumn {
+    codes: Vec<u32>,
+    values: Strings,
+    /// Rows holding each value.
+    refs: Vec<u32>,
+    /// Value numbers, by their string.
+    table: HashTable<u32>,
+    state: State,
+}
+
+impl StrColumn {
+    #[inline]
+    pub fn get(&self, slot: usize) -> Option<&str> {
+        match self.codes.get(slot).copied() {
+            None | Some(NULL) => None,
+            Some(c) => Some(self.values.get(c)),
+        }
+    }
+
+    pub fn set(&mut self, slot: usize, value: Option<&str>) {
+        if self.codes.len() <= slot {
+            self.codes.resize(slot + 1, NULL);
+        }
+        let new = value.map_or(NULL, |s| self.intern(s));
+        let old = std::mem::replace(&mut self.codes[slot], new);
+        if old != NULL {
+            self.release(old);
+        }
+    }
+
+    /// Append a row (a column read back in slot order).
+    pub fn push(&mut self, value: Option<&str>) {
+        let new = value.map_or(NULL, |s| self.intern(s));
+        self.codes.push(new);
+    }
+
+    /// The number of a row's value (equal values, equal numbers), or `None` when null.
+    #[inline]
+    pub fn code(&self, slot: usize) -> Option<u32> {
+        self.codes.get(slot).copied().filter(|&c| c != NULL)
+    }
+
+    /// A column read back: its values, then each row's index into them (`u32::MAX`: null).
+    /// A value listed twice is kept once; `Err` when an index is past the values.
+    pub fn from_dictionary(
+        dictionary: &[&str],
+        codes: impl ExactSizeIterator<Item = u32>,
+    ) -> Result<StrColumn, &'static str> {
+        let mut c = StrColumn::default();
+        c.table.reserve(dictionary.len(), |_| 0);
+        c.values.locs.reserve(dictionary.len());
+        c.values
+            .text
+            .reserve(dictionary.iter().map(|s| s.len()).sum());
+        // Each listed value's number here.
+        let mut number = Vec::with_capacity(dictionary.len());
+        for s in dictionary {
+            let h = hash(&c.state, s);
+            let values = &c.values;
+            let n = match c.table.find(h, |&x| values.get(x) == *s) {
+                Some(&n) => n,
+                None => {
+                    let n = c.values.push(s);
+                    let values = &c.values;
+                    c.table
+                        .insert_unique(h, n, |&x| hash(&c.state, values.get(x)));
+                    n
+                }
+            };
+            number.push(n);
+        }
+        c.refs = vec![0; c.values.locs.len()];
+        c.codes.reserve(codes.len());
+        for code in codes {
+            let n = match code {
+                NULL => NULL,
+                i => *number.get(i as usize).ok_or("a value past the list")?,
+            };
+            if n != NULL {
+                c.refs[n as usize] += 1;
+            }
+            c.codes.push(n);
+        }
+        // A value no row holds is not kept.
+        for n in 0..c.refs.len() as u32 {
+            if c.refs[n as usize] == 0 {
+                c.refs[n as usize] = 1;
+                c.release(n);
+            }
+        }
+        Ok(c)
+    }
+
+    fn intern(&mut self, s: &str) -> u32 {
+        let h = hash(&self.state, s);
+        let values = &self.values;
+        if let Some(&c) = self.table.find(h, |&c| values.get(c) == s) {
+            self.refs[c as usize] += 1;
+            return c;
+        }
+        let c = self.values.push(s);
+        if self.refs.len() <= c as usize {
+            self.refs.resize(c as usize + 1, 0);
+        }
+        self.refs[c as usize] = 1;
+        let values = &self.values;
+        self.table
+            .insert_unique(h, c, |&c| hash(&self.state, values.get(c)));
+        c
+    }
+
+    fn release(&mut self, c: u32) {
+        let refs = &mut self.refs[c as usize];
+        *refs -= 1;
+        if *refs > 0 {
+            return;
+        }
+        let h = hash(&self.state, self.values.get(c));
+        if let Ok(entry) = self.table.find_entry(h, |&x| x == c) {
+            entry.remove();
+        }
+        self.values.remove(c);
+    }
+
+    /// Distinct values held.
+    #[cfg(test)]
+    pub(crate) fn distinct(&self) -> usize {
+        self.table.len()
+    }
+}
+
+/// Marks a [`DocIndex`] entry whose slots are in `many`.
+const MANY: u32 = 1 << 31;
+
+/// Each document's rows, by URI.
+#[derive(Debug, Default)]
+pub(crate) struct DocIndex {
+    uris: Strings,
+    /// Per document number: its one slot, or [`MANY`] | an index into `many`.
+    slots: Vec<u32>,
+    many: Vec<Box<[u32]>>,
+    many_free: Vec<u32>,
+    /// Document numbers, by URI.
+    table: HashTable<u32>,
+    state: State,
+}
+
+impl DocIndex {
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    fn slots_at(&self, d: u32) -> &[u32] {
+        let s = &self.slots[d as usize];
+        if s & MANY == 0 {
+            std::slice::from_ref(s)
+        } else {
+            &self.many[(s & !MANY) as usize]
+        }
+    }
+
+    fn find(&self, uri: &str) -> Option<u32> {
+        let uris = &self.uris;
+        self.table
+            .find(hash(&self.state, uri), |&d| uris.get(d) == uri)
+            .copied()
+    }
+
+    /// The slots of `uri`'s rows (none when it has none).
+    pub fn get(&self, uri: &str) -> &[u32] {
+        self.find(uri).map_or(&[], |d| self.slots_at(d))
+    }
+
+    fn encode(&mut self, slots: &[u32]) -> u32 {
+        match slots {
+            [one] if one & MANY == 0 => *one,
+            _ => {
+                let b: Box<[u32]> = slots.into();
+                let i = match self.many_free.pop() {
+                    Some(i) => {
+                        self.many[i as usize] = b;
+                        i
+                    }
+                    None => {
+                        self.many.push(b);
+                        (self.many.len() - 1) as u32
+                    }
+                };
+                MANY | i
+            }
+        }
+    }
+
+    fn drop_many(&mut self, s: u32) {
+        if s & MANY != 0 {
+            self.many[(s & !MANY) as usize] = Box::new([]);
+            self.many_free.push(s & !MANY);
+        }
+    }
+
+    /// Set `uri`'s slots (removing it when there are none).
+    pub fn set(&mut self, uri: &str, slots: &[u32]) {
+        if slots.is_empty() {
+            self.remove(uri);
+            return;
+        }
+        let code = self.encode(slots);
+        match self.find(uri) {
+            Some(d) => {
+                let old = std::mem::replace(&mut self.slots[d as usize], code);
+                self.drop_many(old);
+            }
+            None => {
+                let d = self.uris.push(uri);
+                if self.slots.len() <= d as usize {
+                    self.slots.resize(d as usize + 1, 0);
+                }
+                self.slots[d as usize] = code;
+                let uris = &self.uris;
+                self.table.insert_unique(hash(&self.state, uri), d, |&d| {
+                    hash(&self.state, uris.get(d))
+                });
+            }
+        }
+    }
+
+    /// Take `uri` out; returns its slots.
+    pub fn remove(&mut self, uri: &str) -> Vec<u32> {
+        let uris = &self.uris;
+        let Ok(entry) = self
+            .table
+            .find_entry(hash(&self.state, uri), |&d| uris.get(d) == uri)
+        else {
+            return Vec::new();
+        };
+        let (d, _) = entry.remove();
+        let out = self.slots_at(d).to_vec();
+        self.drop_many(self.slots[d as usize]);
+        self.uris.remove(d);
+        out
+    }
+
+    /// Every document and its slots, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[u32])> + '_ {
+        self.table
+            .iter()
+            .map(|&d| (self.uris.get(d), self.slots_at(d)))
+    }
+
+    pub fn reserve(&mut self, docs: usize) {
+        let uris = &self.uris;
+        self.table
+            .reserve(docs, |&d| hash(&self.state, uris.get(d)));
+        self.slots.reserve(docs);
+        self.uris.locs.reserve(docs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_is_stored_once_and_dropped_with_its_last_row() {
+        let mut c = StrColumn::default();
+        c.set(0, Some("DE"));
+        c.set(1, Some("US"));
+        c.set(2, Some("DE"));
+        c.set(5, None);
+        assert_eq!(c.distinct(), 2);
+        assert_eq!(
+            (0..7).map(|s| c.get(s)).collect::<Vec<_>>(),
+            [Some("DE"), Some("US"), Some("DE"), None, None, None, None]
+        );
+        c.set(0, Some("FR"));
+        assert_eq!(c.distinct(), 3);
+        c.set(2, None);
+        // The last "DE" is gone: its number goes to the next new value.
+        assert_eq!(c.distinct(), 2);
+        c.set(3, Some("IT"));
+        assert_eq!(c.values.sizes().0, 3);
+        assert_eq!(c.get(3), Some("IT"));
+        assert_eq!(c.get(0), Some("FR"));
+        assert_eq!(c.get(1), Some("US"));
+        c.set(1, Some("US"));
+        assert_eq!(c.refs[c.codes[1] as usize], 1);
+    }
+
+    #[test]
+    fn removed_strings_are_compacted_away() {
+        let mut c = StrColumn::default();
+        let name = |i: usize| format!("place number {i:08}");
+        let rows = 200_000;
+        for s in 0..rows {
+            c.set(s, Some(&name(s)));
+        }
+        let full = c.values.sizes().1;
+        for s in (0..rows).filter(|s| s % 4 != 0) {
+            c.set(s, None);
+        }
+        let (live, bytes) = c.values.sizes();
+        assert_eq!(live, rows / 4);
+        assert!(bytes < full / 2, "{bytes} of {full} bytes kept");
+        for s in 0..rows {
+            assert_eq!(c.get(s), (s % 4 == 0).then(|| name(s)).as_deref());
+        }
+    }
+
+    #[test]
+    fn a_column_read_back_counts_its_rows() {
+        let dictionary = ["DE", "US", "DE", "FR"];
+        let codes = [0, 1, 2, NULL, 1];
+        let mut c = StrColumn::from_dictionary(&dictionary, codes.into_iter()).unwrap();
+        // "DE" listed twice is one value; "FR", held by no row, is not kept.
+        assert_eq!(c.distinct(), 2);
+        assert_eq!(
+            (0..6).map(|s| c.get(s)).collect::<Vec<_>>(),
+            [Some("DE"), Some("US"), Some("DE"), None, Some("US"), None]
+        );
+        c.set(0, None);
+        c.set(2, Some("US"));
+        assert_eq!(c.distinct(), 1);
+        assert!(StrColumn::from_dictionary(&dictionary, [4].into_iter()).is_err());
+    }
+
+    #[test]
+    fn a_long_string_is_kept_outside_the_arena() {
+        let mut s = Strings::default();
+        let long = "x".repeat(OUTSIDE as usize + 5);
+        let a = s.push("a");
+        let b = s.push(&long);
+        assert_eq!((s.get(a), s.get(b)), ("a", long.as_str()));
+        s.remove(b);
+        assert!(s.outside.is_empty());
+        assert_eq!(s.push("c"), b);
+        assert_eq!(s.get(b), "c");
+    }
+
+    #[test]
+    fn documents_keep_one_slot_or_many() {
+        let mut d = DocIndex::default();
+        d.set("/a.json", &[3]);
+        d.set("/b.json", &[4, 7]);
+        d.set("/c.json", &[(1 << 31) + 1]);
+        assert_eq!(d.get("/a.json"), [3]);
+        assert_eq!(d.get("/b.json"), [4, 7]);
+        assert_eq!(d.get("/c.json"), [(1 << 31) + 1]);
+        assert_eq!(d.get("/z.json"), [] as [u32; 0]);
+        d.set("/a.json", &[3, 9]);
+        assert_eq!(d.remove("/b.json"), [4, 7]);
+        d.set("/b.json", &[5]);
+        let mut all: Vec<(String, Vec<u32>)> =
+            d.iter().map(|(u, s)| (u.to_string(), s.to_vec())).collect();
+        all.sort();
+        assert_eq!(
+            all,
+            [
+                ("/a.json".to_string(), vec![3, 9]),
+                ("/b.json".to_string(), vec![5]),
+                ("/c.json".to_string(), vec![(1 << 31) + 1]),
+            ]
+        );
+        d.set("/a.json", &[]);
+        assert_eq!(d.len(), 2);
+        assert_eq!(d.many_free.len(), 2);
+    }
+}
