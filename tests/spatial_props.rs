@@ -152,6 +152,9 @@ struct Case {
     removed: Vec<usize>,
     /// Features replaced by another geometry after loading.
     replaced: Vec<(usize, Geometry<f64>)>,
+    /// Features bulk-loaded after the single inserts (which moves every point of a rebuilt
+    /// shard), before the replacements and removals.
+    later: Vec<Geometry<f64>>,
     queries: Vec<Geometry<f64>>,
 }
 
@@ -165,9 +168,10 @@ fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(any::<prop::sample::Index>(), 0..3),
         prop::collection::vec((any::<prop::sample::Index>(), feature()), 0..3),
         any::<prop::sample::Index>(),
+        prop::collection::vec(feature(), 0..4),
     )
         .prop_map(
-            |(anchor, shards, resolution, features, queries, removed, replaced, bulk)| {
+            |(anchor, shards, resolution, features, queries, removed, replaced, bulk, later)| {
                 let n = features.len();
                 Case {
                     anchor,
@@ -176,6 +180,7 @@ fn case() -> impl Strategy<Value = Case> {
                     bulk: bulk.index(n + 1),
                     removed: removed.into_iter().map(|i| i.index(n)).collect(),
                     replaced: replaced.into_iter().map(|(i, g)| (i.index(n), g)).collect(),
+                    later,
                     features,
                     queries,
                 }
@@ -205,6 +210,14 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
     for (i, g) in live.iter().enumerate().skip(case.bulk) {
         engine.insert(i as u32, g.clone().unwrap());
     }
+    let later: Vec<(u32, Geometry<f64>)> = case
+        .later
+        .iter()
+        .enumerate()
+        .map(|(j, g)| ((live.len() + j) as u32, moved(g, anchor)))
+        .collect();
+    live.extend(later.iter().map(|(_, g)| Some(g.clone())));
+    engine.bulk_load(later);
     for &(i, ref g) in &case.replaced {
         let g = moved(g, anchor);
         engine.insert(i as u32, g.clone());
@@ -228,6 +241,14 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                 .collect();
             prop_assert_eq!(&got, &want, "{:?} query {:?}", rel, q);
         }
+    }
+    // Removing every feature leaves no entry behind in any shard.
+    for (i, f) in live.iter().enumerate() {
+        prop_assert_eq!(engine.remove(i as u32), f.is_some(), "feature {}", i);
+    }
+    prop_assert_eq!(engine.len(), 0);
+    for (s, sizes) in engine.shard_sizes().into_iter().enumerate() {
+        prop_assert_eq!(sizes, (0, 0, 0), "shard {}", s);
     }
     Ok(())
 }

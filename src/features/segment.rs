@@ -16,7 +16,7 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
 use super::path::Path;
-use super::strings::{DocIndex, StrColumn};
+use super::strings::{DocIndex, StrColumn, Uri};
 use super::template::{Template, ViewDef, ViewKey};
 use super::view::{Column, Geometries, GeometryOut, GeometryRef, ViewData};
 use crate::acl::RoleSet;
@@ -228,7 +228,7 @@ fn sections(columns: usize, paths: usize) -> Vec<Section> {
 fn encode(
     section: Section,
     data: &ViewData,
-    docs: &[(&str, &[u32])],
+    docs: &[(Uri<'_>, &[u32])],
     paths: &[&String],
     diagnostics: &[SavedDiagnostic],
 ) -> Vec<u8> {
@@ -238,7 +238,10 @@ fn encode(
         Section::Documents => {
             put_u64(&mut w, docs.len() as u64);
             for (uri, slots) in docs {
-                put_bytes(&mut w, uri.as_bytes());
+                put_u32(&mut w, uri.len() as u32);
+                for part in uri.parts() {
+                    w.extend_from_slice(part.as_bytes());
+                }
                 let readers = slots
                     .first()
                     .map_or(RoleSet::EMPTY, |s| data.readers_at(*s));

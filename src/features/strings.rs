@@ -246,10 +246,75 @@ impl StrColumn {
 /// Marks a [`DocIndex`] entry whose slots are in `many`.
 const MANY: u32 = 1 << 31;
 
+/// Directories a [`DocIndex`] shares; a URI in any other is kept whole.
+const MAX_DIRECTORIES: usize = u8::MAX as usize;
+
+/// A URI as its directory (up to and including its last `/`) and the rest.
+fn split(uri: &str) -> (&str, &str) {
+    match uri.rfind('/') {
+        Some(i) => uri.split_at(i + 1),
+        None => ("", uri),
+    }
+}
+
+/// A document's URI as a [`DocIndex`] keeps it: a shared directory, then the rest.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Uri<'a>(&'a str, &'a str);
+
+impl Uri<'_> {
+    pub fn len(&self) -> usize {
+        self.0.len() + self.1.len()
+    }
+
+    pub fn bytes(&self) -> impl Iterator<Item = u8> + '_ {
+        self.0.bytes().chain(self.1.bytes())
+    }
+
+    pub fn parts(&self) -> [&str; 2] {
+        [self.0, self.1]
+    }
+}
+
+impl std::fmt::Display for Uri<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.0, self.1)
+    }
+}
+
+impl PartialEq for Uri<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Uri<'_> {}
+
+impl PartialOrd for Uri<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The order of the whole URIs' bytes (the store's order).
+impl Ord for Uri<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if self.0 == other.0 {
+            self.1.cmp(other.1)
+        } else {
+            self.bytes().cmp(other.bytes())
+        }
+    }
+}
+
 /// Each document's rows, by URI.
 #[derive(Debug, Default)]
 pub(crate) struct DocIndex {
-    uris: Strings,
+    /// Per document number: its URI past the directory (whole, when the directory has no
+    /// code).
+    rests: Strings,
+    /// Per document number: its directory's code (index + 1 into `directories`), or 0.
+    dirs: Vec<u8>,
+    directories: Vec<Box<str>>,
     /// Per document number: its one slot, or [`MANY`] | an index into `many`.
     slots: Vec<u32>,
     many: Vec<Box<[u32]>>,
@@ -259,10 +324,36 @@ pub(crate) struct DocIndex {
     state: State,
 }
 
+/// The hash of a URI given as its directory and the rest.
+fn hash_split(state: &State, (dir, rest): (&str, &str)) -> u64 {
+    use std::hash::Hasher;
+    let mut h = state.build_hasher();
+    h.write(dir.as_bytes());
+    h.write_u8(0xff);
+    h.write(rest.as_bytes());
+    h.finish()
+}
+
 impl DocIndex {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.table.len()
+    }
+
+    fn uri_at(&self, d: u32) -> Uri<'_> {
+        let rest = self.rests.get(d);
+        match self.dirs[d as usize] {
+            0 => Uri("", rest),
+            c => Uri(&self.directories[c as usize - 1], rest),
+        }
+    }
+
+    /// Document `d`'s URI split as [`split`] splits it.
+    fn split_at(&self, d: u32) -> (&str, &str) {
+        match self.uri_at(d) {
+            Uri("", whole) => split(whole),
+            Uri(dir, rest) => (dir, rest),
+        }
     }
 
     fn slots_at(&self, d: u32) -> &[u32] {
@@ -275,9 +366,11 @@ impl DocIndex {
     }
 
     fn find(&self, uri: &str) -> Option<u32> {
-        let uris = &self.uris;
+        let parts = split(uri);
         self.table
-            .find(hash(&self.state, uri), |&d| uris.get(d) == uri)
+            .find(hash_split(&self.state, parts), |&d| {
+                self.split_at(d) == parts
+            })
             .copied()
     }
 
@@ -313,6 +406,21 @@ impl DocIndex {
         }
     }
 
+    /// The code of directory `dir`, made if there is room; 0 when none.
+    fn directory(&mut self, dir: &str) -> u8 {
+        if dir.is_empty() {
+            return 0;
+        }
+        if let Some(i) = self.directories.iter().position(|d| &**d == dir) {
+            return i as u8 + 1;
+        }
+        if self.directories.len() < MAX_DIRECTORIES {
+            self.directories.push(dir.into());
+            return self.directories.len() as u8;
+        }
+        0
+    }
+
     /// Set `uri`'s slots (removing it when there are none).
     pub fn set(&mut self, uri: &str, slots: &[u32]) {
         if slots.is_empty() {
@@ -326,48 +434,57 @@ impl DocIndex {
                 self.drop_many(old);
             }
             None => {
-                let d = self.uris.push(uri);
-                if self.slots.len() <= d as usize {
-                    self.slots.resize(d as usize + 1, 0);
+                let (dir, rest) = split(uri);
+                let c = self.directory(dir);
+                let d = self.rests.push(if c == 0 { uri } else { rest });
+                let d_at = d as usize;
+                if self.slots.len() <= d_at {
+                    self.slots.resize(d_at + 1, 0);
+                    self.dirs.resize(d_at + 1, 0);
                 }
-                self.slots[d as usize] = code;
-                let uris = &self.uris;
-                self.table.insert_unique(hash(&self.state, uri), d, |&d| {
-                    hash(&self.state, uris.get(d))
-                });
+                self.slots[d_at] = code;
+                self.dirs[d_at] = c;
+                let h = hash_split(&self.state, (dir, rest));
+                // Out of `self` while it grows, which rehashes the entries from `self`.
+                let mut table = std::mem::take(&mut self.table);
+                table.insert_unique(h, d, |d| hash_split(&self.state, self.split_at(*d)));
+                self.table = table;
             }
         }
     }
 
     /// Take `uri` out; returns its slots.
     pub fn remove(&mut self, uri: &str) -> Vec<u32> {
-        let uris = &self.uris;
-        let Ok(entry) = self
-            .table
-            .find_entry(hash(&self.state, uri), |&d| uris.get(d) == uri)
-        else {
+        let Some(d) = self.find(uri) else {
             return Vec::new();
         };
-        let (d, _) = entry.remove();
+        let parts = split(uri);
+        if let Ok(entry) = self
+            .table
+            .find_entry(hash_split(&self.state, parts), |&x| x == d)
+        {
+            entry.remove();
+        }
         let out = self.slots_at(d).to_vec();
         self.drop_many(self.slots[d as usize]);
-        self.uris.remove(d);
+        self.rests.remove(d);
         out
     }
 
     /// Every document and its slots, in no order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &[u32])> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (Uri<'_>, &[u32])> + '_ {
         self.table
             .iter()
-            .map(|&d| (self.uris.get(d), self.slots_at(d)))
+            .map(|&d| (self.uri_at(d), self.slots_at(d)))
     }
 
     pub fn reserve(&mut self, docs: usize) {
-        let uris = &self.uris;
-        self.table
-            .reserve(docs, |&d| hash(&self.state, uris.get(d)));
+        let mut table = std::mem::take(&mut self.table);
+        table.reserve(docs, |d| hash_split(&self.state, self.split_at(*d)));
+        self.table = table;
         self.slots.reserve(docs);
-        self.uris.locs.reserve(docs);
+        self.dirs.reserve(docs);
+        self.rests.locs.reserve(docs);
     }
 }
 
@@ -478,5 +595,44 @@ mod tests {
         d.set("/a.json", &[]);
         assert_eq!(d.len(), 2);
         assert_eq!(d.many_free.len(), 2);
+    }
+
+    #[test]
+    fn uris_share_directories_and_sort_as_the_store_does() {
+        let mut d = DocIndex::default();
+        // 300 directories: past the 255 shared, URIs are kept whole.
+        let mut uris: Vec<String> = (0..300)
+            .flat_map(|i| {
+                [
+                    format!("/dir{i}/a.json"),
+                    format!("/dir{i}/b/c.json"),
+                    format!("/dir{i}/"),
+                ]
+            })
+            .collect();
+        uris.extend(["plain".to_string(), "/".to_string(), "".to_string()]);
+        uris.push("/dir1/a.json/".to_string());
+        uris.push("/dir1-a.json".to_string());
+        for (i, u) in uris.iter().enumerate() {
+            d.set(u, &[i as u32]);
+        }
+        assert_eq!(d.directories.len(), MAX_DIRECTORIES);
+        for (i, u) in uris.iter().enumerate() {
+            assert_eq!(d.get(u), [i as u32], "{u}");
+        }
+        assert_eq!(d.get("/dir1/"), [5]);
+        assert_eq!(d.get("/dir1"), [] as [u32; 0]);
+        assert_eq!(d.get("/dir299/a.jso"), [] as [u32; 0]);
+        let mut listed: Vec<(Uri<'_>, &[u32])> = d.iter().collect();
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut sorted = uris.clone();
+        sorted.sort();
+        let listed: Vec<String> = listed.iter().map(|(u, _)| u.to_string()).collect();
+        assert_eq!(listed, sorted);
+        for u in &uris[..450] {
+            assert_eq!(d.remove(u).len(), 1);
+        }
+        assert_eq!(d.len(), uris.len() - 450);
+        assert_eq!(d.get(&uris[451]), [451]);
     }
 }

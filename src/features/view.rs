@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use super::strings::{DocIndex, StrColumn};
+use super::strings::{DocIndex, StrColumn, Uri};
 use super::template::{Cell, Kind, ViewDef};
 use super::where_clause::{Datum, Row};
 use crate::acl::{Caller, Permissions, RoleSet};
@@ -466,10 +466,10 @@ impl ViewData {
     }
 
     /// Every document with rows, in URI order, with its rows' slots.
-    pub(crate) fn documents(&self) -> Vec<(&str, &[u32])> {
+    pub(crate) fn documents(&self) -> Vec<(Uri<'_>, &[u32])> {
         use rayon::slice::ParallelSliceMut;
-        let mut docs: Vec<(&str, &[u32])> = self.docs.iter().collect();
-        docs.par_sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut docs: Vec<(Uri<'_>, &[u32])> = self.docs.iter().collect();
+        docs.par_sort_unstable_by(|a, b| a.0.cmp(&b.0));
         docs
     }
 

@@ -259,7 +259,8 @@ impl PointIndex {
         self.arena.iter().filter(|e| e.id != DEAD)
     }
 
-    pub fn insert(&mut self, e: PointEntry) {
+    /// Add a point; returns its arena slot.
+    pub fn insert(&mut self, e: PointEntry) -> u32 {
         debug_assert_ne!(e.id, DEAD);
         let slot = match self.free.pop() {
             Some(s) => {
@@ -281,11 +282,11 @@ impl PointIndex {
             .find(|b| b.slots.len() + 1 < SPLIT_AT)
         {
             b.slots.push(slot);
-            return;
+            return slot;
         }
         let Some(nearest) = self.tree.nearest_neighbor(e.xy).cloned() else {
             self.tree.insert(bucket(vec![slot], &self.arena));
-            return;
+            return slot;
         };
         // The bucket's box changes, so it leaves the tree and comes back.
         let mut slots = self
@@ -293,20 +294,34 @@ impl PointIndex {
             .remove(&nearest)
             .map(|b| b.slots)
             .unwrap_or_default();
+        let at = slot;
         slots.push(slot);
         if slots.len() < SPLIT_AT {
             self.tree.insert(bucket(slots, &self.arena));
-            return;
+            return at;
         }
         // Split on the longer axis at the median.
         let b = bucket(slots, &self.arena);
         let axis = usize::from(b.bbox[3] - b.bbox[1] > b.bbox[2] - b.bbox[0]);
         let mut slots = b.slots;
         let arena = &self.arena;
-        slots.sort_by(|p, q| arena[*p as usize].xy[axis].total_cmp(&arena[*q as usize].xy[axis]));
+        slots.sort_by(|p, q| {
+            let (a, b) = (arena[*p as usize].xy, arena[*q as usize].xy);
+            a[axis].total_cmp(&b[axis])
+        });
         let right = slots.split_off(slots.len() / 2);
         self.tree.insert(bucket(slots, &self.arena));
         self.tree.insert(bucket(right, &self.arena));
+        at
+    }
+
+    /// Every live point's arena slot and id.
+    pub fn slots(&self) -> impl Iterator<Item = (u32, FeatureId)> + '_ {
+        self.arena
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.id != DEAD)
+            .map(|(s, e)| (s as u32, e.id))
     }
 
     /// Remove one entry; `false` if it was not there.
@@ -317,9 +332,17 @@ impl PointIndex {
                 found = Some(s);
             }
         });
-        let Some(slot) = found else {
+        found.is_some_and(|slot| self.remove_at(slot, e.id))
+    }
+
+    /// Remove the entry at arena `slot`, when it is `id`'s; `false` if it is not.
+    pub fn remove_at(&mut self, slot: u32, id: FeatureId) -> bool {
+        let Some(&e) = self.arena.get(slot as usize) else {
             return false;
         };
+        if e.id != id || id == DEAD {
+            return false;
+        }
         self.exact.remove(slot, e.xy);
         let mut emptied = None;
         let _ = self

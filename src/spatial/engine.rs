@@ -38,17 +38,29 @@ enum Slot {
     Shape(Arc<Shape>),
 }
 
-/// What each id has indexed: a point inline (nearly every feature of a point layer), any
-/// other geometry in a map.
+/// What each id has indexed, to remove it: a point by where it sits (its shard, and its slot
+/// in that shard's point arena: six bytes, not its coordinates again), any other geometry in
+/// a map.
 #[derive(Default)]
 struct Registry {
-    /// `[NaN, NaN]`: not a point (see `others`), or nothing.
-    points: Vec<[f64; 2]>,
+    /// Per id: its point's arena slot, [`NO_POINT`], or [`PENDING`].
+    point_slot: Vec<u32>,
+    point_shard: Vec<u16>,
     others: crate::FastMap<FeatureId, Slot>,
     len: usize,
 }
 
-const NOT_A_POINT: [f64; 2] = [f64::NAN, f64::NAN];
+/// The id has no point of its own (nothing, or another geometry).
+const NO_POINT: u32 = u32::MAX;
+/// A point of a bulk load: its slot is known once its shard is rebuilt.
+const PENDING: u32 = u32::MAX - 1;
+
+/// What an id had.
+enum Held {
+    Nothing,
+    Point { shard: usize, slot: u32 },
+    Other(Slot),
+}
 
 impl Registry {
     fn len(&self) -> usize {
@@ -56,36 +68,64 @@ impl Registry {
     }
 
     fn reserve(&mut self, top: FeatureId) {
-        if self.points.len() <= top as usize {
-            self.points.resize(top as usize + 1, NOT_A_POINT);
+        if self.point_slot.len() <= top as usize {
+            self.point_slot.resize(top as usize + 1, NO_POINT);
+            self.point_shard.resize(top as usize + 1, 0);
         }
     }
 
-    /// Take out what `id` has (`Slot::Empty` when nothing).
-    fn take(&mut self, id: FeatureId) -> Slot {
-        let old = match self.points.get_mut(id as usize) {
-            Some(xy) if !xy[0].is_nan() => Slot::Point(std::mem::replace(xy, NOT_A_POINT)),
-            _ => self.others.remove(&id).unwrap_or_default(),
+    /// Take out what `id` has.
+    fn take(&mut self, id: FeatureId) -> Held {
+        let i = id as usize;
+        let held = match self.point_slot.get(i).copied() {
+            Some(slot) if slot != NO_POINT => {
+                self.point_slot[i] = NO_POINT;
+                Held::Point {
+                    shard: self.point_shard[i] as usize,
+                    slot,
+                }
+            }
+            _ => match self.others.remove(&id) {
+                None | Some(Slot::Empty) => Held::Nothing,
+                Some(other) => Held::Other(other),
+            },
         };
-        if !matches!(old, Slot::Empty) {
+        if !matches!(held, Held::Nothing) {
             self.len -= 1;
         }
-        old
+        held
     }
 
-    /// Set what `id` has; it must have nothing now.
-    fn put(&mut self, id: FeatureId, slot: Slot) {
-        match slot {
-            Slot::Empty => return,
-            Slot::Point(xy) => {
-                self.reserve(id);
-                self.points[id as usize] = xy;
-            }
-            other => {
-                self.others.insert(id, other);
-            }
-        }
+    /// `id`'s point is at `slot` of `shard`; `id` must have nothing now.
+    fn put_point(&mut self, id: FeatureId, shard: usize, slot: u32) {
+        self.reserve(id);
+        self.point_slot[id as usize] = slot;
+        self.point_shard[id as usize] = shard as u16;
         self.len += 1;
+    }
+
+    /// `id` has a geometry other than a point; it must have nothing now.
+    fn put_other(&mut self, id: FeatureId, slot: Slot) {
+        if matches!(slot, Slot::Empty) {
+            return;
+        }
+        self.others.insert(id, slot);
+        self.len += 1;
+    }
+
+    /// After a rebuild of `shard`: its point arena holds `id` at `slot`. An id of the bulk
+    /// load ([`PENDING`]) learns its shard; a point already there moved; the entries of a
+    /// multipoint are not the registry's.
+    fn placed(&mut self, id: FeatureId, shard: u16, slot: u32) {
+        let i = id as usize;
+        match self.point_slot.get(i).copied() {
+            Some(PENDING) => {
+                self.point_slot[i] = slot;
+                self.point_shard[i] = shard;
+            }
+            Some(s) if s != NO_POINT && self.point_shard[i] == shard => self.point_slot[i] = slot,
+            _ => {}
+        }
     }
 }
 
@@ -140,6 +180,9 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: EngineConfig) -> Result<Engine, String> {
+        if config.shards > u16::MAX as usize + 1 {
+            return Err(format!("at most {} shards", u16::MAX as usize + 1));
+        }
         let partitioner = Partitioner::new(config.resolution, config.shards)?;
         let shards = (0..config.shards)
             .map(|_| RwLock::new(ShardIndex::new()))
@@ -226,10 +269,14 @@ impl Engine {
     }
 
     fn remove_locked(&self, registry: &mut Registry, id: FeatureId) -> bool {
-        let old = registry.take(id);
-        if matches!(old, Slot::Empty) {
-            return false;
-        }
+        let old = match registry.take(id) {
+            Held::Nothing => return false,
+            Held::Point { shard, slot } => {
+                self.shards[shard].write().points.remove_at(slot, id);
+                return true;
+            }
+            Held::Other(old) => old,
+        };
         let b = self.entries(id, &old);
         for (s, e) in b.points {
             self.shards[s].write().points.remove(&e);
@@ -262,8 +309,16 @@ impl Engine {
         let built = self.entries(id, &slot);
         let mut registry = self.registry.lock();
         self.remove_locked(&mut registry, id);
-        registry.put(id, slot);
-        self.apply(built);
+        match (&slot, built.points.first()) {
+            (Slot::Point(_), Some(&(s, e))) => {
+                let at = self.shards[s].write().points.insert(e);
+                registry.put_point(id, s, at);
+            }
+            _ => {
+                registry.put_other(id, slot);
+                self.apply(built);
+            }
+        }
     }
 
     /// Remove a feature; `false` if the id had nothing.
@@ -320,18 +375,38 @@ impl Engine {
         }
         for (id, slot) in slots {
             self.remove_locked(&mut registry, id);
-            registry.put(id, slot);
-        }
-        batches.into_par_iter().enumerate().for_each(|(s, b)| {
-            if b.points.is_empty() && b.parts.is_empty() && b.envelopes.is_empty() {
-                return;
+            match slot {
+                // Its shard and slot are known once the shards are rebuilt.
+                Slot::Point(_) => registry.put_point(id, 0, PENDING),
+                other => registry.put_other(id, other),
             }
-            // Readers keep using the old trees while the new ones are built.
-            let fresh = self.shards[s]
-                .read()
-                .rebuilt_with(b.points, b.parts, b.envelopes);
-            *self.shards[s].write() = fresh;
-        });
+        }
+        // A rebuild puts every point of its shard in a new slot: (id, shard, slot), sorted by
+        // id so the registry is written in order.
+        let mut placed: Vec<(FeatureId, u16, u32)> = batches
+            .into_par_iter()
+            .enumerate()
+            .flat_map_iter(|(s, b)| {
+                if b.points.is_empty() && b.parts.is_empty() && b.envelopes.is_empty() {
+                    return Vec::new();
+                }
+                // Readers keep using the old trees while the new ones are built.
+                let fresh = self.shards[s]
+                    .read()
+                    .rebuilt_with(b.points, b.parts, b.envelopes);
+                let placed: Vec<(FeatureId, u16, u32)> = fresh
+                    .points
+                    .slots()
+                    .map(|(slot, id)| (id, s as u16, slot))
+                    .collect();
+                *self.shards[s].write() = fresh;
+                placed
+            })
+            .collect();
+        placed.par_sort_unstable_by_key(|p| p.0);
+        for (id, shard, slot) in placed {
+            registry.placed(id, shard, slot);
+        }
     }
 
     /// The ids of the features that stand in relation `rel` to `q`, ascending and unique.
