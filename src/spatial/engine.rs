@@ -129,6 +129,35 @@ impl Registry {
     }
 }
 
+/// `items` with each id once: the last geometry given for it, as inserts one after another
+/// would leave. Unchanged (no copy) when no id repeats.
+fn last_of_each(items: Vec<(FeatureId, Geometry<f64>)>) -> Vec<(FeatureId, Geometry<f64>)> {
+    let top = items.iter().map(|(id, _)| *id as usize).max().unwrap_or(0);
+    let mut seen = vec![0u64; top / 64 + 1];
+    let mut repeats = false;
+    for (id, _) in items.iter().rev() {
+        let (w, bit) = (*id as usize / 64, 1u64 << (*id % 64));
+        repeats |= seen[w] & bit != 0;
+        seen[w] |= bit;
+    }
+    if !repeats {
+        return items;
+    }
+    seen.iter_mut().for_each(|w| *w = 0);
+    let mut kept: Vec<(FeatureId, Geometry<f64>)> = items
+        .into_iter()
+        .rev()
+        .filter(|(id, _)| {
+            let (w, bit) = (*id as usize / 64, 1u64 << (*id % 64));
+            let first = seen[w] & bit == 0;
+            seen[w] |= bit;
+            first
+        })
+        .collect();
+    kept.reverse();
+    kept
+}
+
 /// A region query given up at its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PastDeadline;
@@ -330,6 +359,7 @@ impl Engine {
     /// Index many features at once: entries are built in parallel and each shard's trees are
     /// bulk-loaded (existing entries included) and swapped in. Replaces existing ids.
     pub fn bulk_load(&self, items: Vec<(FeatureId, Geometry<f64>)>) {
+        let items = last_of_each(items);
         let slots: Vec<(FeatureId, Slot)> = items
             .into_par_iter()
             .map(|(id, g)| (id, Self::slot_for(g)))
@@ -698,5 +728,31 @@ mod tests {
         assert_eq!(e.len(), 1);
         let sizes: usize = e.shard_sizes().iter().map(|s| s.0 + s.1 + s.2).sum();
         assert_eq!(sizes, 1, "removal leaves no stray entries");
+    }
+
+    #[test]
+    fn a_bulk_load_giving_an_id_twice_keeps_the_last() {
+        let e = Engine::new(EngineConfig {
+            shards: 4,
+            resolution: 3,
+        })
+        .unwrap();
+        let square = Geometry::Polygon(
+            polygon![(x: 0., y: 0.), (x: 20., y: 0.), (x: 20., y: 20.), (x: 0., y: 20.), (x: 0., y: 0.)],
+        );
+        e.bulk_load(vec![
+            (1, Geometry::Point(point!(x: 10.0, y: 10.0))),
+            (2, square),
+            (1, Geometry::Point(point!(x: -50.0, y: 40.0))),
+            (2, Geometry::Point(point!(x: 5.0, y: 5.0))),
+        ]);
+        let at = |x: f64, y: f64| e.query(&Query::point(x, y), Relation::Contains);
+        assert_eq!(e.len(), 2);
+        assert_eq!(at(10.0, 10.0), Vec::<FeatureId>::new());
+        assert_eq!(at(-50.0, 40.0), vec![1]);
+        assert_eq!(at(5.0, 5.0), vec![2]);
+        assert!(e.remove(1) && e.remove(2));
+        let sizes: usize = e.shard_sizes().iter().map(|s| s.0 + s.1 + s.2).sum();
+        assert_eq!(sizes, 0, "no entry of a repeated id is left behind");
     }
 }
