@@ -420,13 +420,15 @@ fn decode(
                 if first + n > rows {
                     return Err("damaged (more rows than the view holds)".into());
                 }
-                if n == 0 || !by_uri.get(uri).is_empty() {
-                    return Err("damaged (a document listed twice, or without rows)".into());
+                if n == 0 {
+                    return Err("damaged (a document without rows)".into());
                 }
                 readers.resize(first + n, r);
                 slots.clear();
                 slots.extend(first as u32..(first + n) as u32);
-                by_uri.set(uri, &slots);
+                if !by_uri.set(uri, &slots) {
+                    return Err("damaged (a document listed twice)".into());
+                }
             }
             if readers.len() != rows {
                 return Err("damaged (fewer rows than the view holds)".into());

@@ -142,12 +142,6 @@ impl StrColumn {
         }
     }
 
-    /// Append a row (a column read back in slot order).
-    pub fn push(&mut self, value: Option<&str>) {
-        let new = value.map_or(NULL, |s| self.intern(s));
-        self.codes.push(new);
-    }
-
     /// The number of a row's value (equal values, equal numbers), or `None` when null.
     #[inline]
     pub fn code(&self, slot: usize) -> Option<u32> {
@@ -365,18 +359,17 @@ impl DocIndex {
         }
     }
 
-    fn find(&self, uri: &str) -> Option<u32> {
+    /// `uri` split, its hash, and its document number if it has one.
+    fn find<'u>(&self, uri: &'u str) -> ((&'u str, &'u str), u64, Option<u32>) {
         let parts = split(uri);
-        self.table
-            .find(hash_split(&self.state, parts), |&d| {
-                self.split_at(d) == parts
-            })
-            .copied()
+        let h = hash_split(&self.state, parts);
+        let d = self.table.find(h, |&d| self.split_at(d) == parts).copied();
+        (parts, h, d)
     }
 
     /// The slots of `uri`'s rows (none when it has none).
     pub fn get(&self, uri: &str) -> &[u32] {
-        self.find(uri).map_or(&[], |d| self.slots_at(d))
+        self.find(uri).2.map_or(&[], |d| self.slots_at(d))
     }
 
     fn encode(&mut self, slots: &[u32]) -> u32 {
@@ -421,48 +414,40 @@ impl DocIndex {
         0
     }
 
-    /// Set `uri`'s slots (removing it when there are none).
-    pub fn set(&mut self, uri: &str, slots: &[u32]) {
+    /// Set `uri`'s slots (removing it when there are none); `true` when it had none.
+    pub fn set(&mut self, uri: &str, slots: &[u32]) -> bool {
         if slots.is_empty() {
-            self.remove(uri);
-            return;
+            return self.remove(uri).is_empty();
         }
         let code = self.encode(slots);
-        match self.find(uri) {
-            Some(d) => {
-                let old = std::mem::replace(&mut self.slots[d as usize], code);
-                self.drop_many(old);
-            }
-            None => {
-                let (dir, rest) = split(uri);
-                let c = self.directory(dir);
-                let d = self.rests.push(if c == 0 { uri } else { rest });
-                let d_at = d as usize;
-                if self.slots.len() <= d_at {
-                    self.slots.resize(d_at + 1, 0);
-                    self.dirs.resize(d_at + 1, 0);
-                }
-                self.slots[d_at] = code;
-                self.dirs[d_at] = c;
-                let h = hash_split(&self.state, (dir, rest));
-                // Out of `self` while it grows, which rehashes the entries from `self`.
-                let mut table = std::mem::take(&mut self.table);
-                table.insert_unique(h, d, |d| hash_split(&self.state, self.split_at(*d)));
-                self.table = table;
-            }
+        let ((dir, rest), h, found) = self.find(uri);
+        if let Some(d) = found {
+            let old = std::mem::replace(&mut self.slots[d as usize], code);
+            self.drop_many(old);
+            return false;
         }
+        let c = self.directory(dir);
+        let d = self.rests.push(if c == 0 { uri } else { rest });
+        let d_at = d as usize;
+        if self.slots.len() <= d_at {
+            self.slots.resize(d_at + 1, 0);
+            self.dirs.resize(d_at + 1, 0);
+        }
+        self.slots[d_at] = code;
+        self.dirs[d_at] = c;
+        // Out of `self` while it grows, which rehashes the entries from `self`.
+        let mut table = std::mem::take(&mut self.table);
+        table.insert_unique(h, d, |d| hash_split(&self.state, self.split_at(*d)));
+        self.table = table;
+        true
     }
 
     /// Take `uri` out; returns its slots.
     pub fn remove(&mut self, uri: &str) -> Vec<u32> {
-        let Some(d) = self.find(uri) else {
+        let (_, h, Some(d)) = self.find(uri) else {
             return Vec::new();
         };
-        let parts = split(uri);
-        if let Ok(entry) = self
-            .table
-            .find_entry(hash_split(&self.state, parts), |&x| x == d)
-        {
+        if let Ok(entry) = self.table.find_entry(h, |&x| x == d) {
             entry.remove();
         }
         let out = self.slots_at(d).to_vec();

@@ -294,11 +294,10 @@ impl PointIndex {
             .remove(&nearest)
             .map(|b| b.slots)
             .unwrap_or_default();
-        let at = slot;
         slots.push(slot);
         if slots.len() < SPLIT_AT {
             self.tree.insert(bucket(slots, &self.arena));
-            return at;
+            return slot;
         }
         // Split on the longer axis at the median.
         let b = bucket(slots, &self.arena);
@@ -312,7 +311,7 @@ impl PointIndex {
         let right = slots.split_off(slots.len() / 2);
         self.tree.insert(bucket(slots, &self.arena));
         self.tree.insert(bucket(right, &self.arena));
-        at
+        slot
     }
 
     /// Every live point's arena slot and id.
