@@ -108,6 +108,10 @@ pub struct Config {
     /// until the new ones are complete); fewer, at once, holding writes back. 0: always in
     /// the background.
     pub background_build_rows: usize,
+    /// While writes go on, the views are saved to the data directory this often (sooner
+    /// when many documents changed), so that a start after a crash reads them back and only
+    /// the documents changed since; 0: only at a clean stop.
+    pub view_save_secs: u64,
     /// Keep a trace record of every flow run, not only of failed ones.
     pub flow_tracing: bool,
     /// A project directory deployed when the server starts.
@@ -195,6 +199,7 @@ impl Default for Config {
             max_query_vertices: 100_000,
             max_document_vertices: 1_000_000,
             background_build_rows: 100_000,
+            view_save_secs: 60,
             flow_tracing: false,
             project: None,
             cluster: None,
@@ -251,6 +256,7 @@ pub const KEYS: &[&str] = &[
     "max_query_vertices",
     "max_document_vertices",
     "background_build_rows",
+    "view_save_secs",
     "flow_tracing",
     "project",
     "cluster",
@@ -400,6 +406,7 @@ impl Config {
                 self.max_document_vertices = positive(key, parse(key, text)?)?
             }
             "background_build_rows" => self.background_build_rows = parse(key, text)?,
+            "view_save_secs" => self.view_save_secs = parse(key, text)?,
             "flow_tracing" => self.flow_tracing = parse_bool(key, text)?,
             "project" => {
                 self.project = if text.is_empty() {
@@ -600,6 +607,7 @@ mod tests {
             ("max_query_vertices", "1000"),
             ("max_document_vertices", "2000"),
             ("background_build_rows", "0"),
+            ("view_save_secs", "0"),
             ("flow_tracing", "on"),
             ("project", "/p"),
             ("cluster", "nats://127.0.0.1:4222"),

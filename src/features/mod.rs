@@ -117,6 +117,65 @@ pub struct Features {
     /// Views whose saved file holds them as they are: the commit it was saved at, and the
     /// view then (a new one after a definition change).
     on_disk: parking_lot::Mutex<HashMap<ViewKey, (u64, std::sync::Weak<ViewState>)>>,
+    /// Held while the views are saved: when they last were, and as of which commit.
+    saves: parking_lot::Mutex<LastSave>,
+}
+
+struct LastSave {
+    at: std::time::Instant,
+    /// 0 when some view was never saved.
+    point: u64,
+}
+
+/// Most documents changed since views of `rows` rows in all were saved that a start reads
+/// again; past them, it builds the views from every document instead.
+fn most_changes(rows: usize) -> usize {
+    (rows / 10).max(10_000)
+}
+
+/// A thread saving the views while the server runs (see [`Features::save_views_if_due`]).
+pub struct ViewSaver {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    wake: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ViewSaver {
+    /// Look every second (or `every`, if shorter) whether a save is due; none when `every`
+    /// is zero.
+    pub fn start(features: Arc<Features>, every: std::time::Duration) -> ViewSaver {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (wake, sleep) = std::sync::mpsc::channel::<()>();
+        let thread = (!every.is_zero()).then(|| {
+            let stop = stop.clone();
+            let check = every.min(std::time::Duration::from_secs(1));
+            std::thread::Builder::new()
+                .name("view-saver".into())
+                .spawn(move || {
+                    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                        sleep.recv_timeout(check)
+                    {
+                        let cancelled = || stop.load(std::sync::atomic::Ordering::Relaxed);
+                        features.save_views_if_due(every, &cancelled);
+                    }
+                })
+                .ok()
+        });
+        ViewSaver {
+            stop,
+            wake: Some(wake),
+            thread: thread.flatten(),
+        }
+    }
+
+    /// Stop it, cancelling a save under way (the file it would replace stays whole).
+    pub fn stop(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(self.wake.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// A background build of views: the documents changed since it began, to apply to the new
@@ -384,6 +443,10 @@ impl Features {
             rebuild: parking_lot::Mutex::new(None),
             applying: parking_lot::Mutex::new(()),
             on_disk: parking_lot::Mutex::new(HashMap::new()),
+            saves: parking_lot::Mutex::new(LastSave {
+                at: std::time::Instant::now(),
+                point: 0,
+            }),
         });
         let mut catalog = Catalog::default();
         if !features.load_saved_definitions(&mut catalog)? {
@@ -401,6 +464,17 @@ impl Features {
         let (saved, keys) = features.load_saved_views(&catalog, keys)?;
         let built = features.build_views(&catalog, &keys)?;
         catalog.views.extend(built);
+        // Saved as of the oldest file read, or never when a view was built.
+        features.saves.lock().point = if keys.is_empty() {
+            let on_disk = features.on_disk.lock();
+            on_disk
+                .values()
+                .map(|(at, _)| *at)
+                .min()
+                .unwrap_or_else(|| features.store.last_commit())
+        } else {
+            0
+        };
         // Past the empty catalog's, so no early check made against that one is taken.
         catalog.generation = 1;
         features.catch_up(&mut catalog, saved);
@@ -606,7 +680,7 @@ impl Features {
         })
     }
 
-    /// Read back the views saved at the last clean stop that can be used (see [`segment`]):
+    /// Read back the saved views that can be used (see [`segment`]):
     /// those views with the documents changed since each one's commit point, and the keys of
     /// the views still to build.
     fn load_saved_views(
@@ -622,6 +696,7 @@ impl Features {
         let last = self.store.last_commit();
         let mut changes: HashMap<u64, Option<Arc<Vec<String>>>> = HashMap::new();
         let mut saved = Vec::new();
+        let mut read = Vec::new();
         let mut rest = Vec::new();
         for key in keys {
             let Some((template, def)) = catalog.template_of(&key) else {
@@ -659,36 +734,45 @@ impl Features {
                 let changed = changed.ok_or_else(|| {
                     "the documents changed since it was saved were not all recorded".to_string()
                 })?;
-                // Past this, reading each changed document again costs more than a build.
-                let most = (l.data.len() / 10).max(10_000);
-                if changed.len() > most {
-                    return Err(format!(
-                        "{} documents changed since it was saved, more than {most}",
-                        changed.len()
-                    ));
-                }
                 Ok((l, changed))
             });
             match loaded {
                 Ok((l, changed)) => {
-                    let mut diagnostics = self.diagnostics.lock();
-                    diagnostics.clear_view(&key);
-                    for (uri, problem, skipped) in l.diagnostics {
-                        diagnostics.add(&uri, &key, problem, skipped);
-                    }
-                    drop(diagnostics);
                     tracing::debug!(view = %key, secs = reading.elapsed().as_secs_f64(), "saved view read");
-                    let state = Self::state_of(template, l.data, paths, l.indexes);
-                    self.on_disk
-                        .lock()
-                        .insert(key.clone(), (l.point, Arc::downgrade(&state)));
-                    saved.push((key, state, changed));
+                    read.push((key, template, paths, l, changed, file));
                 }
                 Err(why) => {
                     tracing::info!(view = %key, file = %file.display(), why = %why, "saved view not used; building it");
                     rest.push(key);
                 }
             }
+        }
+        // The documents changed since a point are read again once for all the views saved
+        // at it: past what that costs against building those views, they are built.
+        let mut rows_at: HashMap<u64, usize> = HashMap::new();
+        for (_, _, _, l, _, _) in &read {
+            *rows_at.entry(l.point).or_default() += l.data.len();
+        }
+        for (key, template, paths, l, changed, file) in read {
+            let most = most_changes(rows_at[&l.point]);
+            if changed.len() > most {
+                tracing::info!(view = %key, file = %file.display(),
+                    why = %format!("{} documents changed since it was saved, more than {most}", changed.len()),
+                    "saved view not used; building it");
+                rest.push(key);
+                continue;
+            }
+            let mut diagnostics = self.diagnostics.lock();
+            diagnostics.clear_view(&key);
+            for (uri, problem, skipped) in l.diagnostics {
+                diagnostics.add(&uri, &key, problem, skipped);
+            }
+            drop(diagnostics);
+            let state = Self::state_of(template, l.data, paths, l.indexes);
+            self.on_disk
+                .lock()
+                .insert(key.clone(), (l.point, Arc::downgrade(&state)));
+            saved.push((key, state, changed));
         }
         Ok((saved, rest))
     }
@@ -759,14 +843,92 @@ impl Features {
     /// start (see [`segment`]). Call once no write can come: the store's writer has stopped.
     pub fn save_views(&self) {
         self.finish_rebuild();
-        let started = std::time::Instant::now();
+        let mut last = self.saves.lock();
+        self.save(&mut last, self.store.last_commit(), false, &|| false);
+    }
+
+    /// Save the views while writes go on, when `every` has passed since they last were and
+    /// documents changed since, or sooner when the documents changed near the most a start
+    /// reads again (see [`most_changes`]). Not while views are built in the background.
+    /// Returns whether a save was made; `cancelled` stops one midway.
+    pub fn save_views_if_due(
+        &self,
+        every: std::time::Duration,
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> bool {
+        if self.rebuilding() {
+            return false;
+        }
+        let Some(mut last) = self.saves.try_lock() else {
+            return false;
+        };
+        if self.store.last_commit() == last.point {
+            return false;
+        }
+        let elapsed = last.at.elapsed();
+        let due = elapsed >= every
+            || (elapsed >= every / 4 && {
+                let rows: usize = {
+                    let catalog = self.catalog.read();
+                    catalog.views.values().map(|v| v.data.read().len()).sum()
+                };
+                let bound = most_changes(rows);
+                matches!(self.store.recorded_changes(), Ok(Some(n)) if n as usize >= bound / 2)
+            });
+        if !due {
+            return false;
+        }
+        // Every change from `from` on is recorded; the views hold every commit up to
+        // `last_commit` once its hook ran, which the point waits for.
+        let from = match self.store.record_changes() {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "views not saved: the store cannot record changes");
+                return false;
+            }
+        };
+        let waiting = std::time::Instant::now();
+        while self.store.last_commit() < from {
+            if waiting.elapsed() > std::time::Duration::from_secs(10) || cancelled() {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let point = self.store.last_commit();
+        self.save(&mut last, point, true, cancelled)
+    }
+
+    /// Write every view whose file does not hold it as of `point`, then tell the store.
+    /// `live`: writes go on meanwhile (see [`segment::save`]).
+    fn save(
+        &self,
+        last: &mut LastSave,
+        point: u64,
+        live: bool,
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> bool {
+        let started = std::time::Instant::now();
         let dir = segment::dir(self.store.path());
         if let Err(e) = std::fs::create_dir_all(&dir) {
             tracing::warn!(dir = %dir.display(), error = %e, "views not saved");
-            return;
+            return false;
         }
-        let catalog = self.catalog.read();
+        // The views and definitions as they are now; the catalog is not held while saving.
+        let (views, definitions) = {
+            let catalog = self.catalog.read();
+            let views: Vec<(ViewKey, Arc<ViewState>)> = catalog
+                .views
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let definitions: Vec<String> = catalog
+                .templates
+                .keys()
+                .chain(catalog.descriptors.keys())
+                .cloned()
+                .collect();
+            (views, definitions)
+        };
         let mut by_view: HashMap<String, Vec<segment::SavedDiagnostic>> = HashMap::new();
         for ((uri, view), (problem, skipped)) in &self.diagnostics.lock().by_doc {
             by_view
@@ -775,11 +937,7 @@ impl Features {
                 .push((uri.clone(), problem.clone(), *skipped));
         }
         let mut kept = std::collections::HashSet::new();
-        let definitions: Vec<&String> = catalog
-            .templates
-            .keys()
-            .chain(catalog.descriptors.keys())
-            .collect();
+        let definitions: Vec<&String> = definitions.iter().collect();
         match segment::write_definitions(&dir.join(segment::DEFINITIONS), point, &definitions) {
             Ok(()) => {
                 kept.insert(segment::DEFINITIONS.to_string());
@@ -787,12 +945,11 @@ impl Features {
             Err(e) => tracing::warn!(error = %e, "the list of definitions was not saved"),
         }
         let mut rows = 0;
-        let mut on_disk = self.on_disk.lock();
-        for (key, view) in &catalog.views {
+        for (key, view) in &views {
             let name = segment::file_name(key);
             let file = dir.join(&name);
             // Read at start from a file of this very commit, and the same view since.
-            let unchanged = on_disk.get(key).is_some_and(|(at, was)| {
+            let unchanged = self.on_disk.lock().get(key).is_some_and(|(at, was)| {
                 *at == point && was.upgrade().is_some_and(|w| Arc::ptr_eq(&w, view))
             });
             if unchanged && file.exists() {
@@ -806,23 +963,37 @@ impl Features {
                 &view.paths,
                 self.settings.max_document_vertices,
             );
-            let data = view.data.read();
             // The store must never meet a full disk: a file the size of the last one, or
             // a generous 256 bytes a row, must leave it the space it keeps.
             let likely = std::fs::metadata(&file)
                 .map_or(0, |m| m.len())
-                .max(data.len() as u64 * 256);
+                .max(view.data.read().len() as u64 * 256);
             if !self.store.has_room_for(likely) {
                 tracing::warn!(view = %key, bytes = likely, "view not saved: too little free disk; the next start builds it");
                 let _ = std::fs::remove_file(&file);
                 continue;
             }
             let diagnostics = by_view.remove(&key.to_string()).unwrap_or_default();
-            match segment::save(&file, &data, &view.paths, &print, point, &diagnostics) {
-                Ok(()) => {
-                    rows += data.len();
+            match segment::save(
+                &file,
+                &view.data,
+                &view.paths,
+                &print,
+                point,
+                &diagnostics,
+                cancelled,
+            ) {
+                Ok(n) => {
+                    rows += n;
                     kept.insert(name);
-                    on_disk.insert(key.clone(), (point, Arc::downgrade(view)));
+                    self.on_disk
+                        .lock()
+                        .insert(key.clone(), (point, Arc::downgrade(view)));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    // Its old file, if any, is whole and still of use.
+                    tracing::info!(view = %key, "saving the views cancelled");
+                    return false;
                 }
                 Err(e) => {
                     tracing::warn!(view = %key, error = %e, "view not saved; the next start builds it");
@@ -838,16 +1009,41 @@ impl Features {
                 }
             }
         }
-        match self.store.saved_at(point) {
-            Ok(()) => tracing::info!(
-                views = kept.len(),
-                rows,
-                commit = point,
-                secs = started.elapsed().as_secs_f64(),
-                "views saved"
-            ),
+        let recorded = if live {
+            self.store.saved_live(point)
+        } else {
+            self.store.saved_at(point).map(|()| true)
+        };
+        match recorded {
+            Ok(true) => {
+                tracing::info!(
+                    views = kept.len(),
+                    rows,
+                    commit = point,
+                    live,
+                    secs = started.elapsed().as_secs_f64(),
+                    "views saved"
+                );
+                *last = LastSave {
+                    at: std::time::Instant::now(),
+                    point,
+                };
+                true
+            }
+            Ok(false) => {
+                tracing::info!(
+                    commit = point,
+                    "views saved, but more documents changed meanwhile than the store records; the next save replaces them"
+                );
+                *last = LastSave {
+                    at: std::time::Instant::now(),
+                    point: 0,
+                };
+                false
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "views saved, but the store could not record it; the next start builds them")
+                tracing::warn!(error = %e, "views saved, but the store could not record it; the next start builds them");
+                false
             }
         }
     }

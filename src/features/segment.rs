@@ -1,8 +1,8 @@
 //! Views saved to the data directory, so that a start reads them back instead of extracting
 //! every stored document again.
 //!
-//! One file a view, `views/<schema.view>.seg` beside the store, written whole at a store
-//! commit point (a clean stop) and replaced by a rename. It is in sections, each with its
+//! One file a view, `views/<schema.view>.seg` beside the store, written as of a store commit
+//! point (at a clean stop, or while writes go on: see [`save`]) and replaced by a rename. It is in sections, each with its
 //! CRC-32 in a table at the head, so that they are encoded and read back in parallel: the
 //! documents in URI order (URI, readers, rows), one section a column (strings as a
 //! dictionary and an index a row), one a geometry path, and the view's diagnostics. A start uses a file only when its checksum holds, its
@@ -16,11 +16,12 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
 use super::path::Path;
-use super::strings::{DocIndex, StrColumn, Uri};
+use super::strings::{DocIndex, StrColumn};
 use super::template::{Template, ViewDef, ViewKey};
-use super::view::{Column, Geometries, GeometryOut, GeometryRef, ViewData};
+use super::view::{Column, Geometries, GeometryOut, GeometryRef, Listing, ViewData};
 use crate::acl::RoleSet;
 use crate::spatial::Engine;
+use parking_lot::RwLock;
 use rayon::prelude::*;
 
 /// Bumped whenever what a view holds for a document changes meaning.
@@ -223,95 +224,46 @@ fn sections(columns: usize, paths: usize) -> Vec<Section> {
         .collect()
 }
 
+/// Rows encoded under one hold of a view's read lock: a write to the view waits at most
+/// that long while the view is saved.
+const ROWS_PER_HOLD: usize = 1 << 16;
+
+/// A string column's dictionary as it is encoded: the values in order of first use.
+#[derive(Default)]
+struct Dictionary {
+    /// The column's value number -> its place in the dictionary, or `u32::MAX`.
+    index: Vec<u32>,
+    values: Vec<u8>,
+    len: u64,
+}
+
 /// One section's bytes: documents (URI, readers, rows), a column's cells, a geometry path's
-/// geometries (rows in slot order, which is document order), or the diagnostics.
+/// geometries (rows in the listing's order, which is document order), or the diagnostics.
+/// Rows are read from `view` a chunk at a time; `Err` when `cancelled` says so.
 fn encode(
     section: Section,
-    data: &ViewData,
-    docs: &[(Uri<'_>, &[u32])],
+    view: &RwLock<ViewData>,
+    listing: &Listing,
+    slots: &[u32],
     paths: &[&String],
     diagnostics: &[SavedDiagnostic],
-) -> Vec<u8> {
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> std::io::Result<Vec<u8>> {
     let mut w = Vec::new();
-    let slots = || docs.iter().flat_map(|(_, s)| s.iter().map(|s| *s as usize));
+    let mut dictionary = Dictionary::default();
+    let mut rows: Vec<u32> = Vec::new();
     match section {
         Section::Documents => {
-            put_u64(&mut w, docs.len() as u64);
-            for (uri, slots) in docs {
+            put_u64(&mut w, listing.len() as u64);
+            for (uri, readers, slots) in listing.iter() {
                 put_u32(&mut w, uri.len() as u32);
                 for part in uri.parts() {
                     w.extend_from_slice(part.as_bytes());
                 }
-                let readers = slots
-                    .first()
-                    .map_or(RoleSet::EMPTY, |s| data.readers_at(*s));
                 w.push(readers.bits());
                 put_u32(&mut w, slots.len() as u32);
             }
-        }
-        Section::Column(i) => match &data.columns[i] {
-            column @ (Column::Int(_) | Column::Date(_)) => {
-                for s in slots() {
-                    put_option(&mut w, column.int_at(s).map(i64::to_le_bytes));
-                }
-            }
-            Column::Float(v) => {
-                for s in slots() {
-                    put_option(&mut w, v.get(s).map(f64::to_le_bytes));
-                }
-            }
-            Column::Bool(v) => {
-                for s in slots() {
-                    w.push(v.get(s).map_or(0, |b| 1 + u8::from(b)));
-                }
-            }
-            Column::Str(v) => {
-                // A dictionary of the values in order of first use, then an index a row
-                // (u32::MAX: null).
-                let mut index: Vec<u32> = Vec::new();
-                let mut dictionary: Vec<&str> = Vec::new();
-                let mut rows: Vec<u32> = Vec::new();
-                for s in slots() {
-                    rows.push(match v.code(s) {
-                        None => u32::MAX,
-                        Some(c) => {
-                            let c = c as usize;
-                            if index.len() <= c {
-                                index.resize(c + 1, u32::MAX);
-                            }
-                            if index[c] == u32::MAX {
-                                index[c] = dictionary.len() as u32;
-                                dictionary.push(v.get(s).unwrap_or_default());
-                            }
-                            index[c]
-                        }
-                    });
-                }
-                put_u64(&mut w, dictionary.len() as u64);
-                for d in dictionary {
-                    put_bytes(&mut w, d.as_bytes());
-                }
-                for r in rows {
-                    put_u32(&mut w, r);
-                }
-            }
-        },
-        Section::Geometry(p) => {
-            let column = data.geometry_column(paths[p]);
-            for s in slots() {
-                match column.get(s as u32) {
-                    None => w.push(0),
-                    Some(GeometryRef::Point(x, y)) => {
-                        w.push(1);
-                        w.extend_from_slice(&x.to_le_bytes());
-                        w.extend_from_slice(&y.to_le_bytes());
-                    }
-                    Some(GeometryRef::Json(j)) => {
-                        w.push(2);
-                        put_bytes(&mut w, j);
-                    }
-                }
-            }
+            return Ok(w);
         }
         Section::Diagnostics => {
             put_u64(&mut w, diagnostics.len() as u64);
@@ -320,70 +272,180 @@ fn encode(
                 put_bytes(&mut w, problem.as_bytes());
                 w.push(u8::from(*skipped));
             }
+            return Ok(w);
+        }
+        Section::Column(_) | Section::Geometry(_) => {}
+    }
+    let strings =
+        matches!(section, Section::Column(i) if matches!(view.read().columns[i], Column::Str(_)));
+    for chunk in slots.chunks(ROWS_PER_HOLD) {
+        if cancelled() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "the save was cancelled",
+            ));
+        }
+        let data = view.read();
+        let slots = chunk.iter().map(|s| *s as usize);
+        match section {
+            Section::Column(i) => match &data.columns[i] {
+                column @ (Column::Int(_) | Column::Date(_)) => {
+                    for s in slots {
+                        put_option(&mut w, column.int_at(s).map(i64::to_le_bytes));
+                    }
+                }
+                Column::Float(v) => {
+                    for s in slots {
+                        put_option(&mut w, v.get(s).map(f64::to_le_bytes));
+                    }
+                }
+                Column::Bool(v) => {
+                    for s in slots {
+                        w.push(v.get(s).map_or(0, |b| 1 + u8::from(b)));
+                    }
+                }
+                Column::Str(v) => {
+                    // The dictionary, then an index a row (u32::MAX: null), put together
+                    // once every row is read.
+                    let d = &mut dictionary;
+                    for s in slots {
+                        rows.push(match v.code(s) {
+                            None => u32::MAX,
+                            Some(c) => {
+                                let c = c as usize;
+                                if d.index.len() <= c {
+                                    d.index.resize(c + 1, u32::MAX);
+                                }
+                                if d.index[c] == u32::MAX {
+                                    d.index[c] = d.len as u32;
+                                    d.len += 1;
+                                    put_bytes(
+                                        &mut d.values,
+                                        v.get(s).unwrap_or_default().as_bytes(),
+                                    );
+                                }
+                                d.index[c]
+                            }
+                        });
+                    }
+                }
+            },
+            Section::Geometry(p) => {
+                let column = data.geometry_column(paths[p]);
+                for s in slots {
+                    match column.get(s as u32) {
+                        None => w.push(0),
+                        Some(GeometryRef::Point(x, y)) => {
+                            w.push(1);
+                            w.extend_from_slice(&x.to_le_bytes());
+                            w.extend_from_slice(&y.to_le_bytes());
+                        }
+                        Some(GeometryRef::Json(j)) => {
+                            w.push(2);
+                            put_bytes(&mut w, j);
+                        }
+                    }
+                }
+            }
+            Section::Documents | Section::Diagnostics => unreachable!("encoded above"),
         }
     }
-    w
+    if strings {
+        put_u64(&mut w, dictionary.len);
+        w.extend_from_slice(&dictionary.values);
+        for r in rows {
+            put_u32(&mut w, r);
+        }
+    }
+    Ok(w)
 }
 
 /// Size of one entry of the section table: offset, length, CRC-32.
 const ENTRY: usize = 8 + 8 + 4;
 
-/// Write `data` to `file` as of commit `point`: to a temporary file, synced, then renamed
-/// over the old one, so a crash leaves the old file or the new one whole.
+/// Write `view` to `file` as of commit `point`: to a temporary file, synced, then renamed
+/// over the old one, so a crash leaves the old file or the new one whole. Returns the rows
+/// written.
+///
+/// Writes may go on meanwhile: the documents are listed at one moment and the rows read a
+/// chunk at a time, so a row may hold a later write than the listing. Every such row belongs
+/// to a document changed after `point`, which a start reads again anyway
+/// ([`Features::catch_up`](super::Features)), replacing all of that document's rows.
 pub(super) fn save(
     file: &FsPath,
-    data: &ViewData,
+    view: &RwLock<ViewData>,
     paths: &BTreeMap<String, Path>,
     fingerprint: &str,
     point: u64,
     diagnostics: &[SavedDiagnostic],
-) -> std::io::Result<()> {
-    let docs = data.documents();
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> std::io::Result<usize> {
+    let listing = Listing::of(view);
+    let slots: Vec<u32> = listing
+        .iter()
+        .flat_map(|(_, _, s)| s.iter().copied())
+        .collect();
+    let columns = view.read().columns.len();
     let path_names: Vec<&String> = paths.keys().collect();
-    let all = sections(data.columns.len(), path_names.len());
+    let all = sections(columns, path_names.len());
     let mut head = Vec::new();
     head.extend_from_slice(MAGIC);
     put_u32(&mut head, FORMAT);
     put_bytes(&mut head, fingerprint.as_bytes());
     put_u64(&mut head, point);
-    put_u64(&mut head, data.len() as u64);
+    put_u64(&mut head, slots.len() as u64);
     put_u32(&mut head, all.len() as u32);
     let table_at = head.len();
     head.resize(table_at + all.len() * ENTRY + 4, 0);
     let tmp = file.with_extension("seg.tmp");
-    let mut out = std::fs::File::create(&tmp)?;
-    out.write_all(&head)?;
-    let mut offset = head.len() as u64;
-    let threads = rayon::current_num_threads().max(1);
-    // A few sections at a time: as many as there are threads, not the whole file in memory.
-    for (chunk_at, chunk) in all.chunks(threads).enumerate() {
-        let encoded: Vec<Vec<u8>> = chunk
-            .par_iter()
-            .map(|s| encode(*s, data, &docs, &path_names, diagnostics))
-            .collect();
-        for (i, bytes) in encoded.iter().enumerate() {
-            let at = table_at + (chunk_at * threads + i) * ENTRY;
-            head[at..at + 8].copy_from_slice(&offset.to_le_bytes());
-            head[at + 8..at + 16].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
-            head[at + 16..at + 20].copy_from_slice(&crc32fast::hash(bytes).to_le_bytes());
-            out.write_all(bytes)?;
-            offset += bytes.len() as u64;
+    let written = (|| {
+        let mut out = std::fs::File::create(&tmp)?;
+        out.write_all(&head)?;
+        let mut offset = head.len() as u64;
+        let threads = rayon::current_num_threads().max(1);
+        // A few sections at a time: as many as there are threads, not the whole file in memory.
+        for (chunk_at, chunk) in all.chunks(threads).enumerate() {
+            let encoded: Vec<Vec<u8>> = chunk
+                .par_iter()
+                .map(|s| {
+                    encode(
+                        *s,
+                        view,
+                        &listing,
+                        &slots,
+                        &path_names,
+                        diagnostics,
+                        cancelled,
+                    )
+                })
+                .collect::<std::io::Result<_>>()?;
+            for (i, bytes) in encoded.iter().enumerate() {
+                let at = table_at + (chunk_at * threads + i) * ENTRY;
+                head[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+                head[at + 8..at + 16].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+                head[at + 16..at + 20].copy_from_slice(&crc32fast::hash(bytes).to_le_bytes());
+                out.write_all(bytes)?;
+                offset += bytes.len() as u64;
+            }
         }
+        out.write_all(END)?;
+        // The head, its table filled in, summed last.
+        let sum = crc32fast::hash(&head[..head.len() - 4]);
+        let n = head.len();
+        head[n - 4..].copy_from_slice(&sum.to_le_bytes());
+        out.seek(SeekFrom::Start(0))?;
+        out.write_all(&head)?;
+        out.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    out.write_all(END)?;
-    // The head, its table filled in, summed last.
-    let sum = crc32fast::hash(&head[..head.len() - 4]);
-    let n = head.len();
-    head[n - 4..].copy_from_slice(&sum.to_le_bytes());
-    out.seek(SeekFrom::Start(0))?;
-    out.write_all(&head)?;
-    out.sync_all()?;
-    drop(out);
     std::fs::rename(&tmp, file)?;
     if let Some(parent) = file.parent() {
         std::fs::File::open(parent)?.sync_all()?;
     }
-    Ok(())
+    Ok(slots.len())
 }
 
 /// What one section gives back.
@@ -702,10 +764,13 @@ mod tests {
         }
     }
 
-    /// Every row as its cells and geometry, in slot order, with its document's URI.
-    fn dump(data: &ViewData) -> Vec<String> {
+    /// Every row as its cells and geometry, documents in URI order, with its URI and
+    /// readers.
+    fn dump(view: &RwLock<ViewData>) -> Vec<String> {
+        let listing = Listing::of(view);
+        let data = view.read();
         let mut out = Vec::new();
-        for (uri, slots) in data.documents() {
+        for (uri, readers, slots) in listing.iter() {
             for &s in slots {
                 let cells: Vec<String> = data
                     .columns
@@ -716,7 +781,7 @@ mod tests {
                     GeometryRef::Point(x, y) => format!("{x},{y}"),
                     GeometryRef::Json(j) => String::from_utf8_lossy(j).into_owned(),
                 });
-                out.push(format!("{uri} {:?} {cells:?} {g:?}", data.readers_at(s)));
+                out.push(format!("{uri} {readers:?} {cells:?} {g:?}"));
             }
         }
         out
@@ -758,7 +823,11 @@ mod tests {
         let diagnostics = vec![("/x.json".to_string(), "no geometry".to_string(), false)];
         let dir = crate::store::tests::tempdir();
         let file = dir.join("s.v.seg");
-        save(&file, &data, &paths, &print, 42, &diagnostics).unwrap();
+        let data = RwLock::new(data);
+        assert_eq!(
+            save(&file, &data, &paths, &print, 42, &diagnostics, &|| false).unwrap(),
+            4
+        );
 
         let points = std::sync::atomic::AtomicUsize::new(0);
         let index = |items: Vec<(u32, geo::Geometry<f64>)>| -> Result<Arc<Engine>, Fault> {
@@ -771,10 +840,10 @@ mod tests {
         assert_eq!(loaded.point, 42);
         assert_eq!(loaded.diagnostics, diagnostics);
         assert_eq!(loaded.data.len(), 4);
-        assert_eq!(dump(&loaded.data), dump(&data));
         // Rows in URI order, as a build from the documents gives them.
         assert_eq!(loaded.data.slots_of("/a.json"), &[0, 1]);
         assert_eq!(loaded.data.slots_of("/c.json"), &[3]);
+        assert_eq!(dump(&RwLock::new(loaded.data)), dump(&data));
         // Three geometries indexed: the polygon and the two points.
         assert_eq!(points.load(std::sync::atomic::Ordering::Relaxed), 3);
         assert_eq!(loaded.indexes["geometry"].len(), 3);
@@ -808,6 +877,102 @@ mod tests {
                 "{len} bytes"
             );
         }
+    }
+
+    #[test]
+    fn a_view_saved_while_written_is_right_once_the_documents_changed_are_applied() {
+        use std::collections::HashMap;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let t = template();
+        let def = t.views[0].clone();
+        let readers = RoleSet::from_bits(0b11);
+        let point = |i: i64| Some(GeometryOut::Point(i as f64 * 1e-3, (i % 90) as f64));
+        let view = RwLock::new(ViewData::new(def.clone()));
+        const DOCS: i64 = 200_000;
+        {
+            let mut data = view.write();
+            for i in 0..DOCS {
+                let name = format!("n{}", i % 1000);
+                data.add_rows(
+                    &format!("/d/{i}.json"),
+                    readers,
+                    vec![row(i, Some(&name), point(i))],
+                );
+            }
+        }
+        let mut paths = BTreeMap::new();
+        paths.insert("geometry".to_string(), Path::parse("geometry").unwrap());
+        let print = fingerprint(&t, &def, &paths, 100);
+        let dir = crate::store::tests::tempdir();
+        let file = dir.join("s.v.seg");
+
+        // Replacements, removals and new documents, as the writer thread makes them, from
+        // before the save starts until it ends; each value new, so dictionary numbers are
+        // freed and reused meanwhile.
+        let done = AtomicBool::new(false);
+        let writes = AtomicUsize::new(0);
+        let (during, last) = std::thread::scope(|scope| {
+            let writer = scope.spawn(|| {
+                let mut last: HashMap<String, Option<NewRow>> = HashMap::new();
+                let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+                let mut k: i64 = 0;
+                while !done.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let uri = format!("/d/{}.json", x % (DOCS as u64 + DOCS as u64 / 10));
+                    let new = (!x.is_multiple_of(5))
+                        .then(|| row(1_000_000 + k, Some(&format!("w{k}")), point(1_000_000 + k)));
+                    let mut data = view.write();
+                    let old = data.kill_rows(&uri);
+                    if let Some(r) = &new {
+                        data.add_rows(&uri, readers, vec![r.clone()]);
+                    }
+                    data.release(&old);
+                    drop(data);
+                    last.insert(uri, new);
+                    k += 1;
+                    writes.store(k as usize, Ordering::Relaxed);
+                }
+                last
+            });
+            while writes.load(Ordering::Relaxed) < 100 {
+                std::thread::yield_now();
+            }
+            let before = writes.load(Ordering::Relaxed);
+            save(&file, &view, &paths, &print, 7, &[], &|| false).unwrap();
+            let during = writes.load(Ordering::Relaxed) - before;
+            done.store(true, Ordering::Relaxed);
+            (during, writer.join().unwrap())
+        });
+        assert!(during > 0, "no write while saving");
+
+        let index = |items: Vec<(u32, geo::Geometry<f64>)>| -> Result<Arc<Engine>, Fault> {
+            let engine = Engine::new(Default::default()).map_err(|e| e.to_string())?;
+            engine.bulk_load(items);
+            Ok(Arc::new(engine))
+        };
+        let mut loaded = load(&file, def.clone(), &paths, &print, &index).unwrap();
+        assert_eq!(loaded.point, 7);
+        // A start applies every document changed since the save's point: its rows replaced.
+        for (uri, new) in last {
+            let old = loaded.data.kill_rows(&uri);
+            if let Some(r) = new {
+                loaded.data.add_rows(&uri, readers, vec![r]);
+            }
+            loaded.data.release(&old);
+        }
+        let want = dump(&view);
+        let got = dump(&RwLock::new(loaded.data));
+        assert!(want.len() > DOCS as usize / 2);
+        let wrong: Vec<_> = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| g != w)
+            .take(3)
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:?}");
+        assert_eq!(got.len(), want.len());
     }
 
     #[test]

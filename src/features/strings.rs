@@ -21,7 +21,7 @@ const FREE: Loc = u64::MAX;
 /// Garbage below this is never worth a compaction.
 const COMPACT_FROM: usize = 1 << 20;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Strings {
     text: String,
     locs: Vec<Loc>,
@@ -301,7 +301,7 @@ impl Ord for Uri<'_> {
 }
 
 /// Each document's rows, by URI.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct DocIndex {
     /// Per document number: its URI past the directory (whole, when the directory has no
     /// code).
@@ -457,10 +457,24 @@ impl DocIndex {
     }
 
     /// Every document and its slots, in no order.
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = (Uri<'_>, &[u32])> + '_ {
         self.table
             .iter()
             .map(|&d| (self.uri_at(d), self.slots_at(d)))
+    }
+
+    /// Every document's number, in URI order.
+    pub fn sorted(&self) -> Vec<u32> {
+        use rayon::slice::ParallelSliceMut;
+        let mut numbers: Vec<u32> = self.table.iter().copied().collect();
+        numbers.par_sort_unstable_by(|a, b| self.uri_at(*a).cmp(&self.uri_at(*b)));
+        numbers
+    }
+
+    /// Document number `d`'s URI and slots.
+    pub fn entry(&self, d: u32) -> (Uri<'_>, &[u32]) {
+        (self.uri_at(d), self.slots_at(d))
     }
 
     pub fn reserve(&mut self, docs: usize) {

@@ -465,22 +465,6 @@ impl ViewData {
         GeometryColumn(self.geometries.get(path))
     }
 
-    /// Every document with rows, in URI order, with its rows' slots.
-    pub(crate) fn documents(&self) -> Vec<(Uri<'_>, &[u32])> {
-        use rayon::slice::ParallelSliceMut;
-        let mut docs: Vec<(Uri<'_>, &[u32])> = self.docs.iter().collect();
-        docs.par_sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        docs
-    }
-
-    /// The readers of the document behind a row.
-    pub(crate) fn readers_at(&self, slot: u32) -> RoleSet {
-        self.readers
-            .get(slot as usize)
-            .copied()
-            .unwrap_or(RoleSet::EMPTY)
-    }
-
     /// Every live slot, ascending.
     pub(crate) fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
         self.live.ones().map(|s| s as u32)
@@ -489,6 +473,48 @@ impl ViewData {
     /// A row as the `where` evaluator reads it.
     pub fn row(&self, slot: u32) -> RowRef<'_> {
         RowRef { view: self, slot }
+    }
+}
+
+/// The documents of a view and their readers as they were at one moment, in URI order.
+pub(crate) struct Listing {
+    docs: DocIndex,
+    readers: Vec<RoleSet>,
+    order: Vec<u32>,
+}
+
+impl Listing {
+    /// Copied under `view`'s read lock, sorted outside it, so that writes wait only for the
+    /// copy.
+    pub fn of(view: &parking_lot::RwLock<ViewData>) -> Listing {
+        let (docs, readers) = {
+            let data = view.read();
+            (data.docs.clone(), data.readers.clone())
+        };
+        let order = docs.sorted();
+        Listing {
+            docs,
+            readers,
+            order,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Each document's URI, readers (those of its first row) and slots, in URI order.
+    pub fn iter(&self) -> impl Iterator<Item = (Uri<'_>, RoleSet, &[u32])> + '_ {
+        self.order.iter().map(|&d| {
+            let (uri, slots) = self.docs.entry(d);
+            let readers = slots.first().map_or(RoleSet::EMPTY, |s| {
+                self.readers
+                    .get(*s as usize)
+                    .copied()
+                    .unwrap_or(RoleSet::EMPTY)
+            });
+            (uri, readers, slots)
+        })
     }
 }
 

@@ -218,6 +218,10 @@ impl Server {
         if !pinned.is_empty() {
             tracing::info!(cpus = ?pinned, "io threads bound to CPUs");
         }
+        let saver = crate::features::ViewSaver::start(
+            app.features.clone(),
+            Duration::from_secs(app.config.view_save_secs),
+        );
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -304,6 +308,7 @@ impl Server {
         {
             tracing::warn!("grace period over; closing remaining connections");
         }
+        let _ = tokio::task::spawn_blocking(move || saver.stop()).await;
         app.store.shutdown().await;
         // Every write is in: the views as they stand are the store's last commit's.
         let features = app.features.clone();

@@ -121,9 +121,44 @@ pub(super) fn since(
     Ok(Some(out))
 }
 
+/// Record from now on, if not already recording; returns the point from which every change
+/// is recorded.
+pub(super) fn start(txn: &WriteTransaction) -> Result<u64, StoreError> {
+    let mut meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
+    if let Some(from) = read_number(&meta, FROM_KEY)? {
+        return Ok(from);
+    }
+    let from = read_number(&meta, COMMITS_KEY)?.unwrap_or(0);
+    meta.insert(FROM_KEY, from.to_string().as_bytes())
+        .map_err(storage)?;
+    meta.insert(COUNT_KEY, b"0".as_slice()).map_err(storage)?;
+    Ok(from)
+}
+
+/// How many URIs were recorded since the save point (a URI changed twice counts twice), or
+/// `None` when not recording.
+pub(super) fn recorded(txn: &redb::ReadTransaction) -> Result<Option<u64>, StoreError> {
+    let meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
+    if read_number(&meta, FROM_KEY)?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(read_number(&meta, COUNT_KEY)?.unwrap_or(0)))
+}
+
 /// Data derived from the store was saved at commit `point`: record from there on, and forget
-/// what came before.
-pub(super) fn saved_at(txn: &WriteTransaction, point: u64) -> Result<(), StoreError> {
+/// what came before. With `writes_went_on`, only when every change since `point` was
+/// recorded (the record may have been dropped during the save); `false` when not.
+pub(super) fn saved_at(
+    txn: &WriteTransaction,
+    point: u64,
+    writes_went_on: bool,
+) -> Result<bool, StoreError> {
+    if writes_went_on {
+        let meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
+        if read_number(&meta, FROM_KEY)?.is_none_or(|from| from > point) {
+            return Ok(false);
+        }
+    }
     let mut left = BTreeSet::new();
     {
         let mut changes = txn.open_table(CHANGES).map_err(storage)?;
@@ -138,5 +173,5 @@ pub(super) fn saved_at(txn: &WriteTransaction, point: u64) -> Result<(), StoreEr
         .map_err(storage)?;
     meta.insert(COUNT_KEY, left.len().to_string().as_bytes())
         .map_err(storage)?;
-    Ok(())
+    Ok(true)
 }

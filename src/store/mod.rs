@@ -555,7 +555,8 @@ impl Store {
         free_bytes(dir).is_none_or(|free| free >= self.min_free_bytes.saturating_add(bytes))
     }
 
-    /// The number of the last commit that changed documents (0 before any).
+    /// The number of the last commit that changed documents (0 before any), once the commit
+    /// hook has seen it: the views hold every commit up to it.
     pub fn last_commit(&self) -> u64 {
         self.stats.last_commit.load(Ordering::Acquire)
     }
@@ -570,13 +571,44 @@ impl Store {
         changes::since(&txn, point)
     }
 
-    /// Data derived from the documents was saved as of commit `point`: from now on, record
-    /// which documents each commit changes, so that it can be brought up to date.
+    /// Data derived from the documents was saved as of commit `point`, no write going on:
+    /// from now on, record which documents each commit changes, so that it can be brought up
+    /// to date.
     pub fn saved_at(&self, point: u64) -> Result<(), StoreError> {
+        self.record_saved(point, false).map(|_| ())
+    }
+
+    /// Data derived from the documents was saved while writes went on, holding at least
+    /// every commit up to `point`: keep recording from `point`. `false` when the changes
+    /// since `point` were not all recorded (see [`Store::record_changes`]): the saved data
+    /// is then of no use.
+    pub fn saved_live(&self, point: u64) -> Result<bool, StoreError> {
+        self.record_saved(point, true)
+    }
+
+    fn record_saved(&self, point: u64, writes_went_on: bool) -> Result<bool, StoreError> {
         let mut txn = self.db.begin_write().map_err(storage)?;
         txn.set_quick_repair(self.quick_repair);
-        changes::saved_at(&txn, point)?;
-        txn.commit().map_err(storage)
+        let kept = changes::saved_at(&txn, point, writes_went_on)?;
+        txn.commit().map_err(storage)?;
+        Ok(kept)
+    }
+
+    /// Record the documents each commit changes from now on, if not already: for a save
+    /// while writes go on. Returns the commit from which every change is recorded.
+    pub fn record_changes(&self) -> Result<u64, StoreError> {
+        let mut txn = self.db.begin_write().map_err(storage)?;
+        txn.set_quick_repair(self.quick_repair);
+        let from = changes::start(&txn)?;
+        txn.commit().map_err(storage)?;
+        Ok(from)
+    }
+
+    /// How many document changes were recorded since the last save point (a document
+    /// changed twice counts twice); `None` when none is set.
+    pub fn recorded_changes(&self) -> Result<Option<u64>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        changes::recorded(&txn)
     }
 
     /// The last log entry this store applied (0 before any).
@@ -969,9 +1001,6 @@ fn commit_batch(
     match result {
         Ok(()) => {
             applied.store(last, Ordering::Release);
-            if let Some(c) = commit {
-                stats.last_commit.store(c, Ordering::Release);
-            }
             crate::metrics::record(|m| {
                 m.commits.inc();
                 m.commit_batch.observe(batch.len() as f64);
@@ -992,6 +1021,9 @@ fn commit_batch(
                     Ok(s) => settling = s,
                     Err(_) => tracing::error!(changes = changes.len(), "commit hook panicked"),
                 }
+            }
+            if let Some(c) = commit {
+                stats.last_commit.store(c, Ordering::Release);
             }
             let mut later = Vec::new();
             for ((req, answer), span) in batch.drain(..).zip(answers).zip(spans) {
@@ -1412,6 +1444,49 @@ pub(crate) mod tests {
             assert_eq!(store.changed_since(5).unwrap(), set(&["/j"]));
             store.shutdown_blocking();
         }
+    }
+
+    #[test]
+    fn a_save_while_writes_go_on_starts_the_record_first_and_counts_only_if_it_held() {
+        let dir = tempdir();
+        let set = |v: &[&str]| -> Option<std::collections::BTreeSet<String>> {
+            Some(v.iter().map(|s| s.to_string()).collect())
+        };
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        store
+            .write_blocking(&writer(), vec![put("/a", "1")])
+            .unwrap();
+        assert_eq!(store.recorded_changes().unwrap(), None);
+        // Recording starts at the last commit; a second call keeps that point.
+        assert_eq!(store.record_changes().unwrap(), 1);
+        assert_eq!(store.recorded_changes().unwrap(), Some(0));
+        store
+            .write_blocking(&writer(), vec![put("/b", "1"), put("/a", "2")])
+            .unwrap();
+        assert_eq!(store.record_changes().unwrap(), 1);
+        store
+            .write_blocking(&writer(), vec![put("/b", "2")])
+            .unwrap();
+        assert_eq!(store.recorded_changes().unwrap(), Some(3));
+        assert_eq!(store.changed_since(1).unwrap(), set(&["/a", "/b"]));
+        // Saved as of commit 2 while commit 3 went on: commit 3 stays recorded.
+        assert!(store.saved_live(2).unwrap());
+        assert_eq!(store.changed_since(2).unwrap(), set(&["/b"]));
+        assert_eq!(store.changed_since(1).unwrap(), None);
+        assert_eq!(store.recorded_changes().unwrap(), Some(1));
+        // The record dropped during a save (past MAX_RECORDED, 6 in tests): the save is
+        // of no use, and says so without setting a save point.
+        store
+            .write_blocking(
+                &writer(),
+                (0..7).map(|i| put(&format!("/x{i}"), "1")).collect(),
+            )
+            .unwrap();
+        assert_eq!(store.recorded_changes().unwrap(), None);
+        assert!(!store.saved_live(4).unwrap());
+        assert_eq!(store.changed_since(4).unwrap(), None);
+        assert_eq!(store.recorded_changes().unwrap(), None);
+        store.shutdown_blocking();
     }
 
     #[test]
