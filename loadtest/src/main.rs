@@ -144,6 +144,13 @@ enum Command {
         /// (`id`, `X`, `Y` as strings) for the flow to turn into feature documents.
         #[arg(long)]
         flow: Option<String>,
+        /// Replace places of a `geoshard load`ed places-N layer instead (`/places/0/<id>.json`
+        /// in collection `places`, ids spread over 1..=N), so every write changes its view.
+        #[arg(long)]
+        places: Option<u64>,
+        /// Write each measured PUT to this file: its start (Unix ms) and latency (µs).
+        #[arg(long)]
+        latencies: Option<PathBuf>,
     },
 }
 
@@ -349,14 +356,17 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             warmup,
             threads,
             flow,
+            places,
+            latencies,
         } => runtime(threads)?.block_on(put(
             addr,
             &user,
             &password,
             connections,
-            warmup,
-            duration,
+            (warmup, duration),
             flow,
+            places,
+            latencies,
         )),
     }
 }
@@ -472,21 +482,27 @@ fn health_counter(v: &serde_json::Value, name: &str) -> u64 {
     v[name].as_u64().unwrap_or(0)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn put(
     addr: SocketAddr,
     user: &str,
     password: &str,
     connections: usize,
-    warmup: f64,
-    duration: f64,
+    (warmup, duration): (f64, f64),
     flow: Option<String>,
+    places: Option<u64>,
+    latencies: Option<PathBuf>,
 ) -> Result<(), BoxError> {
     let flow = match flow.as_deref().map(|f| f.split_once(':')) {
         None => None,
         Some(Some((e, f))) => Some((e.to_string(), f.to_string())),
         Some(None) => return Err("--flow takes Entity:Flow".into()),
     };
-    let label = if flow.is_some() { "put-flow" } else { "put" };
+    let label = match (&flow, places) {
+        (Some(_), _) => "put-flow",
+        (None, Some(_)) => "put-places",
+        (None, None) => "put",
+    };
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
@@ -495,12 +511,24 @@ async fn put(
         let mut conn = Conn::connect(addr, user, password).await?;
         let (measuring, stop, errors) = (measuring.clone(), stop.clone(), errors.clone());
         let flow = flow.clone();
+        let keep = latencies.is_some();
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+            let mut each: Vec<(u64, u64)> = Vec::new();
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let (x, y) = ((i % 360) as f64 - 180.0, (c % 180) as f64 - 90.0);
                 let (target, body) = match &flow {
+                    None if places.is_some() => {
+                        let n = places.unwrap_or(1).max(1);
+                        let id = 1 + (c as u64 * 7_919 + i * 104_729) % n;
+                        (
+                            format!("/v1/documents?uri=/places/0/{id}.json&collection=places"),
+                            format!(
+                                "{{\"type\":\"Feature\",\"properties\":{{\"name\":\"put {c} {i}\",\"cc\":\"ZZ\",\"OBJECTID\":{id}}},\"geometry\":{{\"type\":\"Point\",\"coordinates\":[{x},{y}]}}}}"
+                            ),
+                        )
+                    }
                     None => (
                         format!("/v1/documents?uri=/loadtest/put/{c}/{i}.json&collection=loadtest"),
                         format!(
@@ -519,10 +547,18 @@ async fn put(
                 };
                 let body = Bytes::from(body);
                 let t0 = Instant::now();
+                let started = std::time::SystemTime::now();
                 match conn.request("PUT", &target, Some("application/json"), body).await {
                     Ok(r) if r.status == 201 || r.status == 204 => {
                         if measuring.load(Ordering::Relaxed) {
-                            let _ = hist.record(t0.elapsed().as_micros() as u64);
+                            let took = t0.elapsed().as_micros() as u64;
+                            let _ = hist.record(took);
+                            if keep {
+                                let at = started
+                                    .duration_since(std::time::UNIX_EPOCH)
+                                    .map_or(0, |d| d.as_millis() as u64);
+                                each.push((at, took));
+                            }
                         }
                     }
                     _ => {
@@ -531,7 +567,7 @@ async fn put(
                 }
                 i += 1;
             }
-            hist
+            (hist, each)
         }));
     }
     tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
@@ -546,8 +582,19 @@ async fn put(
         serde_json::from_slice(&client::get_plain(addr, "/health").await?)?;
     stop.store(true, Ordering::Relaxed);
     let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut each = Vec::new();
     for t in tasks {
-        total.add(t.await?)?;
+        let (h, e) = t.await?;
+        total.add(h)?;
+        each.extend(e);
+    }
+    if let Some(file) = &latencies {
+        each.sort_unstable();
+        let mut w = std::io::BufWriter::new(std::fs::File::create(file)?);
+        for (at, took) in each {
+            writeln!(w, "{at} {took}")?;
+        }
+        w.flush()?;
     }
     let commits = health_counter(&after, "commits") - health_counter(&before, "commits");
     let writes = health_counter(&after, "writes") - health_counter(&before, "writes");

@@ -133,6 +133,23 @@ fn most_changes(rows: usize) -> usize {
     (rows / 10).max(10_000)
 }
 
+/// For work in the background (this thread included): half the cores at most, at a lower
+/// priority (nice 10, per thread on Linux), so that writes and queries keep the others and
+/// come first on these. `None` when no pool can be made: the global one serves.
+fn background_pool(name: &'static str) -> Option<rayon::ThreadPool> {
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10);
+    let threads = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("{name}-{i}"))
+        .start_handler(|_| {
+            let me = rustix::thread::gettid();
+            let _ = rustix::process::setpriority_process(Some(me), 10);
+        })
+        .build()
+        .ok()
+}
+
 /// A thread saving the views while the server runs (see [`Features::save_views_if_due`]).
 pub struct ViewSaver {
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -152,11 +169,16 @@ impl ViewSaver {
             std::thread::Builder::new()
                 .name("view-saver".into())
                 .spawn(move || {
+                    let pool = background_pool("view-save");
                     while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                         sleep.recv_timeout(check)
                     {
                         let cancelled = || stop.load(std::sync::atomic::Ordering::Relaxed);
-                        features.save_views_if_due(every, &cancelled);
+                        let save = || features.save_views_if_due(every, &cancelled);
+                        match &pool {
+                            Some(pool) => pool.install(save),
+                            None => save(),
+                        };
                     }
                 })
                 .ok()
@@ -1294,21 +1316,10 @@ impl Features {
     /// `next` in place of the catalog.
     fn build_in_background(self: Arc<Self>, mut next: Catalog, keys: Vec<ViewKey>) {
         let started = std::time::Instant::now();
-        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10);
-        // Half the cores at most, at a lower priority (nice 10, per thread on Linux), so that
-        // writes and queries keep the others and come first on these.
-        let threads = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("view-build-{i}"))
-            .start_handler(|_| {
-                let me = rustix::thread::gettid();
-                let _ = rustix::process::setpriority_process(Some(me), 10);
-            })
-            .build();
+        let pool = background_pool("view-build");
         let built = match &pool {
-            Ok(pool) => pool.install(|| self.build_views(&next, &keys)),
-            Err(_) => self.build_views(&next, &keys),
+            Some(pool) => pool.install(|| self.build_views(&next, &keys)),
+            None => self.build_views(&next, &keys),
         };
         match built {
             Ok(built) => next.views.extend(built),

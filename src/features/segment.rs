@@ -226,7 +226,7 @@ fn sections(columns: usize, paths: usize) -> Vec<Section> {
 
 /// Rows encoded under one hold of a view's read lock: a write to the view waits at most
 /// that long while the view is saved.
-const ROWS_PER_HOLD: usize = 1 << 16;
+const ROWS_PER_HOLD: usize = 1 << 13;
 
 /// A string column's dictionary as it is encoded: the values in order of first use.
 #[derive(Default)]
@@ -278,6 +278,18 @@ fn encode(
     }
     let strings =
         matches!(section, Section::Column(i) if matches!(view.read().columns[i], Column::Str(_)));
+    // Room for every row, made outside the lock (points' size for geometries; JSON ones grow
+    // it under the lock).
+    let per_row = match section {
+        Section::Geometry(_) => 17,
+        _ if strings => 4,
+        _ => 9,
+    };
+    if strings {
+        rows.reserve(slots.len());
+    } else {
+        w.reserve(slots.len() * per_row);
+    }
     for chunk in slots.chunks(ROWS_PER_HOLD) {
         if cancelled() {
             return Err(std::io::Error::new(
@@ -349,6 +361,8 @@ fn encode(
             }
             Section::Documents | Section::Diagnostics => unreachable!("encoded above"),
         }
+        // Handed to a waiting write at once (see `Listing::of`).
+        parking_lot::RwLockReadGuard::unlock_fair(data);
     }
     if strings {
         put_u64(&mut w, dictionary.len);
@@ -359,6 +373,9 @@ fn encode(
     }
     Ok(w)
 }
+
+/// Bytes of a view's file written between two syncs.
+const SYNC_EVERY: usize = 16 << 20;
 
 /// Size of one entry of the section table: offset, length, CRC-32.
 const ENTRY: usize = 8 + 8 + 4;
@@ -402,6 +419,7 @@ pub(super) fn save(
         let mut out = std::fs::File::create(&tmp)?;
         out.write_all(&head)?;
         let mut offset = head.len() as u64;
+        let mut unsynced = 0;
         let threads = rayon::current_num_threads().max(1);
         // A few sections at a time: as many as there are threads, not the whole file in memory.
         for (chunk_at, chunk) in all.chunks(threads).enumerate() {
@@ -424,7 +442,16 @@ pub(super) fn save(
                 head[at..at + 8].copy_from_slice(&offset.to_le_bytes());
                 head[at + 8..at + 16].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
                 head[at + 16..at + 20].copy_from_slice(&crc32fast::hash(bytes).to_le_bytes());
-                out.write_all(bytes)?;
+                // Synced as it goes: one sync of the whole file at the end would hold up the
+                // store's own syncs, which wait for it on the same file system.
+                for piece in bytes.chunks(SYNC_EVERY) {
+                    out.write_all(piece)?;
+                    unsynced += piece.len();
+                    if unsynced >= SYNC_EVERY {
+                        out.sync_data()?;
+                        unsynced = 0;
+                    }
+                }
                 offset += bytes.len() as u64;
             }
         }

@@ -21,7 +21,7 @@ const FREE: Loc = u64::MAX;
 /// Garbage below this is never worth a compaction.
 const COMPACT_FROM: usize = 1 << 20;
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub(crate) struct Strings {
     text: String,
     locs: Vec<Loc>,
@@ -62,6 +62,11 @@ impl Strings {
         &self.text[start..start + len]
     }
 
+    /// Whether number `n` holds a string.
+    pub fn contains(&self, n: u32) -> bool {
+        self.locs.get(n as usize).is_some_and(|l| *l != FREE)
+    }
+
     /// Drop string `n`; its number is reused by a later push.
     pub fn remove(&mut self, n: u32) {
         let loc = std::mem::replace(&mut self.locs[n as usize], FREE);
@@ -96,6 +101,103 @@ impl Strings {
     #[cfg(test)]
     fn sizes(&self) -> (usize, usize) {
         (self.locs.len() - self.free.len(), self.text.len())
+    }
+}
+
+/// Documents copied out of a [`DocIndex`] ([`DocIndex::copy_range`]), a range of numbers at
+/// a time, then listed in URI order by [`DocList::sort`].
+#[derive(Default)]
+pub(crate) struct DocList {
+    directories: Vec<Box<str>>,
+    rests: String,
+    slots: Vec<u32>,
+    entries: Vec<ListEntry>,
+}
+
+struct ListEntry {
+    /// Eight bytes of the URI past the prefix every URI shares: most comparisons end here.
+    key: u64,
+    rest: u64,
+    rest_len: u32,
+    slots: u64,
+    slot_count: u32,
+    dir: u8,
+    tag: u8,
+}
+
+impl DocList {
+    /// Room for `docs` documents with `bytes` of URIs past their directories and `rows`
+    /// slots, its memory touched once so that copying into it later takes no page fault.
+    pub fn reserve(&mut self, (docs, bytes, rows): (usize, usize, usize)) {
+        let blank = || ListEntry {
+            key: 0,
+            rest: 0,
+            rest_len: 0,
+            slots: 0,
+            slot_count: 0,
+            dir: 0,
+            tag: 0,
+        };
+        self.entries.resize_with(self.entries.len() + docs, blank);
+        self.entries.truncate(self.entries.len() - docs);
+        let at = self.rests.len();
+        self.rests.extend(std::iter::repeat_n('\0', bytes));
+        self.rests.truncate(at);
+        self.slots.resize(self.slots.len() + rows, 0);
+        self.slots.truncate(self.slots.len() - rows);
+    }
+
+    fn uri(&self, e: &ListEntry) -> Uri<'_> {
+        let rest = &self.rests[e.rest as usize..e.rest as usize + e.rest_len as usize];
+        match e.dir {
+            0 => Uri("", rest),
+            c => Uri(&self.directories[c as usize - 1], rest),
+        }
+    }
+
+    /// Sort by URI; a URI copied twice (its document removed and added again between two
+    /// copies) is listed once.
+    pub fn sort(&mut self) {
+        use rayon::slice::ParallelSliceMut;
+        let mut entries = std::mem::take(&mut self.entries);
+        let Some(first) = entries.first() else {
+            return;
+        };
+        let first: Vec<u8> = self.uri(first).bytes().collect();
+        let shared = entries.iter().fold(first.len(), |k, e| {
+            self.uri(e)
+                .bytes()
+                .take(k)
+                .zip(&first)
+                .take_while(|(a, b)| a == *b)
+                .count()
+        });
+        for e in entries.iter_mut() {
+            let mut key = [0u8; 8];
+            for (k, b) in key.iter_mut().zip(self.uri(e).bytes().skip(shared)) {
+                *k = b;
+            }
+            e.key = u64::from_be_bytes(key);
+        }
+        entries.par_sort_unstable_by(|a, b| {
+            a.key
+                .cmp(&b.key)
+                .then_with(|| self.uri(a).cmp(&self.uri(b)))
+        });
+        entries.dedup_by(|b, a| a.key == b.key && self.uri(a) == self.uri(b));
+        self.entries = entries;
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Each document's URI, tag and slots, in the order of [`DocList::sort`].
+    pub fn iter(&self) -> impl Iterator<Item = (Uri<'_>, u8, &[u32])> + '_ {
+        self.entries.iter().map(|e| {
+            let slots = &self.slots[e.slots as usize..e.slots as usize + e.slot_count as usize];
+            (self.uri(e), e.tag, slots)
+        })
     }
 }
 
@@ -301,7 +403,7 @@ impl Ord for Uri<'_> {
 }
 
 /// Each document's rows, by URI.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub(crate) struct DocIndex {
     /// Per document number: its URI past the directory (whole, when the directory has no
     /// code).
@@ -464,17 +566,47 @@ impl DocIndex {
             .map(|&d| (self.uri_at(d), self.slots_at(d)))
     }
 
-    /// Every document's number, in URI order.
-    pub fn sorted(&self) -> Vec<u32> {
-        use rayon::slice::ParallelSliceMut;
-        let mut numbers: Vec<u32> = self.table.iter().copied().collect();
-        numbers.par_sort_unstable_by(|a, b| self.uri_at(*a).cmp(&self.uri_at(*b)));
-        numbers
+    /// One past the highest document number.
+    pub fn numbers(&self) -> u32 {
+        self.slots.len() as u32
     }
 
-    /// Document number `d`'s URI and slots.
-    pub fn entry(&self, d: u32) -> (Uri<'_>, &[u32]) {
-        (self.uri_at(d), self.slots_at(d))
+    /// What copying every document takes: documents, and bytes of URIs past their
+    /// directories (garbage included: an upper bound).
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.table.len(), self.rests.text.len())
+    }
+
+    /// Copy the documents numbered in `range` (those there are) into `list`, each with the
+    /// `tag` of its slots.
+    pub fn copy_range(
+        &self,
+        range: std::ops::Range<u32>,
+        tag: impl Fn(&[u32]) -> u8,
+        list: &mut DocList,
+    ) {
+        // Directories only ever join the list, keeping their codes.
+        for d in &self.directories[list.directories.len()..] {
+            list.directories.push(d.clone());
+        }
+        for d in range.start..range.end.min(self.numbers()) {
+            if !self.rests.contains(d) {
+                continue;
+            }
+            let rest = self.rests.get(d);
+            let slots = self.slots_at(d);
+            list.entries.push(ListEntry {
+                key: 0,
+                rest: list.rests.len() as u64,
+                rest_len: rest.len() as u32,
+                slots: list.slots.len() as u64,
+                slot_count: slots.len() as u32,
+                dir: self.dirs[d as usize],
+                tag: tag(slots),
+            });
+            list.rests.push_str(rest);
+            list.slots.extend_from_slice(slots);
+        }
     }
 
     pub fn reserve(&mut self, docs: usize) {
@@ -633,5 +765,58 @@ mod tests {
         }
         assert_eq!(d.len(), uris.len() - 450);
         assert_eq!(d.get(&uris[451]), [451]);
+    }
+
+    #[test]
+    fn a_list_copied_in_ranges_is_in_uri_order_with_each_document_once() {
+        let mut d = DocIndex::default();
+        // Directories shared and not, URIs without one, prefixes of others, a NUL byte, and
+        // many that differ only past their first eight bytes after the common prefix.
+        let mut uris: Vec<String> = (0..300)
+            .flat_map(|i| [format!("/dir{i}/a.json"), format!("/dir{i}/")])
+            .collect();
+        uris.extend((0..500).map(|i| format!("/places/0/12345678{i}.json")));
+        uris.extend(
+            [
+                "plain",
+                "/",
+                "",
+                "/dir1/a.json/",
+                "/dir1-a.json",
+                "/dir1/a\0",
+            ]
+            .map(String::from),
+        );
+        for (i, u) in uris.iter().enumerate() {
+            d.set(u, &[i as u32, 10_000 + i as u32]);
+        }
+        let tag = |slots: &[u32]| (slots[0] % 251) as u8;
+        let mut list = DocList::default();
+        list.reserve((10, 10, 10));
+        let n = d.numbers();
+        for from in (0..n).step_by(7) {
+            d.copy_range(from..from + 7, tag, &mut list);
+        }
+        // A document removed and added again between two copies is copied twice.
+        d.copy_range(3..4, tag, &mut list);
+        list.sort();
+        let mut want = uris.clone();
+        want.sort();
+        let got: Vec<String> = list.iter().map(|(u, _, _)| u.to_string()).collect();
+        assert_eq!(got, want);
+        for (u, t, slots) in list.iter() {
+            let i = uris.iter().position(|x| *x == u.to_string()).unwrap() as u32;
+            assert_eq!(slots, [i, 10_000 + i], "{u}");
+            assert_eq!(t, (i % 251) as u8);
+        }
+        // Removed documents are not copied.
+        for u in &uris[..100] {
+            d.remove(u);
+        }
+        let mut list = DocList::default();
+        d.copy_range(0..d.numbers(), tag, &mut list);
+        list.sort();
+        assert_eq!(list.len(), uris.len() - 100);
+        assert!(DocList::default().iter().next().is_none());
     }
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use super::strings::{DocIndex, StrColumn, Uri};
+use super::strings::{DocIndex, DocList, StrColumn, Uri};
 use super::template::{Cell, Kind, ViewDef};
 use super::where_clause::{Datum, Row};
 use crate::acl::{Caller, Permissions, RoleSet};
@@ -476,45 +476,58 @@ impl ViewData {
     }
 }
 
-/// The documents of a view and their readers as they were at one moment, in URI order.
-pub(crate) struct Listing {
-    docs: DocIndex,
-    readers: Vec<RoleSet>,
-    order: Vec<u32>,
-}
+/// The documents of a view and their readers, in URI order.
+pub(crate) struct Listing(DocList);
+
+/// Documents copied under one hold of a view's read lock.
+const DOCS_PER_HOLD: u32 = 1 << 13;
 
 impl Listing {
-    /// Copied under `view`'s read lock, sorted outside it, so that writes wait only for the
-    /// copy.
+    /// Copied from `view` a range of document numbers at a time under its read lock, sorted
+    /// outside it, so that a write waits at most for one range. Writes made meanwhile may
+    /// show in later ranges: a document is then listed as one copy or the other.
     pub fn of(view: &parking_lot::RwLock<ViewData>) -> Listing {
-        let (docs, readers) = {
+        let mut list = DocList::default();
+        // Reserved outside the lock: growing the copy under it would copy it whole.
+        let ((docs, bytes), rows) = {
             let data = view.read();
-            (data.docs.clone(), data.readers.clone())
+            (data.docs.sizes(), data.rows)
         };
-        let order = docs.sorted();
-        Listing {
-            docs,
-            readers,
-            order,
+        // An eighth more, for the writes made while copying.
+        list.reserve((docs + docs / 8, bytes + bytes / 8, rows + rows / 8));
+        let mut from: u32 = 0;
+        loop {
+            let data = view.read();
+            let to = from.saturating_add(DOCS_PER_HOLD);
+            let readers = |slots: &[u32]| {
+                slots
+                    .first()
+                    .and_then(|s| data.readers.get(*s as usize))
+                    .map_or(0, |r| r.bits())
+            };
+            data.docs.copy_range(from..to, readers, &mut list);
+            let done = to >= data.docs.numbers();
+            // Handed to a waiting write at once: a plain unlock lets this loop take it again
+            // first.
+            parking_lot::RwLockReadGuard::unlock_fair(data);
+            if done {
+                break;
+            }
+            from = to;
         }
+        list.sort();
+        Listing(list)
     }
 
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.0.len()
     }
 
     /// Each document's URI, readers (those of its first row) and slots, in URI order.
     pub fn iter(&self) -> impl Iterator<Item = (Uri<'_>, RoleSet, &[u32])> + '_ {
-        self.order.iter().map(|&d| {
-            let (uri, slots) = self.docs.entry(d);
-            let readers = slots.first().map_or(RoleSet::EMPTY, |s| {
-                self.readers
-                    .get(*s as usize)
-                    .copied()
-                    .unwrap_or(RoleSet::EMPTY)
-            });
-            (uri, readers, slots)
-        })
+        self.0
+            .iter()
+            .map(|(uri, readers, slots)| (uri, RoleSet::from_bits(readers), slots))
     }
 }
 
