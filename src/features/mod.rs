@@ -1039,7 +1039,7 @@ impl Features {
         match recorded {
             Ok(true) => {
                 tracing::info!(
-                    views = kept.len(),
+                    views = kept.iter().filter(|n| n.ends_with(".seg")).count(),
                     rows,
                     commit = point,
                     live,
