@@ -71,7 +71,7 @@ fi
 load_s=$(echo "$(date +%s.%N) - $start" | bc)
 note "geoshard load FILE --service 'LT Places' --collection lt-places --data-dir DIR --quiet"
 "$BIN/geoshard" user add --data-dir "$DATA" --name lt --password lt \
-  --role rest-reader --role geo-data-services-reader > /dev/null
+  --role rest-writer --role geo-data-services-writer > /dev/null
 
 # serve_timed: start on the loaded directory; sets GS_PID and $took (exec to the first
 # answered query).
@@ -80,8 +80,12 @@ serve_timed() {
   start=$(date +%s.%N)
   GEOSHARD_LOG=info "$BIN/geoshard" serve --data-dir "$DATA" --listen $GS > "$WORK/geoshard.log" 2>&1 &
   GS_PID=$!
-  until curl -sf --digest -u lt:lt -o /dev/null "http://$GS/v1/resources/modelService"; do
-    kill -0 $GS_PID || { cat "$WORK/geoshard.log"; exit 1; }
+  local code
+  while :; do
+    code=$(curl -s --digest -u lt:lt -o /dev/null -w '%{http_code}' "http://$GS/v1/resources/modelService" || true)
+    [ "$code" = 200 ] && break
+    case "$code" in 4*|5*) echo "modelService answered $code" >&2; exit 1 ;; esac
+    kill -0 $GS_PID || { tail -20 "$WORK/geoshard.log"; exit 1; }
     sleep 0.05
   done
   took=$(echo "$(date +%s.%N) - $start" | bc)
@@ -120,7 +124,7 @@ summary="$n points loaded offline in ${load_s} s ($(echo "$n / $load_s" | bc) a 
   --figure "data directory on disk=$disk_mib MiB (store and saved view)" \
   --figure "first start, building the view from the documents=${first_s} s to the first answer" \
   --figure "resident memory after the first start=$rss_start MiB ($(( rss_start * 1048576 / n )) bytes a point); after the runs $rss_end MiB" \
-  --figure "clean stop, saving the view=${stop_s} s" \
+  --figure "clean stop (saves the view unless it was saved since the last write)=${stop_s} s" \
   --figure "restart from the saved view=${restart_s} s to the first answer, $rss_restart MiB ($(( rss_restart * 1048576 / n )) bytes a point)"
 cp "$RES" "$ROOT/loadtest/reports/$NAME.results.jsonl"
 echo "load ${load_s} s (loader ${loader_mib} MiB); first start ${first_s} s (${rss_start} MiB, ${rss_end} after the runs); stop ${stop_s} s; restart ${restart_s} s (${rss_restart} MiB); disk ${disk_mib} MiB"
