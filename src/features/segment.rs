@@ -2,13 +2,14 @@
 //! every stored document again.
 //!
 //! One file a view, `views/<schema.view>.seg` beside the store, written as of a store commit
-//! point (at a clean stop, or while writes go on: see [`save`]) and replaced by a rename. It is in sections, each with its
-//! CRC-32 in a table at the head, so that they are encoded and read back in parallel: the
-//! documents in URI order (URI, readers, rows), one section a column (strings as a
-//! dictionary and an index a row), one a geometry path, and the view's diagnostics. A start uses a file only when its checksum holds, its
-//! fingerprint (the template's JSON, the geometry paths, the vertex bound, this format and
-//! version) equals the view's, and the store recorded every document changed since its point;
-//! those are then read again. Anything else is rebuilt from the documents.
+//! point (at a clean stop, or while writes go on: see [`save`]) and replaced by a rename. It
+//! is in sections, each with its CRC-32 in a table at the head, so that they are encoded and
+//! read back in parallel: the documents in URI order (URI, readers, rows), one section a
+//! column (strings as a dictionary and an index a row), one a geometry path, and the view's
+//! diagnostics. A start uses a file only when its checksum holds, its fingerprint (the
+//! template's JSON, the geometry paths, the vertex bound, this format and version) equals the
+//! view's, and the store recorded every document changed since its point; those are then read
+//! again. Anything else is rebuilt from the documents.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -278,16 +279,16 @@ fn encode(
     }
     let strings =
         matches!(section, Section::Column(i) if matches!(view.read().columns[i], Column::Str(_)));
-    // Room for every row, made outside the lock (points' size for geometries; JSON ones grow
-    // it under the lock).
-    let per_row = match section {
-        Section::Geometry(_) => 17,
-        _ if strings => 4,
-        _ => 9,
-    };
+    // Room for every row, made outside the lock (a point's size for geometries; JSON ones
+    // grow it under the lock).
     if strings {
         rows.reserve(slots.len());
     } else {
+        let per_row = if matches!(section, Section::Geometry(_)) {
+            17
+        } else {
+            9
+        };
         w.reserve(slots.len() * per_row);
     }
     for chunk in slots.chunks(ROWS_PER_HOLD) {
