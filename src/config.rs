@@ -125,6 +125,13 @@ pub struct Config {
     pub cluster_name: String,
     /// Copies JetStream keeps of the log and the registry (1, 3 or 5 NATS servers' worth).
     pub cluster_replicas: usize,
+    /// The cluster's shards, H3 cells at `cluster_resolution` mapped to numbers; 0: every
+    /// node holds every row (and answers every query alone).
+    pub cluster_shards: usize,
+    /// The H3 resolution of the cluster's shards.
+    pub cluster_resolution: u8,
+    /// The cluster shards this node holds (their rows only are in its views); empty: all.
+    pub hold: Vec<usize>,
     /// JavaScript contexts kept warm for flow plugins.
     pub js_pool_size: usize,
     /// CPU time one flow run may take in its plugins.
@@ -206,6 +213,9 @@ impl Default for Config {
             node: default_node_name(),
             cluster_name: "geoshard".to_string(),
             cluster_replicas: 3,
+            cluster_shards: 0,
+            cluster_resolution: 3,
+            hold: Vec::new(),
             js_pool_size: std::thread::available_parallelism()
                 .map(|n| n.get() * 2)
                 .unwrap_or(4),
@@ -263,6 +273,9 @@ pub const KEYS: &[&str] = &[
     "node",
     "cluster_name",
     "cluster_replicas",
+    "cluster_shards",
+    "cluster_resolution",
+    "hold",
     "js_pool_size",
     "js_time_limit_ms",
     "js_memory_limit_bytes",
@@ -427,6 +440,37 @@ impl Config {
                     });
                 }
                 self.cluster_replicas = n
+            }
+            "cluster_shards" => {
+                let n: usize = parse(key, text)?;
+                if n > crate::spatial::partition::MAX_SHARDS {
+                    return Err(ConfigError::BadValue {
+                        key: key.to_string(),
+                        message: format!(
+                            "{n}: at most {} shards",
+                            crate::spatial::partition::MAX_SHARDS
+                        ),
+                    });
+                }
+                self.cluster_shards = n
+            }
+            "cluster_resolution" => {
+                let r: u8 = parse(key, text)?;
+                if r > 15 {
+                    return Err(ConfigError::BadValue {
+                        key: key.to_string(),
+                        message: format!("{r} is not an H3 resolution (0..=15)"),
+                    });
+                }
+                self.cluster_resolution = r;
+            }
+            "hold" => {
+                self.hold = text
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(|t| parse(key, t))
+                    .collect::<Result<_, _>>()?
             }
             "js_pool_size" => self.js_pool_size = positive(key, parse(key, text)?)?,
             "js_time_limit_ms" => self.js_time_limit_ms = parse(key, text)?,
@@ -614,6 +658,9 @@ mod tests {
             ("node", "n-1"),
             ("cluster_name", "test"),
             ("cluster_replicas", "1"),
+            ("cluster_shards", "8"),
+            ("cluster_resolution", "2"),
+            ("hold", "1, 5,7"),
             ("js_pool_size", "2"),
             ("js_time_limit_ms", "5"),
             ("js_memory_limit_bytes", "1000000"),
@@ -635,6 +682,8 @@ mod tests {
             c.set(k, v).unwrap();
         }
         assert_eq!(c.h3_resolution, 5);
+        assert_eq!((c.cluster_shards, c.cluster_resolution), (8, 2));
+        assert_eq!(c.hold, [1, 5, 7]);
         assert!(!c.pin_io_threads);
         assert_eq!(c.io_poll_us, 0);
         assert_eq!(c.log_format, LogFormat::Json);

@@ -14,6 +14,7 @@
 
 pub mod descriptor;
 pub mod path;
+pub mod placement;
 pub mod query;
 mod segment;
 pub mod strings;
@@ -119,6 +120,9 @@ pub struct Features {
     on_disk: parking_lot::Mutex<HashMap<ViewKey, (u64, std::sync::Weak<ViewState>)>>,
     /// Held while the views are saved: when they last were, and as of which commit.
     saves: parking_lot::Mutex<LastSave>,
+    /// In a cluster whose nodes hold some shards each: this node's (rows of other shards are
+    /// left out of its views).
+    placement: Option<Arc<placement::Placement>>,
 }
 
 struct LastSave {
@@ -335,6 +339,7 @@ fn extract(
     def: &ViewDef,
     paths: &BTreeMap<String, Path>,
     max_vertices: usize,
+    placement: Option<&placement::Placement>,
 ) -> Result<Extracted, Refusal> {
     let cells = extract_rows(template, def, doc).map_err(Refusal::Rows)?;
     if cells.is_empty() {
@@ -352,6 +357,19 @@ fn extract(
             }
         };
         geoms.push((text.clone(), g));
+    }
+    if let Some(p) = placement {
+        let held = p.holds(geoms.iter().map(|(_, g)| {
+            let (g, out) = g.as_ref()?;
+            Some((out.as_ref(), crate::spatial::predicate::bbox_of(g)?))
+        }));
+        if !held {
+            // Another node's row: the write is checked and warned about as on every node.
+            return Ok(Extracted {
+                warnings,
+                ..Extracted::default()
+            });
+        }
     }
     let rows = cells
         .into_iter()
@@ -457,7 +475,17 @@ fn readers_of(doc: &Document) -> RoleSet {
 impl Features {
     /// Load templates and descriptors from the store and build every view and index.
     pub fn open(store: Arc<Store>, settings: FeatureSettings) -> Result<Arc<Features>, StoreError> {
+        Self::open_placed(store, settings, None)
+    }
+
+    /// [`Features::open`] for a cluster node holding the shards of `placement` only.
+    pub fn open_placed(
+        store: Arc<Store>,
+        settings: FeatureSettings,
+        placement: Option<placement::Placement>,
+    ) -> Result<Arc<Features>, StoreError> {
         let features = Arc::new(Features {
+            placement: placement.map(Arc::new),
             store,
             settings,
             catalog: RwLock::new(Catalog::default()),
@@ -527,6 +555,14 @@ impl Features {
         &self.settings
     }
 
+    pub fn placement(&self) -> Option<&placement::Placement> {
+        self.placement.as_deref()
+    }
+
+    fn placement_signature(&self) -> &str {
+        self.placement.as_deref().map_or("", |p| p.signature())
+    }
+
     /// Record a template or descriptor found in the store (already validated when written).
     fn load_definition(&self, catalog: &mut Catalog, doc: &Document) {
         let is_template = doc.in_collection(TEMPLATE_COLLECTION);
@@ -582,6 +618,7 @@ impl Features {
         let mut flush = |batch: &mut Vec<Document>| {
             type DocRows = Vec<(usize, Result<Extracted, Refusal>)>;
             let max_vertices = self.settings.max_document_vertices;
+            let placement = self.placement.as_deref();
             let extracted: Vec<(Arc<str>, RoleSet, DocRows)> = batch
                 .par_iter()
                 .filter(|d| {
@@ -596,7 +633,7 @@ impl Features {
                         .filter(|(_, t)| t.0.applies_to(&d.collections))
                         .map(|(i, t)| {
                             let e = unless_panics(&t.1.key(), || {
-                                extract(&json, &t.0, &t.1, &t.2, max_vertices)
+                                extract(&json, &t.0, &t.1, &t.2, max_vertices, placement)
                             });
                             (i, e)
                         })
@@ -730,8 +767,13 @@ impl Features {
                 rest.push(key);
                 continue;
             }
-            let print =
-                segment::fingerprint(&template, &def, &paths, self.settings.max_document_vertices);
+            let print = segment::fingerprint(
+                &template,
+                &def,
+                &paths,
+                self.settings.max_document_vertices,
+                self.placement_signature(),
+            );
             let reading = std::time::Instant::now();
             let index = |items| self.index(items).map_err(|e| e.to_string());
             let loaded = segment::load(&file, def, &paths, &print, &index).and_then(|l| {
@@ -984,6 +1026,7 @@ impl Features {
                 &view.def,
                 &view.paths,
                 self.settings.max_document_vertices,
+                self.placement_signature(),
             );
             // The store must never meet a full disk: a file the size of the last one, or
             // a generous 256 bytes a row, must leave it the space it keeps.
@@ -1087,6 +1130,7 @@ impl Features {
                     &view.def,
                     &view.paths,
                     self.settings.max_document_vertices,
+                    self.placement.as_deref(),
                 )?;
                 per_view.push((view.def.key(), e));
             }

@@ -27,7 +27,7 @@ use thiserror::Error;
 
 use super::descriptor::{Descriptor, Layer};
 use super::template::{Kind, ViewDef};
-use super::view::{GeometryRef, ViewData};
+use super::view::{GeometryColumn, GeometryRef, ViewData};
 use super::where_clause::{Datum, Row, Where, WhereError, compare};
 use super::{Features, ViewState};
 use crate::acl::Caller;
@@ -38,10 +38,12 @@ use crate::time::{format_datetime, write_datetime};
 
 mod execute;
 mod geojson;
+mod partial;
 mod request;
 
 use execute::*;
 use geojson::*;
+pub use partial::{Acc, Key, Partial};
 pub(crate) use request::readers_agree;
 pub use request::{
     Coercible, DEFAULT_MAX_QUERY_VERTICES, EsriError, FeatureRequest, QuerySpec, RequestError,

@@ -87,9 +87,15 @@ pub(super) fn fingerprint(
     def: &ViewDef,
     paths: &BTreeMap<String, Path>,
     max_vertices: usize,
+    placement: &str,
 ) -> String {
+    let placement = if placement.is_empty() {
+        String::new()
+    } else {
+        format!("{placement}\n")
+    };
     format!(
-        "geoshard {} view format {FORMAT}\nview {}\npaths {:?}\nmax_document_vertices {max_vertices}\ntemplate {}",
+        "geoshard {} view format {FORMAT}\nview {}\npaths {:?}\nmax_document_vertices {max_vertices}\n{placement}template {}",
         env!("CARGO_PKG_VERSION"),
         def.key(),
         paths.keys().collect::<Vec<_>>(),
@@ -847,7 +853,7 @@ mod tests {
         );
         let mut paths = BTreeMap::new();
         paths.insert("geometry".to_string(), Path::parse("geometry").unwrap());
-        let print = fingerprint(&t, &def, &paths, 100);
+        let print = fingerprint(&t, &def, &paths, 100, "");
         let diagnostics = vec![("/x.json".to_string(), "no geometry".to_string(), false)];
         let dir = crate::store::tests::tempdir();
         let file = dir.join("s.v.seg");
@@ -882,7 +888,7 @@ mod tests {
                 &file,
                 def.clone(),
                 &paths,
-                &fingerprint(&t, &def, &paths, 99),
+                &fingerprint(&t, &def, &paths, 99, ""),
                 &index
             )
             .is_err()
@@ -930,7 +936,7 @@ mod tests {
         }
         let mut paths = BTreeMap::new();
         paths.insert("geometry".to_string(), Path::parse("geometry").unwrap());
-        let print = fingerprint(&t, &def, &paths, 100);
+        let print = fingerprint(&t, &def, &paths, 100, "");
         let dir = crate::store::tests::tempdir();
         let file = dir.join("s.v.seg");
 

@@ -220,6 +220,15 @@ pub enum GeometryOut {
     Json(Arc<[u8]>),
 }
 
+impl GeometryOut {
+    pub fn as_ref(&self) -> GeometryRef<'_> {
+        match self {
+            GeometryOut::Point(x, y) => GeometryRef::Point(*x, *y),
+            GeometryOut::Json(j) => GeometryRef::Json(j),
+        }
+    }
+}
+
 /// A geometry as the response reads it from a view.
 #[derive(Debug, Clone, Copy)]
 pub enum GeometryRef<'v> {
@@ -252,10 +261,7 @@ impl Geometries {
                 let [x, y] = *v.get(slot)?;
                 (!x.is_nan()).then_some(GeometryRef::Point(x, y))
             }
-            Geometries::Mixed(v) => match v.get(slot)?.as_ref()? {
-                GeometryOut::Point(x, y) => Some(GeometryRef::Point(*x, *y)),
-                GeometryOut::Json(j) => Some(GeometryRef::Json(j)),
-            },
+            Geometries::Mixed(v) => v.get(slot)?.as_ref().map(GeometryOut::as_ref),
         }
     }
 

@@ -79,6 +79,8 @@ pub enum StartError {
     Deploy(Vec<String>),
     #[error("cannot join the cluster: {0}")]
     Cluster(String),
+    #[error("hold: {0}")]
+    Placement(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -114,7 +116,21 @@ impl App {
                 per_user: config.auth_failures_per_user,
             },
         )?;
-        let features = Features::open(
+        let placement = match config.cluster_shards {
+            0 => None,
+            n => {
+                let hold: Vec<usize> = if config.hold.is_empty() {
+                    (0..n).collect()
+                } else {
+                    config.hold.clone()
+                };
+                Some(
+                    crate::features::placement::Placement::new(config.cluster_resolution, n, &hold)
+                        .map_err(StartError::Placement)?,
+                )
+            }
+        };
+        let features = Features::open_placed(
             store.clone(),
             FeatureSettings {
                 engine: EngineConfig {
@@ -130,6 +146,7 @@ impl App {
                 max_document_vertices: config.max_document_vertices,
                 background_build_rows: config.background_build_rows,
             },
+            placement,
         )?;
         store.set_hook(Arc::new(FeatureHook(features.clone())));
         // A cluster deploys through its log once it follows it (`service::serve`).

@@ -6,7 +6,7 @@ use super::*;
 /// The layer a request names and its view (none until the view's template exists).
 pub(super) struct Resolved<'a> {
     pub(super) layer: &'a Layer,
-    view: Option<Arc<ViewState>>,
+    pub(super) view: Option<Arc<ViewState>>,
 }
 
 impl Features {
@@ -59,6 +59,15 @@ impl Features {
     /// The service descriptor as Koop reads it for `/FeatureServer` (REFERENCE §5): the
     /// info's members, `maxRecordCount`, and each layer's metadata in ascending id order.
     pub(super) fn service_description(&self, d: &Descriptor) -> Vec<u8> {
+        self.service_description_with(d, &|layer| self.layer_extent(layer))
+    }
+
+    /// [`Features::service_description`], with each layer's data extent from `extent_of`.
+    pub(super) fn service_description_with(
+        &self,
+        d: &Descriptor,
+        extent_of: &dyn Fn(&Layer) -> Option<crate::spatial::pip::BBox>,
+    ) -> Vec<u8> {
         let mut top = serde_json::Map::new();
         top.insert("description".into(), d.description.clone().into());
         top.insert(
@@ -76,8 +85,7 @@ impl Features {
         // The service's extent holds its layers' data (Koop's fullExtent).
         let extent = layers
             .iter()
-            .zip(&views)
-            .filter_map(|(layer, view)| data_extent(layer, view.as_deref()))
+            .filter_map(|layer| extent_of(layer))
             .reduce(crate::spatial::entry::union);
         if let Some(e) = extent {
             top.entry("extent").or_insert_with(|| extent_json(e));
@@ -85,7 +93,10 @@ impl Features {
         let layers: Vec<Value> = layers
             .iter()
             .zip(&views)
-            .map(|(layer, view)| json!({ "metadata": self.layer_metadata(layer, view.as_deref()) }))
+            .map(|(layer, view)| {
+                let meta = self.layer_metadata(layer, view.as_deref(), extent_of(layer));
+                json!({ "metadata": meta })
+            })
             .collect();
         top.insert("layers".into(), Value::Array(layers));
         let mut out = Vec::new();
@@ -102,7 +113,17 @@ impl Features {
 
     /// The layer descriptor: `{"metadata": {…}}`.
     pub(super) fn layer_description(&self, resolved: &Resolved<'_>) -> Vec<u8> {
-        let meta = self.layer_metadata(resolved.layer, resolved.view.as_deref());
+        self.layer_description_with(resolved, &|layer| self.layer_extent(layer))
+    }
+
+    /// [`Features::layer_description`], with the layer's data extent from `extent_of`.
+    pub(super) fn layer_description_with(
+        &self,
+        resolved: &Resolved<'_>,
+        extent_of: &dyn Fn(&Layer) -> Option<crate::spatial::pip::BBox>,
+    ) -> Vec<u8> {
+        let extent = extent_of(resolved.layer);
+        let meta = self.layer_metadata(resolved.layer, resolved.view.as_deref(), extent);
         let mut out = Vec::new();
         envelope_start(&mut out);
         out.extend_from_slice(b",\"metadata\":");
@@ -113,8 +134,14 @@ impl Features {
 
     /// A layer's metadata: its members as stored, `maxRecordCount`,
     /// `useStandardizedQueries`, `idField`, its fields, and its extent (the stored one, else
-    /// the data's; none for a layer with no features, which clients take as the world).
-    pub(super) fn layer_metadata(&self, layer: &Layer, view: Option<&ViewState>) -> Value {
+    /// the data's, `extent`; none for a layer with no features, which clients take as the
+    /// world).
+    pub(super) fn layer_metadata(
+        &self,
+        layer: &Layer,
+        view: Option<&ViewState>,
+        extent: Option<crate::spatial::pip::BBox>,
+    ) -> Value {
         let mut meta = serde_json::Map::new();
         meta.insert(
             "maxRecordCount".into(),
@@ -127,7 +154,7 @@ impl Features {
         meta.entry("idField")
             .or_insert_with(|| layer.id_field.clone().into());
         if !meta.contains_key("extent")
-            && let Some(e) = data_extent(layer, view)
+            && let Some(e) = extent
         {
             meta.insert("extent".into(), extent_json(e));
         }
@@ -222,14 +249,14 @@ fn extent_json([xmin, ymin, xmax, ymax]: crate::spatial::pip::BBox) -> Value {
 /// names, its filter, and its output.
 pub(super) struct Plan {
     /// `outFields`, in order.
-    out: Vec<usize>,
+    pub(super) out: Vec<usize>,
     /// `orderByFields`: column and descending.
-    order: Vec<(usize, bool)>,
+    pub(super) order: Vec<(usize, bool)>,
     /// The layer's `timeInfo` start and end columns, when the query has a `time`.
     time: Option<(usize, Option<usize>)>,
     /// The `where` clause.
     filter: Where,
-    output: Output,
+    pub(super) output: Output,
 }
 
 /// A query's answer.
@@ -239,7 +266,7 @@ fn spread<T>(rows: &[T], limit: usize) -> impl Iterator<Item = &T> {
     (0..limit.min(n)).map(move |i| &rows[i * n / limit.min(n)])
 }
 
-enum Output {
+pub(super) enum Output {
     /// `outStatistics` (a column each, none for `count(*)`) by `groupByFieldsForStatistics`.
     Statistics {
         columns: Vec<Option<usize>>,
@@ -254,7 +281,7 @@ enum Output {
 }
 
 impl Plan {
-    fn new(
+    pub(super) fn new(
         def: &ViewDef,
         layer: &Layer,
         q: &QuerySpec,
@@ -366,7 +393,7 @@ impl Plan {
 
 /// The rows the spatial index gives for the query's geometry (and distance), or `None` for
 /// every row when there is no geometry.
-fn candidates(
+pub(super) fn candidates(
     view: &ViewState,
     layer: &Layer,
     q: &QuerySpec,
@@ -387,7 +414,7 @@ fn candidates(
 /// among `objectIds`, within `time`, and matching `where`. `None` past the deadline (a look
 /// at the clock every 4,096 rows).
 #[allow(clippy::too_many_arguments)]
-fn matching_rows(
+pub(super) fn matching_rows(
     data: &ViewData,
     caller: &Caller,
     candidates: Option<Vec<u32>>,
@@ -451,7 +478,7 @@ fn matching_rows(
 }
 
 /// `orderByFields` (nulls first, then by OBJECTID), or OBJECTID order.
-fn sort_rows(rows: &mut [(i64, u32)], order: &[(usize, bool)], data: &ViewData) {
+pub(super) fn sort_rows(rows: &mut [(i64, u32)], order: &[(usize, bool)], data: &ViewData) {
     if order.is_empty() {
         rows.sort_unstable();
         return;

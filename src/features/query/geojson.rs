@@ -235,21 +235,32 @@ impl Features {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(b"{\"type\":\"Feature\",\"id\":");
-                write_value(&mut out, &data.id_of(slot).map_or(Datum::Null, Datum::Int));
-                out.extend_from_slice(b",\"properties\":{");
-                for (j, &c) in out_cols.iter().enumerate() {
-                    if j > 0 {
-                        out.push(b',');
-                    }
-                    write_str(&mut out, &data.def.columns[c].name);
-                    out.push(b':');
-                    write_value(&mut out, &data.columns[c].get(slot as usize));
-                }
-                out.extend_from_slice(b"},\"geometry\":");
-                write_geometry(&mut out, geometries.and_then(|g| g.get(slot)));
-                out.push(b'}');
+                write_feature(&mut out, data, slot, out_cols, geometries);
             }
+        }
+        out.extend_from_slice(b"]}");
+        out
+    }
+
+    /// [`Features::write_features`] for features already written (by [`write_feature`]).
+    pub(super) fn write_written_features(
+        &self,
+        descriptor: &Descriptor,
+        resolved: &Resolved<'_>,
+        def: &ViewDef,
+        page: &[&[u8]],
+        exceeded: bool,
+    ) -> Vec<u8> {
+        let bytes: usize = page.iter().map(|f| f.len() + 1).sum();
+        let mut out = Vec::with_capacity(768 + bytes);
+        envelope_start(&mut out);
+        self.write_tail(&mut out, descriptor, resolved, Some(def), exceeded, true);
+        out.extend_from_slice(b",\"features\":[");
+        for (i, f) in page.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(f);
         }
         out.extend_from_slice(b"]}");
         out
@@ -267,28 +278,7 @@ impl Features {
         q: &QuerySpec,
     ) -> Vec<u8> {
         let specs = q.statistics.as_deref().unwrap_or(&[]);
-        // Group rows by the group-by values (their JSON text is a total, printable key).
-        let mut grouped: BTreeMap<Vec<u8>, (Vec<u32>, Vec<u8>)> = BTreeMap::new();
-        for &(_, slot) in rows {
-            let mut key = Vec::new();
-            let mut members = Vec::new();
-            for (i, &g) in groups.iter().enumerate() {
-                let v = data.columns[g].get(slot as usize);
-                write_value(&mut key, &v);
-                key.push(0);
-                if i > 0 {
-                    members.push(b',');
-                }
-                write_str(&mut members, &data.def.columns[g].name);
-                members.push(b':');
-                write_value(&mut members, &v);
-            }
-            grouped
-                .entry(key)
-                .or_insert_with(|| (Vec::new(), members))
-                .0
-                .push(slot);
-        }
+        let mut grouped = group_rows(data, rows, groups);
         if groups.is_empty() && grouped.is_empty() {
             grouped.insert(Vec::new(), (Vec::new(), Vec::new()));
         }
@@ -317,6 +307,61 @@ impl Features {
         out.extend_from_slice(b"],\"features\":[]}");
         out
     }
+}
+
+/// One feature of a page: `{"type":"Feature","id":…,"properties":{…},"geometry":…}`.
+pub(super) fn write_feature(
+    out: &mut Vec<u8>,
+    data: &ViewData,
+    slot: u32,
+    out_cols: &[usize],
+    geometries: Option<GeometryColumn<'_>>,
+) {
+    out.extend_from_slice(b"{\"type\":\"Feature\",\"id\":");
+    write_value(out, &data.id_of(slot).map_or(Datum::Null, Datum::Int));
+    out.extend_from_slice(b",\"properties\":{");
+    for (j, &c) in out_cols.iter().enumerate() {
+        if j > 0 {
+            out.push(b',');
+        }
+        write_str(out, &data.def.columns[c].name);
+        out.push(b':');
+        write_value(out, &data.columns[c].get(slot as usize));
+    }
+    out.extend_from_slice(b"},\"geometry\":");
+    write_geometry(out, geometries.and_then(|g| g.get(slot)));
+    out.push(b'}');
+}
+
+/// Rows grouped by their `groupByFieldsForStatistics` values: the values' JSON text (a
+/// total, printable key) to the group's slots and its members as the answer writes them.
+pub(super) fn group_rows(
+    data: &ViewData,
+    rows: &[(i64, u32)],
+    groups: &[usize],
+) -> BTreeMap<Vec<u8>, (Vec<u32>, Vec<u8>)> {
+    let mut grouped: BTreeMap<Vec<u8>, (Vec<u32>, Vec<u8>)> = BTreeMap::new();
+    for &(_, slot) in rows {
+        let mut key = Vec::new();
+        let mut members = Vec::new();
+        for (i, &g) in groups.iter().enumerate() {
+            let v = data.columns[g].get(slot as usize);
+            write_value(&mut key, &v);
+            key.push(0);
+            if i > 0 {
+                members.push(b',');
+            }
+            write_str(&mut members, &data.def.columns[g].name);
+            members.push(b':');
+            write_value(&mut members, &v);
+        }
+        grouped
+            .entry(key)
+            .or_insert_with(|| (Vec::new(), members))
+            .0
+            .push(slot);
+    }
+    grouped
 }
 
 #[cfg(test)]

@@ -1,0 +1,551 @@
+//! A query spread over cluster nodes that each hold some shards: each node's part of the
+//! answer ([`Partial`], over the rows whose primary shard it was given, see
+//! `features::placement`), and the answer merged from the parts, written as one node writes
+//! it.
+//!
+//! Features come back with their order keys and are merged in order, `resultOffset` and
+//! `resultRecordCount` applied to the merge (each part holds its first `offset + limit`);
+//! ids merge in order; counts add; statistics merge by group key from partial counts,
+//! minimums, maximums, exact integer sums and sums of squares, and for floats compensated
+//! sums and Chan's pairwise means and squared deviations; extents are unions.
+
+use serde::Serialize;
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::spatial::pip::BBox;
+
+/// One node's part of an answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Partial {
+    /// Not a query: each layer's data extent.
+    Extents(Vec<(i64, Option<BBox>)>),
+    /// The layer has no view yet.
+    Empty,
+    Count(u64),
+    /// Ids in order, with their order keys.
+    Ids(Vec<(Vec<Key>, i64)>),
+    /// Every matching row counted; the first `offset + limit` in order, each written.
+    Page {
+        total: u64,
+        rows: Vec<(Vec<Key>, i64, Vec<u8>)>,
+    },
+    /// Per group (its key, its members' JSON), an accumulator per statistic.
+    Statistics(Vec<(Vec<u8>, Vec<u8>, Vec<Acc>)>),
+}
+
+/// A value of a row, owned, as parts carry them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Key {
+    Null,
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Bool(bool),
+    Date(i64),
+}
+
+impl Key {
+    fn of(d: &Datum<'_>) -> Key {
+        match d {
+            Datum::Null => Key::Null,
+            Datum::Int(i) => Key::Int(*i),
+            Datum::Float(f) => Key::Float(*f),
+            Datum::Str(s) => Key::Str(s.to_string()),
+            Datum::Bool(b) => Key::Bool(*b),
+            Datum::Date(d) => Key::Date(*d),
+        }
+    }
+
+    fn datum(&self) -> Datum<'_> {
+        match self {
+            Key::Null => Datum::Null,
+            Key::Int(i) => Datum::Int(*i),
+            Key::Float(f) => Datum::Float(*f),
+            Key::Str(s) => Datum::Str(Cow::Borrowed(s)),
+            Key::Bool(b) => Datum::Bool(*b),
+            Key::Date(d) => Datum::Date(*d),
+        }
+    }
+}
+
+/// One statistic's partial state over some rows (nulls skipped).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Acc {
+    /// Values that are not null (rows, for `count(*)`).
+    values: u64,
+    min: Option<Key>,
+    max: Option<Key>,
+    /// Numeric values (integers, floats, dates, booleans).
+    nums: u64,
+    /// Whether every value is an integer (a sum stays an integer only then).
+    ints_only: bool,
+    /// The sum and the sum of squares while every numeric value is an integer, date or
+    /// boolean and they fit, as (high, low) halves of an `i128`.
+    exact: Option<[(i64, u64); 2]>,
+    /// A compensated sum of the numeric values: the sum and its running error.
+    sum: (f64, f64),
+    /// Their mean and sum of squared deviations from it.
+    mean: f64,
+    m2: f64,
+}
+
+fn split(v: i128) -> (i64, u64) {
+    ((v >> 64) as i64, v as u64)
+}
+
+fn join((hi, lo): (i64, u64)) -> i128 {
+    (i128::from(hi) << 64) | i128::from(lo)
+}
+
+/// Neumaier's compensated addition of `x` to `(sum, error)`.
+fn add_compensated((s, c): (f64, f64), x: f64) -> (f64, f64) {
+    let t = s + x;
+    let c = if s.abs() >= x.abs() {
+        c + ((s - t) + x)
+    } else {
+        c + ((x - t) + s)
+    };
+    (t, c)
+}
+
+impl Acc {
+    fn over(kind: StatKind, col: Option<usize>, data: &ViewData, slots: &[u32]) -> Acc {
+        let Some(col) = col else {
+            return Acc {
+                values: slots.len() as u64,
+                ..Acc::default()
+            };
+        };
+        let mut acc = Acc {
+            ints_only: true,
+            exact: Some([(0, 0), (0, 0)]),
+            ..Acc::default()
+        };
+        let mut exact = Some((0i128, 0i128));
+        for s in slots {
+            let v = data.columns[col].get(*s as usize);
+            if v == Datum::Null {
+                continue;
+            }
+            acc.values += 1;
+            acc.ints_only &= matches!(v, Datum::Int(_));
+            if matches!(kind, StatKind::Min | StatKind::Max) {
+                acc.keep_extreme(&v);
+            }
+            let x = match v {
+                Datum::Int(i) => i as f64,
+                Datum::Float(f) => f,
+                Datum::Bool(b) => f64::from(u8::from(b)),
+                Datum::Date(d) => d as f64,
+                _ => continue,
+            };
+            exact = exact.and_then(|(s, q)| {
+                let i = match v {
+                    Datum::Int(i) | Datum::Date(i) => i as i128,
+                    Datum::Bool(b) => i128::from(b),
+                    _ => return None,
+                };
+                Some((s.checked_add(i)?, q.checked_add(i.checked_mul(i)?)?))
+            });
+            acc.push_number(x);
+        }
+        acc.exact = exact.map(|(s, q)| [split(s), split(q)]);
+        acc
+    }
+
+    fn keep_extreme(&mut self, v: &Datum<'_>) {
+        let lower = self
+            .min
+            .as_ref()
+            .is_none_or(|m| compare(v, &m.datum()) == Some(Ordering::Less));
+        if lower {
+            self.min = Some(Key::of(v));
+        }
+        let higher = self
+            .max
+            .as_ref()
+            .is_none_or(|m| compare(v, &m.datum()) == Some(Ordering::Greater));
+        if higher {
+            self.max = Some(Key::of(v));
+        }
+    }
+
+    fn push_number(&mut self, x: f64) {
+        self.nums += 1;
+        self.sum = add_compensated(self.sum, x);
+        let delta = x - self.mean;
+        self.mean += delta / self.nums as f64;
+        self.m2 += delta * (x - self.mean);
+    }
+
+    fn merge(&mut self, o: &Acc) {
+        if o.values == 0 {
+            return;
+        }
+        if self.values == 0 {
+            *self = o.clone();
+            return;
+        }
+        self.values += o.values;
+        for m in [&o.min, &o.max].into_iter().flatten() {
+            self.keep_extreme(&m.datum());
+        }
+        self.ints_only &= o.ints_only;
+        self.exact = match (self.exact, o.exact) {
+            (Some([s, q]), Some([os, oq])) => join(s)
+                .checked_add(join(os))
+                .zip(join(q).checked_add(join(oq)))
+                .map(|(s, q)| [split(s), split(q)]),
+            _ => None,
+        };
+        self.sum = add_compensated(add_compensated(self.sum, o.sum.0), o.sum.1);
+        let (n, m) = (self.nums as f64, o.nums as f64);
+        if o.nums > 0 {
+            let total = n + m;
+            let delta = o.mean - self.mean;
+            self.mean += delta * m / total;
+            self.m2 += o.m2 + delta * delta * n * m / total;
+        }
+        self.nums += o.nums;
+    }
+
+    /// The statistic, as [`statistic`] computes it over all the rows at once (floats to
+    /// within rounding).
+    fn value(&self, kind: StatKind, counted_rows: bool) -> Datum<'_> {
+        if counted_rows {
+            return Datum::Int(self.values as i64);
+        }
+        let exact = self.exact.map(|[s, q]| (join(s), join(q)));
+        let float_sum = self.sum.0 + self.sum.1;
+        match kind {
+            StatKind::Count => Datum::Int(self.values as i64),
+            StatKind::Min => self.min.as_ref().map_or(Datum::Null, Key::datum),
+            StatKind::Max => self.max.as_ref().map_or(Datum::Null, Key::datum),
+            StatKind::Sum => {
+                if self.values == 0 {
+                    return Datum::Null;
+                }
+                match exact.filter(|_| self.ints_only) {
+                    Some((s, _)) if i64::try_from(s).is_ok() => Datum::Int(s as i64),
+                    _ => Datum::Float(float_sum),
+                }
+            }
+            StatKind::Avg => {
+                if self.nums == 0 {
+                    return Datum::Null;
+                }
+                Datum::Float(match exact {
+                    Some((s, _)) => s as f64 / self.nums as f64,
+                    None => float_sum / self.nums as f64,
+                })
+            }
+            StatKind::Var | StatKind::Stddev => {
+                if self.nums < 2 {
+                    return Datum::Null;
+                }
+                let k = self.nums as f64;
+                let spread = exact.and_then(|(s, q)| {
+                    (self.nums as i128)
+                        .checked_mul(q)?
+                        .checked_sub(s.checked_mul(s)?)
+                });
+                let var = match spread {
+                    Some(spread) => spread as f64 / (k * (k - 1.0)),
+                    None => self.m2 / (k - 1.0),
+                };
+                Datum::Float(if kind == StatKind::Var {
+                    var
+                } else {
+                    var.sqrt()
+                })
+            }
+        }
+    }
+}
+
+/// `orderByFields` over keys (nulls first), then OBJECTID: as `sort_rows` orders rows.
+fn cmp_keyed(a: (&[Key], i64), b: (&[Key], i64), order: &[(usize, bool)]) -> Ordering {
+    for (i, &(_, desc)) in order.iter().enumerate() {
+        let (va, vb) = (a.0[i].datum(), b.0[i].datum());
+        let o = match (&va, &vb) {
+            (Datum::Null, Datum::Null) => Ordering::Equal,
+            (Datum::Null, _) => Ordering::Less,
+            (_, Datum::Null) => Ordering::Greater,
+            _ => compare(&va, &vb).unwrap_or(Ordering::Equal),
+        };
+        let o = if desc { o.reverse() } else { o };
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    a.1.cmp(&b.1)
+}
+
+/// Merge parts each in order into one list in order.
+fn merge_ordered<T>(
+    parts: Vec<Vec<T>>,
+    order: &[(usize, bool)],
+    key: impl Fn(&T) -> (&[Key], i64),
+) -> Vec<T> {
+    let mut all: Vec<T> = parts.into_iter().flatten().collect();
+    // A stable sort of concatenated sorted runs is a merge of them.
+    all.sort_by(|a, b| cmp_keyed(key(a), key(b), order));
+    all
+}
+
+impl Features {
+    /// This node's part of a query spread over several nodes: the rows whose primary shard
+    /// is in `shards` (every row it holds when `None`).
+    pub fn execute_partial(
+        &self,
+        caller: &Caller,
+        req: &FeatureRequest,
+        shards: Option<&[usize]>,
+        limit: Option<(std::time::Instant, u64)>,
+    ) -> Result<Partial, FeatureError> {
+        let descriptor = self
+            .descriptor(&req.service, caller.roles())
+            .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
+        let resolved = self.resolve(req, &descriptor)?;
+        let Some(resolved) = resolved.filter(|_| is_query(req)) else {
+            return Ok(Partial::Extents(
+                descriptor
+                    .layers
+                    .iter()
+                    .map(|l| (l.id, self.layer_extent(l)))
+                    .collect(),
+            ));
+        };
+        let Some(view) = resolved.view.as_ref() else {
+            return Ok(Partial::Empty);
+        };
+        let deadline = limit.map(|l| l.0);
+        let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
+        let q = &req.query;
+        let plan = Plan::new(&view.def, resolved.layer, q, &self.settings)?;
+        let candidates = candidates(view, resolved.layer, q, deadline).map_err(|_| past_limit())?;
+        let data = view.data.read();
+        let mut rows =
+            matching_rows(&data, caller, candidates, &plan, q, deadline).ok_or_else(past_limit)?;
+        if let (Some(shards), Some(placement)) = (shards, self.placement()) {
+            let geometries = data.geometry_column(resolved.layer.geometry_path.text());
+            rows.retain(|&(id, slot)| {
+                shards.contains(&placement.primary_of(geometries.get(slot), id))
+            });
+        }
+        let keys = |slot: u32| -> Vec<Key> {
+            plan.order
+                .iter()
+                .map(|&(c, _)| Key::of(&data.columns[c].get(slot as usize)))
+                .collect()
+        };
+        Ok(match &plan.output {
+            Output::Count => Partial::Count(rows.len() as u64),
+            Output::Ids => {
+                sort_rows(&mut rows, &plan.order, &data);
+                Partial::Ids(rows.iter().map(|&(id, s)| (keys(s), id)).collect())
+            }
+            Output::Page { offset, limit } => {
+                sort_rows(&mut rows, &plan.order, &data);
+                let total = rows.len() as u64;
+                rows.truncate(offset.saturating_add(*limit));
+                let geometries = q
+                    .return_geometry
+                    .then(|| data.geometry_column(resolved.layer.geometry_path.text()));
+                Partial::Page {
+                    total,
+                    rows: rows
+                        .iter()
+                        .map(|&(id, s)| {
+                            let mut out = Vec::new();
+                            write_feature(&mut out, &data, s, &plan.out, geometries);
+                            (keys(s), id, out)
+                        })
+                        .collect(),
+                }
+            }
+            Output::Statistics { columns, groups } => {
+                let specs = q.statistics.as_deref().unwrap_or(&[]);
+                Partial::Statistics(
+                    group_rows(&data, &rows, groups)
+                        .into_iter()
+                        .map(|(key, (slots, members))| {
+                            let accs = specs
+                                .iter()
+                                .zip(columns)
+                                .map(|(spec, col)| Acc::over(spec.kind, *col, &data, &slots))
+                                .collect();
+                            (key, members, accs)
+                        })
+                        .collect(),
+                )
+            }
+        })
+    }
+
+    /// The answer to `req` from the parts of every node it was spread over, as
+    /// [`Features::execute`] writes it on a node holding every row.
+    pub fn merge_partials(
+        &self,
+        caller: &Caller,
+        req: &FeatureRequest,
+        parts: Vec<Partial>,
+    ) -> Result<Vec<u8>, FeatureError> {
+        let descriptor = self
+            .descriptor(&req.service, caller.roles())
+            .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
+        let resolved = self.resolve(req, &descriptor)?;
+        let resolved = match resolved {
+            Some(r) if is_query(req) => r,
+            other => {
+                let mut extents: HashMap<i64, BBox> = HashMap::new();
+                for p in &parts {
+                    let Partial::Extents(list) = p else { continue };
+                    for (id, e) in list.iter().filter_map(|(id, e)| Some((*id, (*e)?))) {
+                        extents
+                            .entry(id)
+                            .and_modify(|b| *b = crate::spatial::entry::union(*b, e))
+                            .or_insert(e);
+                    }
+                }
+                let extent_of = |l: &Layer| extents.get(&l.id).copied();
+                return Ok(match other {
+                    None => self.service_description_with(&descriptor, &extent_of),
+                    Some(r) => self.layer_description_with(&r, &extent_of),
+                });
+            }
+        };
+        let q = &req.query;
+        let Some(view) = resolved.view.as_ref() else {
+            return Ok(self.write_features(&descriptor, &resolved, None, &[], &[], false, q));
+        };
+        let def = &view.def;
+        let plan = Plan::new(def, resolved.layer, q, &self.settings)?;
+        let mismatch = || {
+            tracing::error!("the parts of a spread query do not match its plan");
+            FeatureError::TimeLimit(0)
+        };
+        Ok(match &plan.output {
+            Output::Count => {
+                let mut n = 0u64;
+                for p in parts {
+                    match p {
+                        Partial::Count(c) => n += c,
+                        Partial::Empty => {}
+                        _ => return Err(mismatch()),
+                    }
+                }
+                self.write_count(&descriptor, &resolved, def, n as usize)
+            }
+            Output::Ids => {
+                let mut lists = Vec::new();
+                for p in parts {
+                    match p {
+                        Partial::Ids(l) => lists.push(l),
+                        Partial::Empty => {}
+                        _ => return Err(mismatch()),
+                    }
+                }
+                let ids: Vec<(i64, u32)> = merge_ordered(lists, &plan.order, |r| (&r.0, r.1))
+                    .into_iter()
+                    .map(|r| (r.1, 0))
+                    .collect();
+                self.write_ids(&descriptor, &resolved, def, &ids)
+            }
+            Output::Page { offset, limit } => {
+                let (mut total, mut lists) = (0u64, Vec::new());
+                for p in parts {
+                    match p {
+                        Partial::Page { total: t, rows } => {
+                            total += t;
+                            lists.push(rows);
+                        }
+                        Partial::Empty => {}
+                        _ => return Err(mismatch()),
+                    }
+                }
+                let merged = merge_ordered(lists, &plan.order, |r| (&r.0, r.1));
+                let total = total as usize;
+                let start = (*offset).min(total);
+                let end = (start + limit).min(total);
+                let page: Vec<&[u8]> = merged
+                    .iter()
+                    .skip(start)
+                    .take(end - start)
+                    .map(|r| &r.2[..])
+                    .collect();
+                self.write_written_features(&descriptor, &resolved, def, &page, end < total)
+            }
+            Output::Statistics { columns, groups } => {
+                let specs = q.statistics.as_deref().unwrap_or(&[]);
+                let mut merged: BTreeMap<Vec<u8>, (Vec<u8>, Vec<Acc>)> = BTreeMap::new();
+                for p in parts {
+                    let list = match p {
+                        Partial::Statistics(l) => l,
+                        Partial::Empty => continue,
+                        _ => return Err(mismatch()),
+                    };
+                    for (key, members, accs) in list {
+                        match merged.get_mut(&key) {
+                            Some((_, have)) => {
+                                for (a, b) in have.iter_mut().zip(&accs) {
+                                    a.merge(b);
+                                }
+                            }
+                            None => {
+                                merged.insert(key, (members, accs));
+                            }
+                        }
+                    }
+                }
+                if groups.is_empty() && merged.is_empty() {
+                    merged.insert(Vec::new(), (Vec::new(), vec![Acc::default(); specs.len()]));
+                }
+                let mut out = Vec::new();
+                envelope_start(&mut out);
+                self.write_tail(&mut out, &descriptor, &resolved, Some(def), false, true);
+                out.extend_from_slice(b",\"statistics\":[");
+                for (gi, (_, (members, accs))) in merged.iter().enumerate() {
+                    if gi > 0 {
+                        out.push(b',');
+                    }
+                    out.push(b'{');
+                    out.extend_from_slice(members);
+                    let mut first = members.is_empty();
+                    for ((spec, col), acc) in specs.iter().zip(columns).zip(accs) {
+                        if !first {
+                            out.push(b',');
+                        }
+                        first = false;
+                        write_str(&mut out, &spec.out_name);
+                        out.push(b':');
+                        write_value(&mut out, &acc.value(spec.kind, col.is_none()));
+                    }
+                    out.push(b'}');
+                }
+                out.extend_from_slice(b"],\"features\":[]}");
+                out
+            }
+        })
+    }
+}
+
+fn is_query(req: &FeatureRequest) -> bool {
+    req.method
+        .as_deref()
+        .is_some_and(|m| m.eq_ignore_ascii_case("query"))
+}
+
+impl FeatureRequest {
+    /// The query geometry's box when every row the query can match meets it: for
+    /// [`crate::features::placement::Placement::route`]. None for a query without geometry,
+    /// with a distance, or that is not a query.
+    pub fn region(&self) -> Option<BBox> {
+        if !is_query(self) || self.query.distance.is_some() {
+            return None;
+        }
+        self.query.geometry.as_ref().map(|(g, _)| *g.bbox())
+    }
+}

@@ -1,0 +1,309 @@
+//! Shard placement: nodes that each hold some of the cluster's shards answer, together, every
+//! query kind as one node holding everything does. Four services opened in this process on
+//! copies of one data directory (the counties and the 144,563 GeoNames places): one holds
+//! every row, three hold four of six shards each (every shard on two of them). Each query is
+//! routed as a cluster node routes it (one node when one holds the query's whole cover, else
+//! every shard given to one node and the parts merged) and its answer compared with the full
+//! node's, before and after writes that move, delete and add places, and with a node gone.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::layers::queries;
+use common::*;
+use geoshard::acl::Caller;
+use geoshard::config::Config;
+use geoshard::features::FeatureRequest;
+use geoshard::features::placement::Route;
+use geoshard::http::App;
+use geoshard::store::{Format, Op, PutDocument};
+use serde_json::{Value, json};
+
+const HOLDS: [&[usize]; 3] = [&[0, 1, 2, 3], &[2, 3, 4, 5], &[4, 5, 0, 1]];
+
+fn open(dir: &Path, shards: usize, hold: &[usize]) -> Arc<App> {
+    App::open(Config {
+        data_dir: dir.to_path_buf(),
+        cluster_shards: shards,
+        cluster_resolution: 2,
+        hold: hold.to_vec(),
+        view_save_secs: 0,
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Equal JSON but for `$timestamp`, floats to within 1e-9 of each other (statistics over
+/// floats are summed in another order when merged).
+fn same(a: &Value, b: &Value, at: &str) -> Result<(), String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let kx: Vec<_> = x.keys().filter(|k| *k != "$timestamp").collect();
+            let ky: Vec<_> = y.keys().filter(|k| *k != "$timestamp").collect();
+            if kx != ky {
+                return Err(format!("{at}: members {kx:?} against {ky:?}"));
+            }
+            for k in kx {
+                same(&x[k], &y[k], &format!("{at}.{k}"))?;
+            }
+            Ok(())
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            if x.len() != y.len() {
+                return Err(format!("{at}: {} items against {}", x.len(), y.len()));
+            }
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                same(p, q, &format!("{at}[{i}]"))?;
+            }
+            Ok(())
+        }
+        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
+            let (p, q) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            if (p - q).abs() <= 1e-9 * p.abs().max(q.abs()).max(1.0) {
+                Ok(())
+            } else {
+                Err(format!("{at}: {p} against {q}"))
+            }
+        }
+        _ if a == b => Ok(()),
+        _ => Err(format!("{at}: {a} against {b}")),
+    }
+}
+
+/// The answer of the placed nodes `live` (indexes into `nodes`, in the order preferred), as a
+/// cluster node routes and merges it; and whether it went to one node.
+fn routed(nodes: &[Arc<App>], live: &[usize], body: &Value) -> (Value, bool) {
+    let caller = Caller::system();
+    let req = FeatureRequest::parse(body.to_string().as_bytes()).unwrap();
+    let placement = nodes[0].features.placement().unwrap();
+    let held: Vec<(usize, Vec<usize>)> = live.iter().map(|&i| (i, HOLDS[i].to_vec())).collect();
+    match placement.route(req.region().as_ref(), &held).unwrap() {
+        Route::One(n) => {
+            let answer = nodes[n].features.execute(&caller, &req).unwrap();
+            (serde_json::from_slice(&answer).unwrap(), true)
+        }
+        Route::Spread(parts) => {
+            let parts = parts
+                .iter()
+                .map(|(n, shards)| {
+                    nodes[*n]
+                        .features
+                        .execute_partial(&caller, &req, Some(shards), None)
+                        .unwrap()
+                })
+                .collect();
+            let merger = &nodes[live[0]].features;
+            let answer = merger.merge_partials(&caller, &req, parts).unwrap();
+            (serde_json::from_slice(&answer).unwrap(), false)
+        }
+    }
+}
+
+fn all_queries() -> Vec<(&'static str, Value)> {
+    let mut list = queries();
+    list.extend([
+        (
+            "service",
+            json!({"params": {"id": "Places"}}),
+        ),
+        (
+            "layer",
+            json!({"params": {"id": "Counties", "layer": 0}}),
+        ),
+        (
+            "counties over the whole country, ordered by name, a middle page",
+            layers::q(
+                "Counties",
+                json!({"outFields": "name,OBJECTID", "orderByFields": "name", "returnGeometry": true,
+                       "resultOffset": 700, "resultRecordCount": 50,
+                       "geometry": {"xmin": -125.0, "ymin": 24.0, "xmax": -66.0, "ymax": 50.0},
+                       "geometryType": "esriGeometryEnvelope", "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        (
+            "every place by OBJECTID, the last page",
+            layers::q(
+                "Places",
+                json!({"outFields": "*", "resultOffset": 144500, "resultRecordCount": 100}),
+            ),
+        ),
+        (
+            "float statistics over the world, no groups",
+            layers::q(
+                "Places",
+                json!({"outStatistics": [
+                    {"statisticType": "avg", "onStatisticField": "lat", "outStatisticFieldName": "a"},
+                    {"statisticType": "stddev", "onStatisticField": "lon", "outStatisticFieldName": "s"},
+                    {"statisticType": "sum", "onStatisticField": "lat", "outStatisticFieldName": "p"},
+                    {"statisticType": "min", "onStatisticField": "name", "outStatisticFieldName": "first"},
+                    {"statisticType": "max", "onStatisticField": "lat", "outStatisticFieldName": "north"},
+                    {"statisticType": "count", "onStatisticField": "*", "outStatisticFieldName": "n"}]}),
+            ),
+        ),
+        (
+            "statistics of nothing",
+            layers::q(
+                "Places",
+                json!({"where": "cc = 'XX'", "outStatistics": [
+                    {"statisticType": "avg", "onStatisticField": "lat", "outStatisticFieldName": "a"},
+                    {"statisticType": "count", "onStatisticField": "*", "outStatisticFieldName": "n"}]}),
+            ),
+        ),
+        (
+            "ids across Europe ordered by name descending",
+            layers::q(
+                "Places",
+                json!({"returnIdsOnly": true, "orderByFields": "name DESC",
+                       "geometry": {"xmin": -10.0, "ymin": 35.0, "xmax": 30.0, "ymax": 60.0},
+                       "geometryType": "esriGeometryEnvelope", "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        (
+            "a distance around Denver",
+            layers::q(
+                "Places",
+                json!({"outFields": "name", "orderByFields": "name", "distance": 300000, "units": "esriSRUnit_Meter",
+                       "geometry": {"x": -104.99, "y": 39.74}, "geometryType": "esriGeometryPoint",
+                       "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+    ]);
+    list
+}
+
+fn check_all(full: &App, nodes: &[Arc<App>], live: &[usize], when: &str) -> (usize, usize) {
+    let (mut alone, mut spread) = (0, 0);
+    for (name, body) in all_queries() {
+        let req = FeatureRequest::parse(body.to_string().as_bytes()).unwrap();
+        let want: Value =
+            serde_json::from_slice(&full.features.execute(&Caller::system(), &req).unwrap())
+                .unwrap();
+        let (got, one) = routed(nodes, live, &body);
+        if let Err(e) = same(&got, &want, "") {
+            panic!(
+                "{when}, {name} ({}): {e}",
+                if one { "one node" } else { "spread" }
+            );
+        }
+        if one { alone += 1 } else { spread += 1 }
+    }
+    (alone, spread)
+}
+
+fn rows(app: &App, service: &str) -> usize {
+    app.features
+        .sizes()
+        .0
+        .iter()
+        .filter(|(s, _, _)| s == service)
+        .map(|(_, _, n)| n)
+        .sum()
+}
+
+fn write(apps: &[&App], ops: Vec<Op>) {
+    for a in apps {
+        a.store
+            .write_blocking(&Caller::system(), ops.clone())
+            .unwrap();
+    }
+}
+
+#[test]
+fn nodes_holding_some_shards_answer_together_as_one_node_holding_all() {
+    let base = temp_dir("placement");
+    for (service, file) in [
+        ("Counties", "real/us-counties.geojson"),
+        ("Places", "real/geonames-cities1000.csv"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_geoshard"))
+            .args(["load", "--quiet", "--service", service, "--data-dir"])
+            .arg(base.path())
+            .arg(data_dir().join(file))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let dirs: Vec<TestDir> = (0..4).map(|i| temp_dir(&format!("placed-{i}"))).collect();
+    for d in &dirs {
+        copy_dir(base.path(), d.path());
+    }
+    let full = open(dirs[3].path(), 0, &[]);
+    let nodes: Vec<Arc<App>> = (0..3).map(|i| open(dirs[i].path(), 6, HOLDS[i])).collect();
+
+    // Each node holds a part: a place on the shards it holds, a county that reaches one.
+    let all_places = rows(&full, "Places");
+    assert_eq!(all_places, 144_563);
+    assert_eq!(rows(&full, "Counties"), 3_231);
+    for (i, n) in nodes.iter().enumerate() {
+        let held = rows(n, "Places");
+        assert!(
+            held > all_places / 5 && held < all_places * 9 / 10,
+            "node {i} holds {held} of {all_places} places"
+        );
+    }
+    let (alone, spread) = check_all(&full, &nodes, &[0, 1, 2], "as loaded");
+    // The point goes to one node; boxes at this resolution cover more shards than one node holds.
+    assert!(alone >= 1 && spread >= 12, "{alone} alone, {spread} spread");
+
+    // Writes reach every node (as the log brings them): places moved a third of the world
+    // away, places deleted, places added; the nodes that held a moved place drop it.
+    let system = Caller::system();
+    let mut ops = Vec::new();
+    for id in 1..=400i64 {
+        let uri = format!("/Places/0/{id}.json");
+        let doc = full.store.get(&system, &uri).unwrap().expect(&uri);
+        let mut v: Value = serde_json::from_slice(&doc.content).unwrap();
+        let c = v["geometry"]["coordinates"].as_array().unwrap().clone();
+        let x = c[0].as_f64().unwrap();
+        let moved = if x > 60.0 { x - 120.0 } else { x + 120.0 };
+        v["geometry"]["coordinates"] = json!([moved, c[1]]);
+        let put = |uri: String, v: &Value| {
+            Op::PutDocument(PutDocument {
+                uri,
+                content: Bytes::from(serde_json::to_vec(v).unwrap()),
+                format: Format::Json,
+                collections: None,
+                permissions: None,
+                default_permissions: doc.permissions,
+            })
+        };
+        match id % 4 {
+            0 => ops.push(Op::DeleteDocument { uri }),
+            1 => {
+                let new_id = 1_000_000 + id;
+                v["properties"]["OBJECTID"] = json!(new_id);
+                ops.push(put(format!("/Places/0/{new_id}.json"), &v));
+                ops.push(put(uri, &v));
+            }
+            _ => ops.push(put(uri, &v)),
+        }
+    }
+    let node_refs: Vec<&App> = nodes
+        .iter()
+        .map(|n| n.as_ref())
+        .chain([full.as_ref()])
+        .collect();
+    write(&node_refs, ops);
+    check_all(&full, &nodes, &[0, 1, 2], "after writes");
+    check_all(&full, &nodes, &[2, 0, 1], "after writes, node 2 merging");
+
+    // Any two nodes still hold every shard.
+    for live in [[0, 1], [1, 2], [2, 0]] {
+        check_all(&full, &nodes, &live, &format!("nodes {live:?} alone"));
+    }
+}
