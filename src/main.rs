@@ -288,6 +288,8 @@ fn cluster(command: ClusterCommand) -> Result<(), String> {
         node: String::new(),
         name,
         replicas: 1,
+        partition: String::new(),
+        shards: Vec::new(),
     };
     let report = runtime()?
         .block_on(geoshard::cluster::status_report(&settings))

@@ -123,6 +123,11 @@ async fn join_cluster(app: &Arc<App>) -> Result<(), StartError> {
         node: app.config.node.clone(),
         name: app.config.cluster_name.clone(),
         replicas: app.config.cluster_replicas,
+        partition: app
+            .features
+            .placement()
+            .map_or(String::new(), |p| p.partition().to_string()),
+        shards: app.features.placement().map_or(Vec::new(), |p| p.held()),
     };
     let weak = Arc::downgrade(app);
     let reload = Box::new(move |changed: crate::cluster::Reload| {
@@ -152,6 +157,9 @@ async fn join_cluster(app: &Arc<App>) -> Result<(), StartError> {
         applied = cluster.visible(),
         "joined the cluster"
     );
+    if app.features.placement().is_some() {
+        cluster.answer_asks(crate::http::spread::answerer(Arc::downgrade(app)));
+    }
     let _ = app.cluster.set(cluster);
     if let Some(dir) = &app.config.project {
         let files = crate::flow::project::read_dir(dir).map_err(StartError::Deploy)?;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::layers::queries;
+use common::layers::{more_queries, queries};
 use common::*;
 use serde_json::{Value, json};
 
@@ -382,6 +382,145 @@ fn three_nodes_answer_every_query_as_one_node_does() {
     for i in 0..3 {
         assert!(report.contains(&format!("g{i}\t")), "{report}");
     }
+}
+
+/// Shards held by placed node `i`: every shard on two of the three nodes.
+const HOLDS: [&str; 3] = ["0,1,2,3", "2,3,4,5", "4,5,0,1"];
+
+/// A node of cluster `name` holding the shards `HOLDS[i]` of six.
+fn placed_node(dir: &Path, nats: &Nats, i: usize, name: &str) -> ChildServer {
+    if !dir.join("geoshard.redb").exists() {
+        seed_users(dir);
+    }
+    let urls = nats.urls(i);
+    let node = format!("p{i}");
+    let server = ChildServer::start(
+        dir,
+        &[
+            ("GEOSHARD_CLUSTER", urls.as_str()),
+            ("GEOSHARD_NODE", node.as_str()),
+            ("GEOSHARD_CLUSTER_NAME", name),
+            ("GEOSHARD_CLUSTER_SHARDS", "6"),
+            ("GEOSHARD_CLUSTER_RESOLUTION", "2"),
+            ("GEOSHARD_HOLD", HOLDS[i]),
+        ],
+    );
+    wait_ready(&server);
+    server
+}
+
+/// A query's answer through a placed node: retried while the node does not yet know a
+/// holder of some shard (the registry is read every 2 s), then 200.
+fn placed_answer(c: &mut Client, after: u64, body: &Value) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = c.request(
+            "POST",
+            "/v1/resources/geoQueryService",
+            &[
+                ("Content-Type", "application/json"),
+                ("X-Geoshard-After", &after.to_string()),
+            ],
+            body.to_string().as_bytes(),
+        );
+        if r.status == 503 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        assert_eq!(r.status, 200, "{}: {}", body, r.text());
+        return r.json();
+    }
+}
+
+/// Rows of a layer in a node's views, from its metrics.
+fn layer_rows(server: &ChildServer, service: &str) -> u64 {
+    let text = server.client(ADMIN).get("/metrics").text();
+    let prefix = format!("geoshard_layer_features{{layer=\"0\",service=\"{service}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {prefix} in the metrics"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn nodes_holding_some_shards_answer_every_query_as_one_node_does() {
+    let Some(nats) = Nats::start("placed") else {
+        return;
+    };
+    let dirs: Vec<TestDir> = (0..3).map(|i| temp_dir(&format!("placed-{i}"))).collect();
+    let mut nodes: Vec<ChildServer> = (0..3)
+        .map(|i| placed_node(dirs[i].path(), &nats, i, "placed"))
+        .collect();
+    let single_dir = temp_dir("single-placed");
+    seed_users(single_dir.path());
+    let single = ChildServer::start(single_dir.path(), &[]);
+    let counties = real("us-counties.geojson");
+    let places = real("geonames-cities1000.csv");
+    load(nodes[0].addr, "Counties", &counties);
+    load(nodes[1].addr, "Places", &places);
+    load(single.addr, "Counties", &counties);
+    load(single.addr, "Places", &places);
+    let after = (0..2)
+        .map(|i| sequence(&nodes[i].client(ADMIN).get("/health")))
+        .max()
+        .unwrap();
+
+    // Each node's views hold a part of the places: those of its shards.
+    let all = csv_rows(&places);
+    for (i, n) in nodes.iter().enumerate() {
+        let mut c = n.client(ADMIN);
+        c.request(
+            "GET",
+            "/health",
+            &[("X-Geoshard-After", &after.to_string())],
+            b"",
+        );
+        let held = layer_rows(n, "Places");
+        assert!(
+            held > all / 5 && held < all * 9 / 10,
+            "node {i} holds {held} of {all}"
+        );
+    }
+
+    let every = || queries().into_iter().chain(more_queries());
+    let mut reference = single.client(GEO);
+    let check = |nodes: &[&ChildServer], when: &str, reference: &mut Client| {
+        for (what, body) in every() {
+            let expected = answer(reference, 0, &body);
+            for n in nodes {
+                let got = placed_answer(&mut n.client(GEO), after, &body);
+                if let Err(e) = same_json(&got, &expected, "") {
+                    panic!("{when}: {what} through {}: {e}", n.addr);
+                }
+            }
+        }
+    };
+    check(
+        &nodes.iter().collect::<Vec<_>>(),
+        "all nodes up",
+        &mut reference,
+    );
+    let count = answer(&mut reference, 0, &queries()[7].1);
+    assert_eq!(count["count"], json!(all), "{count}");
+
+    // Node 2 killed: nodes 0 and 1 hold every shard between them and answer alone, leaving
+    // the dead node out at once (NATS says no one answers for it).
+    nodes.pop().unwrap().kill();
+    check(&[&nodes[0], &nodes[1]], "node 2 killed", &mut reference);
+
+    // Back, it catches up and answers as before; `cluster status` names each shard's holders.
+    nodes.push(placed_node(dirs[2].path(), &nats, 2, "placed"));
+    check(&[&nodes[2]], "node 2 back", &mut reference);
+    let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args(["cluster", "status", "--name", "placed", "--cluster"])
+        .arg(nats.urls(0))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(report.contains("shards: h3 r2 / 6 shards"), "{report}");
+    assert!(report.contains("shard 0\tp0, p2"), "{report}");
+    assert!(report.contains("shard 4\tp1, p2"), "{report}");
 }
 
 /// The last refusal a writer met, to say why writes stopped.

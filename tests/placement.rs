@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::layers::queries;
+use common::layers::{more_queries, queries};
 use common::*;
 use geoshard::acl::Caller;
 use geoshard::config::Config;
@@ -48,43 +48,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Equal JSON but for `$timestamp`, floats to within 1e-9 of each other (statistics over
-/// floats are summed in another order when merged).
-fn same(a: &Value, b: &Value, at: &str) -> Result<(), String> {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let kx: Vec<_> = x.keys().filter(|k| *k != "$timestamp").collect();
-            let ky: Vec<_> = y.keys().filter(|k| *k != "$timestamp").collect();
-            if kx != ky {
-                return Err(format!("{at}: members {kx:?} against {ky:?}"));
-            }
-            for k in kx {
-                same(&x[k], &y[k], &format!("{at}.{k}"))?;
-            }
-            Ok(())
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            if x.len() != y.len() {
-                return Err(format!("{at}: {} items against {}", x.len(), y.len()));
-            }
-            for (i, (p, q)) in x.iter().zip(y).enumerate() {
-                same(p, q, &format!("{at}[{i}]"))?;
-            }
-            Ok(())
-        }
-        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
-            let (p, q) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            if (p - q).abs() <= 1e-9 * p.abs().max(q.abs()).max(1.0) {
-                Ok(())
-            } else {
-                Err(format!("{at}: {p} against {q}"))
-            }
-        }
-        _ if a == b => Ok(()),
-        _ => Err(format!("{at}: {a} against {b}")),
-    }
-}
-
 /// The answer of the placed nodes `live` (indexes into `nodes`, in the order preferred), as a
 /// cluster node routes and merges it; and whether it went to one node.
 fn routed(nodes: &[Arc<App>], live: &[usize], body: &Value) -> (Value, bool) {
@@ -101,10 +64,13 @@ fn routed(nodes: &[Arc<App>], live: &[usize], body: &Value) -> (Value, bool) {
             let parts = parts
                 .iter()
                 .map(|(n, shards)| {
-                    nodes[*n]
+                    let part = nodes[*n]
                         .features
                         .execute_partial(&caller, &req, Some(shards), None)
-                        .unwrap()
+                        .unwrap();
+                    // As a node sends it to another.
+                    let bytes = postcard::to_stdvec(&part).unwrap();
+                    postcard::from_bytes(&bytes).unwrap()
                 })
                 .collect();
             let merger = &nodes[live[0]].features;
@@ -114,87 +80,15 @@ fn routed(nodes: &[Arc<App>], live: &[usize], body: &Value) -> (Value, bool) {
     }
 }
 
-fn all_queries() -> Vec<(&'static str, Value)> {
-    let mut list = queries();
-    list.extend([
-        (
-            "service",
-            json!({"params": {"id": "Places"}}),
-        ),
-        (
-            "layer",
-            json!({"params": {"id": "Counties", "layer": 0}}),
-        ),
-        (
-            "counties over the whole country, ordered by name, a middle page",
-            layers::q(
-                "Counties",
-                json!({"outFields": "name,OBJECTID", "orderByFields": "name", "returnGeometry": true,
-                       "resultOffset": 700, "resultRecordCount": 50,
-                       "geometry": {"xmin": -125.0, "ymin": 24.0, "xmax": -66.0, "ymax": 50.0},
-                       "geometryType": "esriGeometryEnvelope", "spatialRel": "esriSpatialRelIntersects"}),
-            ),
-        ),
-        (
-            "every place by OBJECTID, the last page",
-            layers::q(
-                "Places",
-                json!({"outFields": "*", "resultOffset": 144500, "resultRecordCount": 100}),
-            ),
-        ),
-        (
-            "float statistics over the world, no groups",
-            layers::q(
-                "Places",
-                json!({"outStatistics": [
-                    {"statisticType": "avg", "onStatisticField": "lat", "outStatisticFieldName": "a"},
-                    {"statisticType": "stddev", "onStatisticField": "lon", "outStatisticFieldName": "s"},
-                    {"statisticType": "sum", "onStatisticField": "lat", "outStatisticFieldName": "p"},
-                    {"statisticType": "min", "onStatisticField": "name", "outStatisticFieldName": "first"},
-                    {"statisticType": "max", "onStatisticField": "lat", "outStatisticFieldName": "north"},
-                    {"statisticType": "count", "onStatisticField": "*", "outStatisticFieldName": "n"}]}),
-            ),
-        ),
-        (
-            "statistics of nothing",
-            layers::q(
-                "Places",
-                json!({"where": "cc = 'XX'", "outStatistics": [
-                    {"statisticType": "avg", "onStatisticField": "lat", "outStatisticFieldName": "a"},
-                    {"statisticType": "count", "onStatisticField": "*", "outStatisticFieldName": "n"}]}),
-            ),
-        ),
-        (
-            "ids across Europe ordered by name descending",
-            layers::q(
-                "Places",
-                json!({"returnIdsOnly": true, "orderByFields": "name DESC",
-                       "geometry": {"xmin": -10.0, "ymin": 35.0, "xmax": 30.0, "ymax": 60.0},
-                       "geometryType": "esriGeometryEnvelope", "spatialRel": "esriSpatialRelIntersects"}),
-            ),
-        ),
-        (
-            "a distance around Denver",
-            layers::q(
-                "Places",
-                json!({"outFields": "name", "orderByFields": "name", "distance": 300000, "units": "esriSRUnit_Meter",
-                       "geometry": {"x": -104.99, "y": 39.74}, "geometryType": "esriGeometryPoint",
-                       "spatialRel": "esriSpatialRelIntersects"}),
-            ),
-        ),
-    ]);
-    list
-}
-
 fn check_all(full: &App, nodes: &[Arc<App>], live: &[usize], when: &str) -> (usize, usize) {
     let (mut alone, mut spread) = (0, 0);
-    for (name, body) in all_queries() {
+    for (name, body) in queries().into_iter().chain(more_queries()) {
         let req = FeatureRequest::parse(body.to_string().as_bytes()).unwrap();
         let want: Value =
             serde_json::from_slice(&full.features.execute(&Caller::system(), &req).unwrap())
                 .unwrap();
         let (got, one) = routed(nodes, live, &body);
-        if let Err(e) = same(&got, &want, "") {
+        if let Err(e) = same_json(&got, &want, "") {
             panic!(
                 "{when}, {name} ({}): {e}",
                 if one { "one node" } else { "spread" }

@@ -12,6 +12,7 @@
 //! Today every node holds every shard; the log's subjects already separate feature documents
 //! (`geoshard.<cluster>.data`) from the rest (`geoshard.<cluster>.meta`).
 
+mod ask;
 mod status;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::acl::Caller;
 use crate::store::{Op, Store, StoreError, Table, WriteLog, Written, logged};
 
+pub use ask::{Answerer, AskError};
 pub use status::{NodeRecord, status_report};
 
 /// How long a write waits for JetStream to acknowledge it, publishing again after failures
@@ -57,6 +59,10 @@ pub struct ClusterSettings {
     pub node: String,
     pub name: String,
     pub replicas: usize,
+    /// The cluster's shards as this node cuts them (empty: this node holds every row).
+    pub partition: String,
+    /// The shards this node holds.
+    pub shards: Vec<usize>,
 }
 
 impl ClusterSettings {
@@ -123,7 +129,10 @@ type Waiter = oneshot::Sender<Result<Written, StoreError>>;
 
 struct Inner {
     settings: ClusterSettings,
+    client: async_nats::Client,
     js: jetstream::Context,
+    /// The live nodes' registry entries (this node's too), as of the last heartbeat.
+    peers: Mutex<Vec<NodeRecord>>,
     store: Arc<Store>,
     /// This node's writes in the log, by request id, waiting for their outcome here.
     waiters: Mutex<crate::FastMap<u64, Waiter>>,
@@ -260,7 +269,7 @@ async fn connect(
         waited += Duration::from_millis(50);
     }
     let max_payload = client.server_info().max_payload;
-    let js = jetstream::new(client);
+    let js = jetstream::new(client.clone());
     // A NATS cluster that is itself starting has no JetStream leader for a few seconds.
     let mut tries = 0;
     loop {
@@ -286,7 +295,9 @@ async fn connect(
     let (visible, _) = watch::channel(store.applied());
     Ok(Arc::new(Inner {
         settings,
+        client,
         js,
+        peers: Mutex::new(Vec::new()),
         store,
         waiters: Mutex::new(crate::FastMap::default()),
         next_request: AtomicU64::new(1),
@@ -579,10 +590,16 @@ async fn heartbeat(inner: Arc<Inner>) {
                 caught_up: inner.caught_up.load(Ordering::Acquire),
                 started,
                 version: env!("CARGO_PKG_VERSION").to_string(),
+                partition: inner.settings.partition.clone(),
+                shards: inner.settings.shards.clone(),
             };
             let bytes = serde_json::to_vec(&record).unwrap_or_default();
             if let Err(e) = kv.put(&inner.settings.node, bytes.into()).await {
                 tracing::warn!(error = %e, "renewing the registry entry");
+            }
+            match status::live_nodes(kv).await {
+                Ok(nodes) => *inner.peers.lock() = nodes,
+                Err(e) => tracing::warn!(error = %e, "reading the node registry"),
             }
         }
         tokio::time::sleep(HEARTBEAT).await;

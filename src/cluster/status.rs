@@ -22,6 +22,12 @@ pub struct NodeRecord {
     /// When it started, in seconds since the Unix epoch.
     pub started: u64,
     pub version: String,
+    /// The cluster's shards as this node cuts them (empty: every node holds every row).
+    #[serde(default)]
+    pub partition: String,
+    /// The shards it holds.
+    #[serde(default)]
+    pub shards: Vec<usize>,
 }
 
 /// The registry bucket, made on first use. An entry not renewed within the lease is gone.
@@ -51,6 +57,22 @@ pub(super) async fn registry(
     .await
     .map_err(js_error)?;
     js.get_key_value(settings.bucket()).await.map_err(js_error)
+}
+
+/// The registry's entries, by node name.
+pub(super) async fn live_nodes(kv: &jetstream::kv::Store) -> Result<Vec<NodeRecord>, ClusterError> {
+    let mut keys = kv.keys().await.map_err(js_error)?;
+    let mut nodes = Vec::new();
+    while let Some(key) = keys.next().await {
+        let key = key.map_err(js_error)?;
+        if let Some(bytes) = kv.get(&key).await.map_err(js_error)?
+            && let Ok(rec) = serde_json::from_slice::<NodeRecord>(&bytes)
+        {
+            nodes.push(rec);
+        }
+    }
+    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    Ok(nodes)
 }
 
 /// What the cluster looks like from NATS: the log, and each live node with its lag.
@@ -118,37 +140,64 @@ pub async fn status_report(settings: &ClusterSettings) -> Result<String, Cluster
         ));
     }
     let kv = registry(&js, settings).await?;
-    let mut keys = kv.keys().await.map_err(js_error)?;
-    let mut nodes = Vec::new();
-    while let Some(key) = keys.next().await {
-        let key = key.map_err(js_error)?;
-        if let Some(bytes) = kv.get(&key).await.map_err(js_error)?
-            && let Ok(rec) = serde_json::from_slice::<NodeRecord>(&bytes)
-        {
-            nodes.push(rec);
-        }
-    }
-    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    let nodes = live_nodes(&kv).await?;
     out.push_str(&format!(
         "nodes: {} live (entries renewed within {} s)\n",
         nodes.len(),
         LEASE.as_secs()
     ));
-    out.push_str("node\thttp\tapplied\tlag\tstate\n");
+    out.push_str("node\thttp\tapplied\tlag\tstate\tshards\n");
     for n in &nodes {
         let state = if n.caught_up {
             "serving"
         } else {
             "catching up"
         };
+        let shards = if n.partition.is_empty() {
+            "all".to_string()
+        } else {
+            n.shards
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         out.push_str(&format!(
-            "{}\t{}\t{}\t{}\t{state}\n",
+            "{}\t{}\t{}\t{}\t{state}\t{shards}\n",
             n.node,
             if n.http.is_empty() { "-" } else { &n.http },
             n.applied,
             last.saturating_sub(n.applied),
         ));
     }
-    out.push_str("shards: every live node holds every shard\n");
+    out.push_str(&shard_holders(&nodes));
     Ok(out)
+}
+
+/// Each shard with its live holders, or that every node holds every shard.
+fn shard_holders(nodes: &[NodeRecord]) -> String {
+    let Some(partition) = nodes.iter().map(|n| &n.partition).find(|p| !p.is_empty()) else {
+        return "shards: every live node holds every shard\n".to_string();
+    };
+    let count = partition
+        .split_whitespace()
+        .rev()
+        .nth(1)
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut out = format!("shards: {partition}\n");
+    for s in 0..count {
+        let holders: Vec<&str> = nodes
+            .iter()
+            .filter(|n| n.partition == *partition && n.shards.contains(&s))
+            .map(|n| n.node.as_str())
+            .collect();
+        let list = if holders.is_empty() {
+            "NONE (its rows cannot be queried)".to_string()
+        } else {
+            holders.join(", ")
+        };
+        out.push_str(&format!("shard {s}\t{list}\n"));
+    }
+    out
 }

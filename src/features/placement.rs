@@ -24,6 +24,7 @@ pub struct Placement {
     partitioner: Partitioner,
     held: ShardSet,
     signature: String,
+    partition: String,
 }
 
 impl Placement {
@@ -47,6 +48,7 @@ impl Placement {
             partitioner,
             held: set,
             signature: format!("placement r{resolution} of {shards} holding {list:?}"),
+            partition: format!("h3 r{resolution} / {shards} shards"),
         })
     }
 
@@ -60,6 +62,11 @@ impl Placement {
 
     pub fn holds_shard(&self, shard: usize) -> bool {
         shard < MAX && self.held.contains(shard)
+    }
+
+    /// The cluster's shards, which every node must agree on: resolution and count.
+    pub fn partition(&self) -> &str {
+        &self.partition
     }
 
     /// What a saved view built under this placement must be read back under.

@@ -123,6 +123,21 @@ where
             limit_ms,
         )
     });
+    if let Some(cluster) = super::spread::cluster_of(app) {
+        // Nodes hold some shards each: the query is routed and its parts merged.
+        let after = ctx
+            .headers
+            .get(super::router::AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        let out = within(
+            limit,
+            super::spread::geo_query(app, cluster, &caller, after, body, limit),
+        )
+        .await??;
+        return Ok(response::json_bytes(200, out));
+    }
     if body.len() > INLINE_PARSE_BYTES {
         // A large body (a big query geometry) is parsed and prepared with the query, off the
         // io thread; what it freed goes back to the OS.

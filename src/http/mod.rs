@@ -18,6 +18,7 @@ pub mod params;
 pub mod poll;
 pub mod response;
 mod router;
+pub(crate) mod spread;
 mod tiles;
 mod wire;
 

@@ -218,3 +218,69 @@ pub fn queries() -> Vec<(&'static str, Value)> {
         ),
     ]
 }
+
+/// More query kinds over the same services, for answers merged from several nodes: pages deep
+/// in an order, statistics over floats, ids in an order, a distance, the descriptors.
+pub fn more_queries() -> Vec<(&'static str, Value)> {
+    vec![
+        ("service", json!({"params": {"id": "Places"}})),
+        ("layer", json!({"params": {"id": "Counties", "layer": 0}})),
+        (
+            "counties over the whole country, ordered by name, a middle page",
+            q(
+                "Counties",
+                json!({"outFields": "name,OBJECTID", "orderByFields": "name", "returnGeometry": true,
+                       "resultOffset": 700, "resultRecordCount": 50,
+                       "geometry": {"xmin": -125.0, "ymin": 24.0, "xmax": -66.0, "ymax": 50.0},
+                       "geometryType": "esriGeometryEnvelope", "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        (
+            "every place by OBJECTID, the last page",
+            q(
+                "Places",
+                json!({"outFields": "*", "resultOffset": 144500, "resultRecordCount": 100}),
+            ),
+        ),
+        (
+            "float statistics over the world, no groups",
+            q(
+                "Places",
+                json!({"outStatistics": [
+                    {"statisticType": "avg", "onStatisticField": "lat", "outStatisticFieldName": "a"},
+                    {"statisticType": "stddev", "onStatisticField": "lon", "outStatisticFieldName": "s"},
+                    {"statisticType": "sum", "onStatisticField": "lat", "outStatisticFieldName": "p"},
+                    {"statisticType": "min", "onStatisticField": "name", "outStatisticFieldName": "first"},
+                    {"statisticType": "max", "onStatisticField": "lat", "outStatisticFieldName": "north"},
+                    {"statisticType": "count", "onStatisticField": "*", "outStatisticFieldName": "n"}]}),
+            ),
+        ),
+        (
+            "statistics of nothing",
+            q(
+                "Places",
+                json!({"where": "cc = 'XX'", "outStatistics": [
+                    {"statisticType": "avg", "onStatisticField": "lat", "outStatisticFieldName": "a"},
+                    {"statisticType": "count", "onStatisticField": "*", "outStatisticFieldName": "n"}]}),
+            ),
+        ),
+        (
+            "ids across Europe ordered by name descending",
+            q(
+                "Places",
+                json!({"returnIdsOnly": true, "orderByFields": "name DESC",
+                       "geometry": {"xmin": -10.0, "ymin": 35.0, "xmax": 30.0, "ymax": 60.0},
+                       "geometryType": "esriGeometryEnvelope", "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+        (
+            "a distance around Denver",
+            q(
+                "Places",
+                json!({"outFields": "name", "orderByFields": "name", "distance": 300000, "units": "esriSRUnit_Meter",
+                       "geometry": {"x": -104.99, "y": 39.74}, "geometryType": "esriGeometryPoint",
+                       "spatialRel": "esriSpatialRelIntersects"}),
+            ),
+        ),
+    ]
+}

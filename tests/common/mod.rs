@@ -618,3 +618,43 @@ pub fn geonames_points() -> Vec<(f64, f64)> {
         })
         .collect()
 }
+
+/// Equal JSON but for `$timestamp`, floats to within 1e-9 of each other (statistics over
+/// floats are summed in another order when merged).
+pub fn same_json(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> Result<(), String> {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut kx: Vec<_> = x.keys().filter(|k| *k != "$timestamp").collect();
+            let mut ky: Vec<_> = y.keys().filter(|k| *k != "$timestamp").collect();
+            kx.sort();
+            ky.sort();
+            if kx != ky {
+                return Err(format!("{at}: members {kx:?} against {ky:?}"));
+            }
+            for k in kx {
+                same_json(&x[k], &y[k], &format!("{at}.{k}"))?;
+            }
+            Ok(())
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            if x.len() != y.len() {
+                return Err(format!("{at}: {} items against {}", x.len(), y.len()));
+            }
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                same_json(p, q, &format!("{at}[{i}]"))?;
+            }
+            Ok(())
+        }
+        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
+            let (p, q) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            if (p - q).abs() <= 1e-9 * p.abs().max(q.abs()).max(1.0) {
+                Ok(())
+            } else {
+                Err(format!("{at}: {p} against {q}"))
+            }
+        }
+        _ if a == b => Ok(()),
+        _ => Err(format!("{at}: {a} against {b}")),
+    }
+}

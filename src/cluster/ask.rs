@@ -1,0 +1,155 @@
+//! Questions one node asks another over NATS, outside the log: the parts of a query spread
+//! over the nodes holding its shards. A question goes to `geoshard-ask.<cluster>.<node>`
+//! with an inbox to answer to; an answer larger than a NATS message comes in chunks, in
+//! order (NATS keeps the order of one publisher's messages), each saying how many there are.
+//! What questions and answers mean is the caller's business: here they are bytes.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use super::{Cluster, ENVELOPE_BYTES, Inner, NodeRecord};
+
+const CHUNKS: &str = "Geoshard-Chunks";
+
+/// How a node answers a question: the answer's bytes.
+pub type Answerer =
+    Arc<dyn Fn(Bytes) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    #[error("node {0} is not answering questions")]
+    NoResponders(String),
+    #[error("node {0} did not answer within {1} ms")]
+    Timeout(String, u128),
+    #[error("the question is {0} bytes, more than a NATS message holds")]
+    TooLarge(usize),
+    #[error("NATS: {0}")]
+    Nats(String),
+}
+
+impl Cluster {
+    /// Answer other nodes' questions with `answer` from now on.
+    pub fn answer_asks(&self, answer: Answerer) {
+        self.handle.spawn(serve(self.inner.clone(), answer));
+    }
+
+    /// Ask `node` a question; its answer within `limit`.
+    pub async fn ask(
+        &self,
+        node: &str,
+        question: Vec<u8>,
+        limit: Duration,
+    ) -> Result<Vec<u8>, AskError> {
+        let inner = self.inner.clone();
+        let node = node.to_string();
+        self.handle
+            .spawn(async move { ask(&inner, &node, question, limit).await })
+            .await
+            .unwrap_or_else(|e| Err(AskError::Nats(e.to_string())))
+    }
+
+    /// The live nodes (this one too) as the registry named them at the last heartbeat.
+    pub fn peers(&self) -> Vec<NodeRecord> {
+        self.inner.peers.lock().clone()
+    }
+}
+
+/// Outside the log's subjects (`geoshard.<cluster>.>`), which JetStream would store and
+/// acknowledge.
+fn subject(inner: &Inner, node: &str) -> String {
+    format!("geoshard-ask.{}.{node}", inner.settings.name)
+}
+
+async fn serve(inner: Arc<Inner>, answer: Answerer) {
+    let subject = subject(&inner, &inner.settings.node);
+    loop {
+        let mut sub = match inner.client.subscribe(subject.clone()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "subscribing to questions");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        while let Some(msg) = sub.next().await {
+            let Some(reply) = msg.reply else { continue };
+            let (inner, answer) = (inner.clone(), answer.clone());
+            tokio::spawn(async move {
+                let out = answer(msg.payload).await;
+                let room = inner.max_payload.saturating_sub(ENVELOPE_BYTES).max(1024);
+                let chunks: Vec<&[u8]> = if out.is_empty() {
+                    vec![&[][..]]
+                } else {
+                    out.chunks(room).collect()
+                };
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(CHUNKS, chunks.len().to_string().as_str());
+                for c in chunks {
+                    let sent = inner
+                        .client
+                        .publish_with_headers(
+                            reply.clone(),
+                            headers.clone(),
+                            Bytes::copy_from_slice(c),
+                        )
+                        .await;
+                    if let Err(e) = sent {
+                        tracing::warn!(error = %e, "answering a question");
+                        return;
+                    }
+                }
+            });
+        }
+    }
+}
+
+async fn ask(
+    inner: &Inner,
+    node: &str,
+    question: Vec<u8>,
+    limit: Duration,
+) -> Result<Vec<u8>, AskError> {
+    if question.len() + ENVELOPE_BYTES > inner.max_payload {
+        return Err(AskError::TooLarge(question.len()));
+    }
+    let nats = |e: &dyn std::fmt::Display| AskError::Nats(e.to_string());
+    let inbox = inner.client.new_inbox();
+    let mut sub = inner
+        .client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| nats(&e))?;
+    inner
+        .client
+        .publish_with_reply(subject(inner, node), inbox, question.into())
+        .await
+        .map_err(|e| nats(&e))?;
+    let collect = async {
+        let mut out = Vec::new();
+        let mut got = 0usize;
+        while let Some(m) = sub.next().await {
+            if m.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+                return Err(AskError::NoResponders(node.to_string()));
+            }
+            let total = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(CHUNKS))
+                .and_then(|v| v.as_str().parse::<usize>().ok())
+                .unwrap_or(1);
+            out.extend_from_slice(&m.payload);
+            got += 1;
+            if got >= total {
+                return Ok(out);
+            }
+        }
+        Err(AskError::Nats("the connection closed".into()))
+    };
+    tokio::time::timeout(limit, collect)
+        .await
+        .unwrap_or_else(|_| Err(AskError::Timeout(node.to_string(), limit.as_millis())))
+}

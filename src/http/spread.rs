@@ -1,0 +1,370 @@
+//! geoQueryService in a cluster whose nodes hold some shards each (`cluster_shards`): the
+//! node a client asks routes the query (`Placement::route`), asks the other nodes it needs
+//! over NATS (`Cluster::ask`) for the whole answer or for their part, and merges the parts.
+//! A node that fails to answer is left out and the query routed again over the rest.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::App;
+use crate::acl::{Caller, RoleSet};
+use crate::cluster::{Answerer, Cluster};
+use crate::error::{ApiError, ErrorCode};
+use crate::features::placement::Route;
+use crate::features::query::Partial;
+use crate::features::{FeatureError, FeatureRequest};
+
+/// How long a node waits for another's answer when queries have no time limit.
+const ASK_LIMIT: Duration = Duration::from_secs(30);
+/// Routings of one query: the first, and again without each node that failed to answer.
+const ATTEMPTS: usize = 3;
+
+/// What one node asks another.
+#[derive(Debug, Serialize, Deserialize)]
+struct Question {
+    user: String,
+    roles: u8,
+    /// The log entry the answer must include (`X-Geoshard-After`), 0 for none.
+    after: u64,
+    /// The shards to answer for; `None`: the whole answer.
+    shards: Option<Vec<usize>>,
+    /// The geoQueryService request as the client sent it.
+    body: Vec<u8>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Reply {
+    Whole(Vec<u8>),
+    Part(Partial),
+    /// A refusal of the request, as [`FeatureError`] kinds: 0 not found, 1 invalid, 2 time
+    /// limit, 3 not caught up.
+    Refused(u8, String),
+}
+
+fn refusal(e: &FeatureError) -> Reply {
+    let kind = match e {
+        FeatureError::ServiceNotFound(_) | FeatureError::LayerNotFound(_) => 0,
+        FeatureError::Request(_) | FeatureError::Where(_) => 1,
+        FeatureError::TimeLimit(_) => 2,
+    };
+    Reply::Refused(kind, e.to_string())
+}
+
+fn refused_error(kind: u8, message: String) -> ApiError {
+    let code = match kind {
+        0 => ErrorCode::ExtensionNotFound,
+        1 => ErrorCode::ExtensionInvalid,
+        2 => ErrorCode::TimeLimit,
+        _ => ErrorCode::Unavailable,
+    };
+    ApiError::new(code, message)
+}
+
+/// The cluster when this node's views hold some shards only (queries are routed), else `None`.
+pub(super) fn cluster_of(app: &App) -> Option<&Arc<Cluster>> {
+    app.features.placement()?;
+    app.cluster.get()
+}
+
+/// Why one node's part is missing.
+enum Failed {
+    /// The node did not answer: route again without it.
+    Node(String, String),
+    Api(ApiError),
+}
+
+static ROTATION: AtomicUsize = AtomicUsize::new(0);
+
+/// Answer a geoQueryService request (its JSON body) by routing it over the cluster.
+pub(super) async fn geo_query(
+    app: &Arc<App>,
+    cluster: &Arc<Cluster>,
+    caller: &Caller,
+    after: u64,
+    body: Bytes,
+    limit: Option<(Instant, u64)>,
+) -> Result<Vec<u8>, ApiError> {
+    let features = app.features.clone();
+    let max_vertices = features.settings().max_query_vertices;
+    let request = {
+        let (body, name) = (body.clone(), caller.name().to_string());
+        crate::cpu::run_cpu_intensive(move || FeatureRequest::parse_for(&name, &body, max_vertices))
+            .await
+            .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??
+    };
+    let request = Arc::new(request);
+    let Some(placement) = features.placement() else {
+        return Err(ApiError::new(ErrorCode::Internal, "no shard placement"));
+    };
+    let me = cluster.node().to_string();
+    let mut left_out: Vec<String> = Vec::new();
+    let mut last_failure = String::new();
+    for _ in 0..ATTEMPTS {
+        let mut peers: Vec<(String, Vec<usize>)> = cluster
+            .peers()
+            .into_iter()
+            .filter(|p| {
+                p.node != me
+                    && p.caught_up
+                    && p.partition == placement.partition()
+                    && !left_out.contains(&p.node)
+            })
+            .map(|p| (p.node, p.shards))
+            .collect();
+        if !peers.is_empty() {
+            let turn = ROTATION.fetch_add(1, Ordering::Relaxed) % peers.len();
+            peers.rotate_left(turn);
+        }
+        let mut nodes = vec![(me.clone(), placement.held())];
+        nodes.extend(peers);
+        let route = placement
+            .route(request.region().as_ref(), &nodes)
+            .map_err(|shard| {
+                ApiError::new(
+                    ErrorCode::Unavailable,
+                    format!("no live node holds shard {shard}{last_failure}"),
+                )
+            })?;
+        let asked = match route {
+            Route::One(n) => answer_from(
+                app, cluster, caller, after, &body, &request, &n, None, limit,
+            )
+            .await
+            .and_then(|r| match r {
+                Reply::Whole(bytes) => Ok(bytes),
+                _ => Err(Failed::Node(n, "an answer of the wrong kind".into())),
+            }),
+            Route::Spread(parts) if parts.len() == 1 && parts[0].0 == me => {
+                // Every shard is here: the whole answer, as a single node gives it.
+                answer_from(
+                    app, cluster, caller, after, &body, &request, &me, None, limit,
+                )
+                .await
+                .and_then(|r| match r {
+                    Reply::Whole(bytes) => Ok(bytes),
+                    _ => Err(Failed::Node(
+                        me.clone(),
+                        "an answer of the wrong kind".into(),
+                    )),
+                })
+            }
+            Route::Spread(parts) => {
+                let asks = parts.iter().map(|(n, shards)| {
+                    answer_from(
+                        app,
+                        cluster,
+                        caller,
+                        after,
+                        &body,
+                        &request,
+                        n,
+                        Some(shards.clone()),
+                        limit,
+                    )
+                });
+                let replies = futures_util::future::join_all(asks).await;
+                let mut partials = Vec::with_capacity(replies.len());
+                let mut failed = None;
+                for (r, (n, _)) in replies.into_iter().zip(&parts) {
+                    match r {
+                        Ok(Reply::Part(p)) => partials.push(p),
+                        Ok(_) => {
+                            failed = Some(Failed::Node(
+                                n.clone(),
+                                "an answer of the wrong kind".into(),
+                            ))
+                        }
+                        Err(f @ Failed::Api(_)) => {
+                            failed = Some(f);
+                            break;
+                        }
+                        Err(f) => failed = failed.or(Some(f)),
+                    }
+                }
+                match failed {
+                    Some(f) => Err(f),
+                    None => {
+                        let (features, caller, request) =
+                            (features.clone(), caller.clone(), request.clone());
+                        let merged = crate::cpu::run_cpu_intensive(move || {
+                            features.merge_partials(&caller, &request, partials)
+                        })
+                        .await;
+                        match merged {
+                            Some(Ok(bytes)) => Ok(bytes),
+                            Some(Err(e)) => Err(Failed::Api(e.into())),
+                            None => Err(Failed::Api(ApiError::new(
+                                ErrorCode::Internal,
+                                "the query failed",
+                            ))),
+                        }
+                    }
+                }
+            }
+        };
+        match asked {
+            Ok(bytes) => return Ok(bytes),
+            Err(Failed::Api(e)) => return Err(e),
+            Err(Failed::Node(n, why)) => {
+                tracing::warn!(node = %n, why = %why, "a node left out of a query");
+                last_failure = format!(" (node {n}: {why})");
+                left_out.push(n);
+            }
+        }
+    }
+    Err(ApiError::new(
+        ErrorCode::Unavailable,
+        format!("the nodes holding the query's shards did not answer{last_failure}"),
+    ))
+}
+
+/// The whole answer or the part for `shards` of node `node`: this one's own, or asked.
+#[allow(clippy::too_many_arguments)]
+async fn answer_from(
+    app: &Arc<App>,
+    cluster: &Arc<Cluster>,
+    caller: &Caller,
+    after: u64,
+    body: &Bytes,
+    request: &Arc<FeatureRequest>,
+    node: &str,
+    shards: Option<Vec<usize>>,
+    limit: Option<(Instant, u64)>,
+) -> Result<Reply, Failed> {
+    if node == cluster.node() {
+        let (features, caller, request) = (app.features.clone(), caller.clone(), request.clone());
+        let reply = crate::cpu::run_cpu_intensive(move || {
+            answer(&features, &caller, &request, shards, limit)
+        })
+        .await
+        .ok_or_else(|| Failed::Api(ApiError::new(ErrorCode::Internal, "the query failed")))?;
+        return match reply {
+            Reply::Refused(kind, message) => Err(Failed::Api(refused_error(kind, message))),
+            r => Ok(r),
+        };
+    }
+    let question = Question {
+        user: caller.name().to_string(),
+        roles: caller.roles().bits(),
+        after,
+        shards,
+        body: body.to_vec(),
+    };
+    let bytes = postcard::to_stdvec(&question)
+        .map_err(|e| Failed::Api(ApiError::new(ErrorCode::Internal, e.to_string())))?;
+    let wait = limit.map_or(ASK_LIMIT, |(deadline, _)| {
+        deadline.saturating_duration_since(Instant::now())
+    });
+    let answer = cluster.ask(node, bytes, wait).await.map_err(|e| match e {
+        crate::cluster::AskError::TooLarge(n) => Failed::Api(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("a query of {n} bytes is more than the cluster's messages hold"),
+        )),
+        crate::cluster::AskError::Timeout(..) if limit.is_some() => {
+            Failed::Api(FeatureError::TimeLimit(limit.map_or(0, |l| l.1)).into())
+        }
+        e => Failed::Node(node.to_string(), e.to_string()),
+    })?;
+    match postcard::from_bytes::<Reply>(&answer) {
+        Ok(Reply::Refused(3, why)) => Err(Failed::Node(node.to_string(), why)),
+        Ok(Reply::Refused(kind, message)) => Err(Failed::Api(refused_error(kind, message))),
+        Ok(r) => Ok(r),
+        Err(e) => Err(Failed::Node(
+            node.to_string(),
+            format!("an unreadable answer of {} bytes: {e}", answer.len()),
+        )),
+    }
+}
+
+/// This node's whole answer, or its part for `shards`.
+fn answer(
+    features: &crate::features::Features,
+    caller: &Caller,
+    request: &FeatureRequest,
+    shards: Option<Vec<usize>>,
+    limit: Option<(Instant, u64)>,
+) -> Reply {
+    let out = match shards {
+        None => features
+            .execute_within(caller, request, limit)
+            .map(Reply::Whole),
+        Some(s) => features
+            .execute_partial(caller, request, Some(&s), limit)
+            .map(Reply::Part),
+    };
+    out.unwrap_or_else(|e| refusal(&e))
+}
+
+/// How this node answers other nodes' questions.
+pub(crate) fn answerer(app: Weak<App>) -> Answerer {
+    Arc::new(move |bytes: Bytes| {
+        let app = app.clone();
+        Box::pin(async move {
+            let reply = match (app.upgrade(), postcard::from_bytes::<Question>(&bytes)) {
+                (None, _) => Reply::Refused(3, "the node is stopping".into()),
+                (_, Err(e)) => Reply::Refused(1, format!("an unreadable question: {e}")),
+                (Some(app), Ok(q)) => answer_question(&app, q).await,
+            };
+            postcard::to_stdvec(&reply).unwrap_or_default()
+        })
+    })
+}
+
+async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
+    let limit_ms = app.config.query_time_limit_ms;
+    let limit =
+        (limit_ms > 0).then(|| (Instant::now() + Duration::from_millis(limit_ms), limit_ms));
+    if q.after > 0
+        && let Some(cluster) = app.cluster.get()
+        && !cluster
+            .wait_visible(
+                q.after,
+                limit.map_or(ASK_LIMIT, |_| Duration::from_millis(limit_ms)),
+            )
+            .await
+    {
+        return Reply::Refused(3, format!("log entry {} is not applied here yet", q.after));
+    }
+    let caller = Caller::new(q.user, RoleSet::from_bits(q.roles));
+    let features = app.features.clone();
+    let max_vertices = features.settings().max_query_vertices;
+    crate::cpu::run_cpu_intensive(move || {
+        match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
+            Ok(request) => answer(&features, &caller, &request, q.shards, limit),
+            Err(e) => refusal(&e),
+        }
+    })
+    .await
+    .unwrap_or_else(|| Reply::Refused(3, "the query failed".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn questions_and_replies_read_back_as_sent() {
+        let q = Question {
+            user: "u".into(),
+            roles: 5,
+            after: 7,
+            shards: Some(vec![0, 3]),
+            body: b"{}".to_vec(),
+        };
+        let back: Question = postcard::from_bytes(&postcard::to_stdvec(&q).unwrap()).unwrap();
+        assert_eq!(
+            (back.user, back.roles, back.after, back.shards),
+            ("u".into(), 5, 7, Some(vec![0, 3]))
+        );
+        let part = Partial::Count(12);
+        let bytes = postcard::to_stdvec(&Reply::Part(part)).unwrap();
+        assert!(matches!(
+            postcard::from_bytes::<Reply>(&bytes).unwrap(),
+            Reply::Part(Partial::Count(12))
+        ));
+    }
+}
