@@ -80,6 +80,12 @@ struct ServeArgs {
     /// This node's name in the cluster (default: the host name).
     #[arg(long)]
     node: Option<String>,
+    /// The cluster's shards (setting `cluster_shards`; 0: every node holds every row).
+    #[arg(long)]
+    cluster_shards: Option<String>,
+    /// The shards this node holds, comma-separated (setting `hold`).
+    #[arg(long)]
+    hold: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -176,6 +182,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         }
         if let Some(node) = &args.node {
             c.set("node", node)?;
+        }
+        if let Some(n) = &args.cluster_shards {
+            c.set("cluster_shards", n)?;
+        }
+        if let Some(h) = &args.hold {
+            c.set("hold", h)?;
         }
         Ok::<(), ConfigError>(())
     })

@@ -501,6 +501,35 @@ fn nodes_holding_some_shards_answer_every_query_as_one_node_does() {
         "all nodes up",
         &mut reference,
     );
+    // OGC API items and vector tiles go the same way.
+    let mut single_geo = single.client(GEO);
+    for n in &nodes {
+        let mut c = n.client(GEO);
+        for target in [
+            "/ogc/collections/Places.0/items?bbox=2,48.5,2.8,49.1&limit=40",
+            "/ogc/collections/Places.0/items?filter=cc%3D%27IS%27&limit=500",
+            "/ogc/collections/Counties.0/items?bbox=-106,38.5,-103.5,40.5&limit=100&offset=3",
+        ] {
+            let (got, want) = (c.get(target).json(), single_geo.get(target).json());
+            assert!(
+                want["numberReturned"].as_u64().unwrap() > 5,
+                "{target}: {want}"
+            );
+            for member in ["features", "numberMatched", "numberReturned"] {
+                if let Err(e) = same_json(&got[member], &want[member], member) {
+                    panic!("{target} through {}: {e}", n.addr);
+                }
+            }
+        }
+        let tile = "/tiles/Places.0/8/129/88.mvt";
+        let (got, want) = (c.get(tile), single_geo.get(tile));
+        assert_eq!((got.status, want.status), (200, 200));
+        assert!(want.body.len() > 100, "the tile has places");
+        assert_eq!(got.body, want.body, "{tile} through {}", n.addr);
+        let world = c.get("/tiles/Places.0/0/0/0.mvt");
+        assert_eq!(world.status, 200);
+        assert!(world.body.len() > 1000, "a sample of the world's places");
+    }
     let count = answer(&mut reference, 0, &queries()[7].1);
     assert_eq!(count["count"], json!(all), "{count}");
 

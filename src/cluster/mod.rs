@@ -8,9 +8,11 @@
 //! entry's outcome (created, refused by a permission or a template) is decided where it is
 //! applied, and alike everywhere, since each node applies the same entries to the same state.
 //!
-//! Nodes register in a JetStream key-value bucket with a lease (`geoshard cluster status`).
-//! Today every node holds every shard; the log's subjects already separate feature documents
-//! (`geoshard.<cluster>.data`) from the rest (`geoshard.<cluster>.meta`).
+//! Nodes register in a JetStream key-value bucket with a lease (`geoshard cluster status`),
+//! with the shards they hold when `cluster_shards` is set (their views hold those rows only),
+//! and answer other nodes' questions (`ask`: a query's part) over core NATS. The log's
+//! subjects separate feature documents (`geoshard.<cluster>.data`) from the rest
+//! (`geoshard.<cluster>.meta`).
 
 mod ask;
 mod status;

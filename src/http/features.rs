@@ -125,15 +125,10 @@ where
     });
     if let Some(cluster) = super::spread::cluster_of(app) {
         // Nodes hold some shards each: the query is routed and its parts merged.
-        let after = ctx
-            .headers
-            .get(super::router::AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
+        let after = super::spread::after(ctx);
         let out = within(
             limit,
-            super::spread::geo_query(app, cluster, &caller, after, body, limit),
+            super::spread::geo_query(app, cluster, &caller, after, body, limit, false),
         )
         .await??;
         return Ok(response::json_bytes(200, out));

@@ -536,6 +536,12 @@ pub(super) async fn run_bytes(
     spread: bool,
 ) -> Result<Bytes, ApiError> {
     let bytes = Bytes::from(body.to_string());
+    if let Some(cluster) = super::spread::cluster_of(app) {
+        let after = super::spread::after(ctx);
+        let out =
+            super::spread::geo_query(app, cluster, &ctx.caller, after, bytes, None, spread).await?;
+        return Ok(Bytes::from(out));
+    }
     let max_vertices = app.features.settings().max_query_vertices;
     let mut request = FeatureRequest::parse_for(ctx.caller.name(), &bytes, max_vertices)?;
     request.query.spread = spread;

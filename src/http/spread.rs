@@ -34,6 +34,8 @@ struct Question {
     shards: Option<Vec<usize>>,
     /// The geoQueryService request as the client sent it.
     body: Vec<u8>,
+    /// A page over the limit is an even sample of the matches (a tile's).
+    sample: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -70,6 +72,15 @@ pub(super) fn cluster_of(app: &App) -> Option<&Arc<Cluster>> {
     app.cluster.get()
 }
 
+/// The log entry a request's `X-Geoshard-After` names (0 for none; the router has checked it).
+pub(super) fn after(ctx: &super::Ctx) -> u64 {
+    ctx.headers
+        .get(super::router::AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
 /// Why one node's part is missing.
 enum Failed {
     /// The node did not answer: route again without it.
@@ -87,15 +98,17 @@ pub(super) async fn geo_query(
     after: u64,
     body: Bytes,
     limit: Option<(Instant, u64)>,
+    sample: bool,
 ) -> Result<Vec<u8>, ApiError> {
     let features = app.features.clone();
     let max_vertices = features.settings().max_query_vertices;
-    let request = {
+    let mut request = {
         let (body, name) = (body.clone(), caller.name().to_string());
         crate::cpu::run_cpu_intensive(move || FeatureRequest::parse_for(&name, &body, max_vertices))
             .await
             .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??
     };
+    request.query.spread = sample;
     let request = Arc::new(request);
     let Some(placement) = features.placement() else {
         return Err(ApiError::new(ErrorCode::Internal, "no shard placement"));
@@ -253,6 +266,7 @@ async fn answer_from(
         after,
         shards,
         body: body.to_vec(),
+        sample: request.query.spread,
     };
     let bytes = postcard::to_stdvec(&question)
         .map_err(|e| Failed::Api(ApiError::new(ErrorCode::Internal, e.to_string())))?;
@@ -334,7 +348,10 @@ async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
     let max_vertices = features.settings().max_query_vertices;
     crate::cpu::run_cpu_intensive(move || {
         match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
-            Ok(request) => answer(&features, &caller, &request, q.shards, limit),
+            Ok(mut request) => {
+                request.query.spread = q.sample;
+                answer(&features, &caller, &request, q.shards, limit)
+            }
             Err(e) => refusal(&e),
         }
     })
@@ -354,6 +371,7 @@ mod tests {
             after: 7,
             shards: Some(vec![0, 3]),
             body: b"{}".to_vec(),
+            sample: false,
         };
         let back: Question = postcard::from_bytes(&postcard::to_stdvec(&q).unwrap()).unwrap();
         assert_eq!(

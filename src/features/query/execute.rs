@@ -261,7 +261,7 @@ pub(super) struct Plan {
 
 /// A query's answer.
 /// `limit` of `rows` at even steps, the first included: a sample that keeps the order.
-fn spread<T>(rows: &[T], limit: usize) -> impl Iterator<Item = &T> {
+pub(super) fn spread<T>(rows: &[T], limit: usize) -> impl Iterator<Item = &T> {
     let n = rows.len();
     (0..limit.min(n)).map(move |i| &rows[i * n / limit.min(n)])
 }

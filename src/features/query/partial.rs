@@ -350,7 +350,13 @@ impl Features {
             Output::Page { offset, limit } => {
                 sort_rows(&mut rows, &plan.order, &data);
                 let total = rows.len() as u64;
-                rows.truncate(offset.saturating_add(*limit));
+                let keep = offset.saturating_add(*limit);
+                if q.spread && rows.len() > keep {
+                    // A tile's sample: this node's even sample; the merge samples the samples.
+                    rows = spread(&rows[*offset..], *limit).copied().collect();
+                } else {
+                    rows.truncate(keep);
+                }
                 let geometries = q
                     .return_geometry
                     .then(|| data.geometry_column(resolved.layer.geometry_path.text()));
@@ -470,12 +476,16 @@ impl Features {
                 let total = total as usize;
                 let start = (*offset).min(total);
                 let end = (start + limit).min(total);
-                let page: Vec<&[u8]> = merged
-                    .iter()
-                    .skip(start)
-                    .take(end - start)
-                    .map(|r| &r.2[..])
-                    .collect();
+                let page: Vec<&[u8]> = if q.spread && end < total {
+                    spread(&merged, *limit).map(|r| &r.2[..]).collect()
+                } else {
+                    merged
+                        .iter()
+                        .skip(start)
+                        .take(end - start)
+                        .map(|r| &r.2[..])
+                        .collect()
+                };
                 self.write_written_features(&descriptor, &resolved, def, &page, end < total)
             }
             Output::Statistics { columns, groups } => {
