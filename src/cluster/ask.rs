@@ -44,12 +44,9 @@ impl Cluster {
         question: Vec<u8>,
         limit: Duration,
     ) -> Result<Vec<u8>, AskError> {
-        let inner = self.inner.clone();
-        let node = node.to_string();
-        self.handle
-            .spawn(async move { ask(&inner, &node, question, limit).await })
-            .await
-            .unwrap_or_else(|e| Err(AskError::Nats(e.to_string())))
+        // The client's connection runs on the cluster's runtime; asking from any other
+        // tokio runtime only queues commands for it.
+        ask(&self.inner, node, question, limit).await
     }
 
     /// The live nodes (this one too) as the registry named them at the last heartbeat.

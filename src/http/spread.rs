@@ -22,6 +22,10 @@ use crate::features::{FeatureError, FeatureRequest};
 const ASK_LIMIT: Duration = Duration::from_secs(30);
 /// Routings of one query: the first, and again without each node that failed to answer.
 const ATTEMPTS: usize = 3;
+/// Requests up to this size are read on the thread that has them, as the HTTP handler does.
+const INLINE_BYTES: usize = 64 * 1024;
+/// Parts of up to this many rows in all are merged on the thread that has them.
+const INLINE_ROWS: usize = 512;
 
 /// What one node asks another.
 #[derive(Debug, Serialize, Deserialize)]
@@ -102,7 +106,9 @@ pub(super) async fn geo_query(
 ) -> Result<Vec<u8>, ApiError> {
     let features = app.features.clone();
     let max_vertices = features.settings().max_query_vertices;
-    let mut request = {
+    let mut request = if body.len() <= INLINE_BYTES {
+        FeatureRequest::parse_for(caller.name(), &body, max_vertices)?
+    } else {
         let (body, name) = (body.clone(), caller.name().to_string());
         crate::cpu::run_cpu_intensive(move || FeatureRequest::parse_for(&name, &body, max_vertices))
             .await
@@ -203,10 +209,15 @@ pub(super) async fn geo_query(
                     None => {
                         let (features, caller, request) =
                             (features.clone(), caller.clone(), request.clone());
-                        let merged = crate::cpu::run_cpu_intensive(move || {
-                            features.merge_partials(&caller, &request, partials)
-                        })
-                        .await;
+                        let merged =
+                            if partials.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
+                                Some(features.merge_partials(&caller, &request, partials))
+                            } else {
+                                crate::cpu::run_cpu_intensive(move || {
+                                    features.merge_partials(&caller, &request, partials)
+                                })
+                                .await
+                            };
                         match merged {
                             Some(Ok(bytes)) => Ok(bytes),
                             Some(Err(e)) => Err(Failed::Api(e.into())),
@@ -250,11 +261,15 @@ async fn answer_from(
 ) -> Result<Reply, Failed> {
     if node == cluster.node() {
         let (features, caller, request) = (app.features.clone(), caller.clone(), request.clone());
-        let reply = crate::cpu::run_cpu_intensive(move || {
+        let reply = if request.is_light() {
             answer(&features, &caller, &request, shards, limit)
-        })
-        .await
-        .ok_or_else(|| Failed::Api(ApiError::new(ErrorCode::Internal, "the query failed")))?;
+        } else {
+            crate::cpu::run_cpu_intensive(move || {
+                answer(&features, &caller, &request, shards, limit)
+            })
+            .await
+            .ok_or_else(|| Failed::Api(ApiError::new(ErrorCode::Internal, "the query failed")))?
+        };
         return match reply {
             Reply::Refused(kind, message) => Err(Failed::Api(refused_error(kind, message))),
             r => Ok(r),
@@ -346,17 +361,33 @@ async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
     let caller = Caller::new(q.user, RoleSet::from_bits(q.roles));
     let features = app.features.clone();
     let max_vertices = features.settings().max_query_vertices;
-    crate::cpu::run_cpu_intensive(move || {
-        match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
-            Ok(mut request) => {
-                request.query.spread = q.sample;
-                answer(&features, &caller, &request, q.shards, limit)
+    let (shards, sample) = (q.shards, q.sample);
+    let failed = || Reply::Refused(3, "the query failed".into());
+    if q.body.len() > INLINE_BYTES {
+        return crate::cpu::run_cpu_intensive(move || {
+            match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
+                Ok(mut request) => {
+                    request.query.spread = sample;
+                    answer(&features, &caller, &request, shards, limit)
+                }
+                Err(e) => refusal(&e),
             }
-            Err(e) => refusal(&e),
-        }
-    })
-    .await
-    .unwrap_or_else(|| Reply::Refused(3, "the query failed".into()))
+        })
+        .await
+        .unwrap_or_else(failed);
+    }
+    let mut request = match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
+        Ok(r) => r,
+        Err(e) => return refusal(&e),
+    };
+    request.query.spread = sample;
+    // A point query or a descriptor is answered here, as the HTTP handler answers it inline.
+    if request.is_light() {
+        return answer(&features, &caller, &request, shards, limit);
+    }
+    crate::cpu::run_cpu_intensive(move || answer(&features, &caller, &request, shards, limit))
+        .await
+        .unwrap_or_else(failed)
 }
 
 #[cfg(test)]

@@ -35,6 +35,19 @@ pub enum Partial {
     Statistics(Vec<(Vec<u8>, Vec<u8>, Vec<Acc>)>),
 }
 
+impl Partial {
+    /// The rows (or groups) it carries: what merging it costs.
+    pub fn rows(&self) -> usize {
+        match self {
+            Partial::Extents(l) => l.len(),
+            Partial::Empty | Partial::Count(_) => 0,
+            Partial::Ids(l) => l.len(),
+            Partial::Page { rows, .. } => rows.len(),
+            Partial::Statistics(g) => g.len(),
+        }
+    }
+}
+
 /// A value of a row, owned, as parts carry them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Key {

@@ -1,0 +1,156 @@
+#!/bin/bash
+# Shard placement: what routing a query over nodes that hold some shards costs against one
+# node that holds everything. Three NATS servers (JetStream) and three geoshard nodes holding
+# four of six shards each (every shard on two nodes), beside a single node holding it all; the
+# counties and places-1m loaded into both. No CPU quotas: every process shares this machine.
+#
+# 1. Resident memory of each node against the single node's, once loaded.
+# 2. pip-counties (a point: one node answers, often another than the one asked) and envelope
+#    (0.1-degree boxes on places-1m: usually split over two nodes and merged), closed loop,
+#    through node 1 against the single node, at 1 connection (latency) and CONNS connections
+#    (throughput), REPEAT rounds alternating. Every answer is checked by the load generator.
+#
+# Results: $OUT.results.jsonl (a line a run) and $OUT.md. Needs nats-server
+# (scripts/setup-system.sh). Usage: loadtest/cluster-placement.sh NAME
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=${1:?usage: loadtest/cluster-placement.sh NAME}
+REPEAT=${REPEAT:-3}
+DURATION=${DURATION:-8}
+CONNS=${CONNS:-16}
+out=loadtest/reports/$name
+work=${TMPDIR:-/tmp}/geoshard-cluster-placement
+rm -rf "$work"
+mkdir -p "$work" loadtest/reports
+: > "$out.results.jsonl"
+cargo build --release -q -p geoshard -p geoshard-loadtest
+bin=$PWD/target/release/geoshard
+lt=$PWD/target/release/geoshard-loadtest
+nats=$(command -v nats-server || echo /usr/sbin/nats-server)
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
+  wait 2> /dev/null || true
+}
+trap cleanup EXIT
+
+for i in 1 2 3; do
+  cat > "$work/nats$i.conf" << EOF
+port: $((14230 + i))
+server_name: nats$i
+max_payload: 8MB
+jetstream { store_dir: "$work/js$i" }
+cluster { name: placement, port: $((16230 + i)), routes: [nats-route://127.0.0.1:16231, nats-route://127.0.0.1:16232, nats-route://127.0.0.1:16233] }
+EOF
+  "$nats" -c "$work/nats$i.conf" > "$work/nats$i.log" 2>&1 &
+  pids+=($!)
+done
+urls=nats://127.0.0.1:14231,nats://127.0.0.1:14232,nats://127.0.0.1:14233
+
+# start_node DIR [NODE HOLD]: a single node, or node NODE of the cluster holding HOLD of six
+# shards; sets $node_pid and $node_addr.
+start_node() {
+  "$bin" user add --data-dir "$1" --name bench --password bench --role admin > /dev/null
+  local mode=()
+  [ -n "${2:-}" ] && mode=(--cluster "$urls" --node "$2" --cluster-shards 6 --hold "$3")
+  GEOSHARD_CLUSTER_NAME=placement GEOSHARD_CLUSTER_RESOLUTION=2 GEOSHARD_ACCESS_LOG=false \
+    GEOSHARD_LOG=warn "$bin" serve --data-dir "$1" --listen 127.0.0.1:0 "${mode[@]}" \
+    > "$1.out" 2> "$1.err" &
+  node_pid=$!
+  pids+=("$node_pid")
+  until grep -q listening "$1.out" 2> /dev/null; do sleep 0.05; done
+  node_addr=$(sed -n 's/.*http:\/\///p' "$1.out")
+}
+applied() { curl -s "http://$1/ready" | python3 -c 'import json,sys; print(json.load(sys.stdin)["cluster"]["applied"])'; }
+rss_mib() { echo $(($(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024)); }
+
+holds=("" "0,1,2,3" "2,3,4,5" "4,5,0,1")
+declare -a addr pid
+for i in 1 2 3; do
+  start_node "$work/node$i" "node$i" "${holds[$i]}"
+  pid[$i]=$node_pid
+  addr[$i]=$node_addr
+done
+start_node "$work/single"
+single_pid=$node_pid
+single=$node_addr
+for a in "${addr[1]}" "$single"; do
+  "$lt" prepare --addr "$a" --user bench --password bench --dataset counties --batch 200
+  "$lt" prepare --addr "$a" --user bench --password bench --dataset places-1m --batch 5000
+done
+target=$(applied "${addr[1]}")
+for i in 2 3; do
+  until [ "$(applied "${addr[$i]}")" -ge "$target" ]; do sleep 0.5; done
+done
+sleep 3 # every node has read the others' registry entries
+"$bin" cluster status --cluster "$urls" --name placement | tee "$work/status"
+{
+  echo "single $(rss_mib "$single_pid")"
+  for i in 1 2 3; do echo "node$i $(rss_mib "${pid[$i]}")"; done
+} | tee "$work/rss"
+
+for r in $(seq "$REPEAT"); do
+  for w in pip-counties envelope; do
+    for conns in 1 "$CONNS"; do
+      for target in single cluster; do
+        a=$single
+        [ "$target" = cluster ] && a=${addr[1]}
+        "$lt" run --workload "$w" --addr "$a" --user bench --password bench \
+          --connections "$conns" --duration "$DURATION" --warmup 2 --threads 1 \
+          --out "$work/runs.jsonl" > /dev/null
+        tail -1 "$work/runs.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); r['note']='$target conns=$conns'; print(json.dumps(r))" >> "$out.results.jsonl"
+        echo "round $r, $w, $target, $conns conn(s): $(tail -1 "$out.results.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f/s p50 %s us p99 %s us errors %s wrong %s" % (r["throughput"], r["p50_us"], r["p99_us"], r["errors"], r["mismatched"]))')"
+      done
+    done
+  done
+done
+
+python3 - "$out" "$work/rss" "$work/status" "$REPEAT" "$DURATION" << 'EOF'
+import json, statistics, sys
+out, rss_file, status_file, repeat, duration = sys.argv[1:6]
+runs = [json.loads(l) for l in open(out + ".results.jsonl") if l.strip()]
+by = {}
+for r in runs:
+    target, conns = r["note"].split()
+    by.setdefault((r["workload"], int(conns.split("=")[1]), target), []).append(r)
+def med(rs, k):
+    return statistics.median(x[k] for x in rs)
+lines = [
+    "# Shard placement: routed queries against one node holding everything",
+    "",
+    "Command: `loadtest/cluster-placement.sh %s` (REPEAT=%s, %s s a run, after 2 s of warm-up)." % (out.split("/")[-1], repeat, duration),
+    "Three NATS servers and three geoshard nodes on loopback, each node holding four of six",
+    "shards (H3 resolution 2), beside a single node holding every row; the counties and",
+    "places-1m loaded into both. No CPU quotas: all processes share this 2-core machine, so",
+    "the throughput columns compare work per query, not capacity. Queries go to cluster node 1,",
+    "which answers a point query itself or asks the one node holding its shard, and splits an",
+    "envelope over the nodes holding its cover unless one holds all of it.",
+    "",
+    "## Resident memory once loaded (MiB)",
+    "",
+    "| node | MiB |",
+    "|---|---|",
+]
+for l in open(rss_file):
+    n, m = l.split()
+    lines.append("| %s | %s |" % (n, m))
+lines += ["", "## Queries (median of rounds, min in brackets)", "",
+          "| workload | connections | target | queries/s | p50 µs | p99 µs | errors | wrong of checked |",
+          "|---|---|---|---|---|---|---|---|"]
+for (w, c, t), rs in sorted(by.items()):
+    lines.append("| %s | %d | %s | %.0f (%.0f) | %.0f | %.0f | %d | %d of %d |" % (
+        w, c, t, med(rs, "throughput"), min(x["throughput"] for x in rs), med(rs, "p50_us"),
+        med(rs, "p99_us"), sum(x["errors"] for x in rs), sum(x["mismatched"] for x in rs),
+        sum(x["checked"] for x in rs)))
+lines += ["", "## Added latency at one connection (cluster p50 − single p50, median of rounds)", ""]
+for w in ("pip-counties", "envelope"):
+    s, c = by.get((w, 1, "single")), by.get((w, 1, "cluster"))
+    if s and c:
+        lines.append("- %s: %.0f µs → %.0f µs (+%.0f µs, ×%.2f)" % (
+            w, med(s, "p50_us"), med(c, "p50_us"), med(c, "p50_us") - med(s, "p50_us"),
+            med(c, "p50_us") / med(s, "p50_us")))
+lines += ["", "## Cluster status", "", "```", open(status_file).read().rstrip(), "```", ""]
+open(out + ".md", "w").write("\n".join(lines))
+EOF
+echo "report: $out.md"
