@@ -654,13 +654,133 @@ fn log_leader(nats: &Nats, name: &str) -> usize {
 
 #[test]
 fn killed_nodes_and_nats_servers_lose_no_acknowledged_write() {
-    let Some(mut nats) = Nats::start("faults") else {
+    faults("faults", false);
+}
+
+/// The same faults on nodes holding four of six shards each, with queries of a layer
+/// going on through the node never killed: they answer right throughout, failing only while
+/// a holder they need is being left out or NATS reconnects, and equal a single node's after.
+#[test]
+fn placed_nodes_answer_queries_through_killed_nodes_and_nats_servers() {
+    faults("pfaults", true);
+}
+
+/// Node `i` of a fault test (`node` names it): holding `HOLDS[i % 3]` when `placed`.
+fn fault_node(
+    dir: &Path,
+    nats: &Nats,
+    i: usize,
+    name: &str,
+    node_name: &str,
+    placed: bool,
+) -> ChildServer {
+    if !placed {
+        return node(dir, nats, i % 3, name, node_name);
+    }
+    if !dir.join("geoshard.redb").exists() {
+        seed_users(dir);
+    }
+    let urls = nats.urls(i % 3);
+    let server = ChildServer::start(
+        dir,
+        &[
+            ("GEOSHARD_CLUSTER", urls.as_str()),
+            ("GEOSHARD_NODE", node_name),
+            ("GEOSHARD_CLUSTER_NAME", name),
+            ("GEOSHARD_CLUSTER_SHARDS", "6"),
+            ("GEOSHARD_CLUSTER_RESOLUTION", "2"),
+            ("GEOSHARD_HOLD", HOLDS[i % 3]),
+        ],
+    );
+    wait_ready(&server);
+    server
+}
+
+/// Queries of the counties through `addr` until told to stop, each answer compared with
+/// `expected`: when each right answer came (seconds from the start), the failures, and the
+/// wrong answers.
+fn query_reader(
+    addr: Arc<std::sync::Mutex<std::net::SocketAddr>>,
+    expected: Vec<(Value, Value)>,
+    stop: Arc<AtomicBool>,
+    started: Instant,
+) -> (Vec<f64>, Vec<String>, Vec<String>) {
+    let mut c = Client::new(
+        *addr.lock().unwrap(),
+        Auth::Digest(GEO.0.into(), GEO.1.into()),
+    );
+    let (mut ok, mut failed, mut wrong) = (Vec::new(), Vec::new(), Vec::new());
+    let mut k = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let (body, want) = &expected[k % expected.len()];
+        k += 1;
+        let r = c.request(
+            "POST",
+            "/v1/resources/geoQueryService",
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        );
+        if r.status != 200 {
+            failed.push(r.text());
+            continue;
+        }
+        match same_json(&r.json(), want, "") {
+            Ok(()) => ok.push(started.elapsed().as_secs_f64()),
+            Err(e) => wrong.push(format!("{body}: {e}")),
+        }
+    }
+    (ok, failed, wrong)
+}
+
+/// The longest time without a right answer, in seconds, from `answers` (their times).
+fn longest_gap(answers: &[f64]) -> f64 {
+    answers
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .fold(answers.first().copied().unwrap_or(0.0), f64::max)
+}
+
+fn faults(name: &str, placed: bool) {
+    let Some(mut nats) = Nats::start(name) else {
         return;
     };
-    let dirs: Vec<TestDir> = (0..3).map(|i| temp_dir(&format!("faults-{i}"))).collect();
+    let dirs: Vec<TestDir> = (0..3).map(|i| temp_dir(&format!("{name}-{i}"))).collect();
     let mut nodes: Vec<Option<ChildServer>> = (0..3)
-        .map(|i| Some(node(dirs[i].path(), &nats, i, "faults", &format!("f{i}"))))
+        .map(|i| {
+            Some(fault_node(
+                dirs[i].path(),
+                &nats,
+                i,
+                name,
+                &format!("f{i}"),
+                placed,
+            ))
+        })
         .collect();
+    // With placed nodes, a layer to query through the faults, and its answers on one node.
+    let mut expected = Vec::new();
+    if placed {
+        let counties = real("us-counties.geojson");
+        load(nodes[2].as_ref().unwrap().addr, "Counties", &counties);
+        let single_dir = temp_dir(&format!("{name}-single"));
+        seed_users(single_dir.path());
+        let single = ChildServer::start(single_dir.path(), &[]);
+        load(single.addr, "Counties", &counties);
+        let mut c = single.client(GEO);
+        for (what, body) in queries().into_iter().chain(more_queries()) {
+            if body.to_string().contains("\"Counties\"") && what != "layer" {
+                expected.push((body.clone(), answer(&mut c, 0, &body)));
+            }
+        }
+        assert!(expected.len() >= 4, "{} county queries", expected.len());
+        let after = sequence(&nodes[2].as_ref().unwrap().client(ADMIN).get("/health"));
+        for n in nodes.iter().flatten() {
+            for (body, want) in &expected {
+                let got = placed_answer(&mut n.client(GEO), after, body);
+                same_json(&got, want, "").unwrap();
+            }
+        }
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let last = Arc::new(AtomicU64::new(0));
     // Two writers: one on node 2, never killed; one on node 1, killed and restarted.
@@ -697,17 +817,22 @@ fn killed_nodes_and_nats_servers_lose_no_acknowledged_write() {
         })
     };
     let started = Instant::now();
+    let queries_thread = placed.then(|| {
+        let (addr, stop, expected) = (addrs[2].clone(), stop.clone(), expected.clone());
+        std::thread::spawn(move || query_reader(addr, expected, stop, started))
+    });
     for round in 0..10 {
         std::thread::sleep(Duration::from_millis(700));
         let victim = [1, 0][round % 2];
         nodes[victim].take().unwrap().kill();
         std::thread::sleep(Duration::from_millis(300));
-        let back = node(
+        let back = fault_node(
             dirs[victim].path(),
             &nats,
             victim,
-            "faults",
+            name,
             &format!("f{victim}"),
+            placed,
         );
         *addrs[victim].lock().unwrap() = back.addr;
         nodes[victim] = Some(back);
@@ -715,7 +840,7 @@ fn killed_nodes_and_nats_servers_lose_no_acknowledged_write() {
     // The NATS server leading the log killed, three times: the log keeps its quorum with two
     // of three, once they have elected a new leader.
     for _ in 0..3 {
-        let leader = log_leader(&nats, "faults");
+        let leader = log_leader(&nats, name);
         let before = last.load(Ordering::Relaxed);
         nats.kill(leader);
         let killed = Instant::now();
@@ -740,6 +865,20 @@ fn killed_nodes_and_nats_servers_lose_no_acknowledged_write() {
     stop.store(true, Ordering::Relaxed);
     let acked: Vec<Vec<u64>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     let (read, read_failed) = reads.join().unwrap();
+    if let Some(t) = queries_thread {
+        let (ok, failed, wrong) = t.join().unwrap();
+        let gap = longest_gap(&ok);
+        eprintln!(
+            "{name}: {} queries answered right through node 2 in {:.1} s, {} failed, at most \
+             {gap:.1} s without a right answer; failures: {failed:?}",
+            ok.len(),
+            started.elapsed().as_secs_f64(),
+            failed.len()
+        );
+        assert!(wrong.is_empty(), "wrong answers: {wrong:?}");
+        assert!(ok.len() > 100, "{} queries answered", ok.len());
+        assert!(gap < 15.0, "{gap:.1} s without a right answer: {failed:?}");
+    }
     eprintln!("faults: {read} reads on the node never killed, {read_failed} failed");
     assert!(
         read > 100 && read_failed == 0,
@@ -759,10 +898,17 @@ fn killed_nodes_and_nats_servers_lose_no_acknowledged_write() {
     // A new node joins from a copy of another's data directory (a snapshot: the last entry
     // applied is stored with the data) and follows the log from there.
     nodes[0].take().unwrap().kill();
-    let joined = temp_dir("faults-joined");
+    let joined = temp_dir(&format!("{name}-joined"));
     copy_dir(dirs[0].path(), joined.path());
-    nodes[0] = Some(node(dirs[0].path(), &nats, 0, "faults", "f0"));
-    nodes.push(Some(node(joined.path(), &nats, 1, "faults", "f3")));
+    nodes[0] = Some(fault_node(dirs[0].path(), &nats, 0, name, "f0", placed));
+    nodes.push(Some(fault_node(
+        joined.path(),
+        &nats,
+        3,
+        name,
+        "f3",
+        placed,
+    )));
 
     // Every acknowledged write is on every node, once it has applied the last of them.
     let after = last.load(Ordering::Relaxed).to_string();
@@ -779,6 +925,16 @@ fn killed_nodes_and_nats_servers_lose_no_acknowledged_write() {
                 );
                 assert_eq!(r.status, 200, "node {i}: /faults/{tag}/{k}.json");
                 assert_eq!(r.json(), json!({"writer": tag, "n": k}));
+            }
+        }
+    }
+    // And every node answers the queries as the single node does.
+    let after: u64 = after.parse().unwrap();
+    for (i, n) in nodes.iter().enumerate() {
+        for (body, want) in &expected {
+            let got = placed_answer(&mut n.as_ref().unwrap().client(GEO), after, body);
+            if let Err(e) = same_json(&got, want, "") {
+                panic!("node {i} after the faults, {body}: {e}");
             }
         }
     }

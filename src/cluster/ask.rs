@@ -1,7 +1,9 @@
 //! Questions one node asks another over NATS, outside the log: the parts of a query spread
 //! over the nodes holding its shards. A question goes to `geoshard-ask.<cluster>.<node>`
-//! with an inbox to answer to; an answer larger than a NATS message comes in chunks, in
-//! order (NATS keeps the order of one publisher's messages), each saying how many there are.
+//! with an inbox to answer to. The node asked says at once that it has the question (a node
+//! that does not within 2 s is taken for gone), then answers; an answer larger than a NATS
+//! message comes in chunks, in order (NATS keeps the order of one publisher's messages), each
+//! saying how many there are.
 //! What questions and answers mean is the caller's business: here they are bytes.
 
 use std::pin::Pin;
@@ -14,6 +16,13 @@ use futures_util::StreamExt;
 use super::{Cluster, ENVELOPE_BYTES, Inner, NodeRecord};
 
 const CHUNKS: &str = "Geoshard-Chunks";
+/// Sent first, as soon as a question arrives: the node is there and working on it.
+const TAKEN: &str = "Geoshard-Taken";
+/// How long a node may take to say it has a question before it is taken for gone: NATS can
+/// still route a question to a node killed a moment ago, and nobody answers it.
+const TAKEN_LIMIT: Duration = Duration::from_secs(2);
+/// How often a node working on a question says so; one silent for `TAKEN_LIMIT` is gone.
+const STILL_WORKING: Duration = Duration::from_secs(1);
 
 /// How a node answers a question: the answer's bytes.
 pub type Answerer =
@@ -23,6 +32,8 @@ pub type Answerer =
 pub enum AskError {
     #[error("node {0} is not answering questions")]
     NoResponders(String),
+    #[error("node {0} did not take the question within {1} ms")]
+    Gone(String, u128),
     #[error("node {0} did not answer within {1} ms")]
     Timeout(String, u128),
     #[error("the question is {0} bytes, more than a NATS message holds")]
@@ -76,7 +87,30 @@ async fn serve(inner: Arc<Inner>, answer: Answerer) {
             let Some(reply) = msg.reply else { continue };
             let (inner, answer) = (inner.clone(), answer.clone());
             tokio::spawn(async move {
-                let out = answer(msg.payload).await;
+                let mut taken = async_nats::HeaderMap::new();
+                taken.insert(TAKEN, "1");
+                let _ = inner
+                    .client
+                    .publish_with_headers(reply.clone(), taken, Bytes::new())
+                    .await;
+                // Until the answer is ready, a word every second that the node is still on it.
+                let working = answer(msg.payload);
+                tokio::pin!(working);
+                let mut tick = tokio::time::interval(STILL_WORKING);
+                tick.tick().await;
+                let out = loop {
+                    tokio::select! {
+                        out = &mut working => break out,
+                        _ = tick.tick() => {
+                            let mut still = async_nats::HeaderMap::new();
+                            still.insert(TAKEN, "1");
+                            let _ = inner
+                                .client
+                                .publish_with_headers(reply.clone(), still, Bytes::new())
+                                .await;
+                        }
+                    }
+                };
                 let room = inner.max_payload.saturating_sub(ENVELOPE_BYTES).max(1024);
                 let chunks: Vec<&[u8]> = if out.is_empty() {
                     vec![&[][..]]
@@ -125,12 +159,32 @@ async fn ask(
         .publish_with_reply(subject(inner, node), inbox, question.into())
         .await
         .map_err(|e| nats(&e))?;
+    let started = tokio::time::Instant::now();
+    let gone = || AskError::Gone(node.to_string(), TAKEN_LIMIT.min(limit).as_millis());
+    match tokio::time::timeout(TAKEN_LIMIT.min(limit), sub.next()).await {
+        Err(_) => return Err(gone()),
+        Ok(None) => return Err(AskError::Nats("the connection closed".into())),
+        Ok(Some(m)) if m.status == Some(async_nats::StatusCode::NO_RESPONDERS) => {
+            return Err(AskError::NoResponders(node.to_string()));
+        }
+        Ok(Some(m)) if m.headers.as_ref().is_some_and(|h| h.get(TAKEN).is_some()) => {}
+        Ok(Some(_)) => {
+            return Err(AskError::Nats(
+                "an answer before its question was taken".into(),
+            ));
+        }
+    }
     let collect = async {
         let mut out = Vec::new();
         let mut got = 0usize;
-        while let Some(m) = sub.next().await {
-            if m.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
-                return Err(AskError::NoResponders(node.to_string()));
+        loop {
+            let m = match tokio::time::timeout(TAKEN_LIMIT, sub.next()).await {
+                Err(_) => return Err(gone()),
+                Ok(None) => break,
+                Ok(Some(m)) => m,
+            };
+            if m.headers.as_ref().is_some_and(|h| h.get(TAKEN).is_some()) {
+                continue;
             }
             let total = m
                 .headers
@@ -146,7 +200,7 @@ async fn ask(
         }
         Err(AskError::Nats("the connection closed".into()))
     };
-    tokio::time::timeout(limit, collect)
+    tokio::time::timeout(limit.saturating_sub(started.elapsed()), collect)
         .await
         .unwrap_or_else(|_| Err(AskError::Timeout(node.to_string(), limit.as_millis())))
 }

@@ -123,21 +123,22 @@ pub(super) async fn geo_query(
     let mut left_out: Vec<String> = Vec::new();
     let mut last_failure = String::new();
     for _ in 0..ATTEMPTS {
-        let mut peers: Vec<(String, Vec<usize>)> = cluster
+        let mut peers: Vec<(String, Vec<usize>, bool)> = cluster
             .peers()
             .into_iter()
             .filter(|p| {
-                p.node != me
-                    && p.caught_up
-                    && p.partition == placement.partition()
-                    && !left_out.contains(&p.node)
+                p.node != me && p.partition == placement.partition() && !left_out.contains(&p.node)
             })
-            .map(|p| (p.node, p.shards))
+            .map(|p| (p.node, p.shards, p.caught_up))
             .collect();
         if !peers.is_empty() {
             let turn = ROTATION.fetch_add(1, Ordering::Relaxed) % peers.len();
             peers.rotate_left(turn);
         }
+        // A node still catching up answers with what it has applied (and waits for
+        // `X-Geoshard-After`): used when no caught-up node holds a shard.
+        peers.sort_by_key(|p| !p.2);
+        let peers = peers.into_iter().map(|(n, s, _)| (n, s));
         let mut nodes = vec![(me.clone(), placement.held())];
         nodes.extend(peers);
         let route = placement
