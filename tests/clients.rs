@@ -654,8 +654,9 @@ fn koop_feature_server_over_the_counties() {
 #[test]
 fn a_node_client_keeps_calling_past_the_nonce_limits() {
     let srv = TestServer::start_with(|c| {
-        c.nonce_idle_secs = 1;
-        c.nonce_ttl_secs = 1;
+        // Two seconds, not one: a loaded CI machine can be a second late with the first call.
+        c.nonce_idle_secs = 2;
+        c.nonce_ttl_secs = 2;
     });
     let out = run(
         Path::new("node"),
@@ -668,10 +669,10 @@ fn a_node_client_keeps_calling_past_the_nonce_limits() {
             srv.addr.port().to_string(),
             READER.0.into(),
             READER.1.into(),
-            "3500".into(),
+            "7000".into(),
         ],
     );
     assert!(out.get("fatal").is_none(), "{out}");
     assert_eq!(out["errors"], serde_json::json!([]), "{out}");
-    assert!(out["calls"].as_u64().unwrap() >= 10, "{out}");
+    assert!(out["calls"].as_u64().unwrap() >= 20, "{out}");
 }
