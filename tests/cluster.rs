@@ -521,6 +521,36 @@ fn nodes_holding_some_shards_answer_every_query_as_one_node_does() {
                 }
             }
         }
+        // Collections' extents and TileJSON bounds are the whole layer's, not the node's part.
+        let (got, want) = (
+            c.get("/ogc/collections").json(),
+            single_geo.get("/ogc/collections").json(),
+        );
+        let extents = |v: &Value| -> Vec<Value> {
+            v["collections"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["extent"].clone())
+                .collect()
+        };
+        assert_eq!(
+            extents(&got),
+            extents(&want),
+            "collections through {}",
+            n.addr
+        );
+        assert!(extents(&want).iter().all(|e| e.is_object()), "{want}");
+        let one = "/ogc/collections/Places.0";
+        assert_eq!(
+            c.get(one).json()["extent"],
+            single_geo.get(one).json()["extent"]
+        );
+        let tj = "/tiles/Places.0.json";
+        assert_eq!(
+            c.get(tj).json()["bounds"],
+            single_geo.get(tj).json()["bounds"]
+        );
         let tile = "/tiles/Places.0/8/129/88.mvt";
         let (got, want) = (c.get(tile), single_geo.get(tile));
         assert_eq!((got.status, want.status), (200, 200));

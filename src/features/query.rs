@@ -62,6 +62,9 @@ pub enum FeatureError {
     Where(#[from] WhereError),
     #[error("the query ran longer than query_time_limit_ms ({0} ms)")]
     TimeLimit(u64),
+    /// A fault of ours (parts of a spread query that do not fit together).
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl From<FeatureError> for ApiError {
@@ -72,6 +75,7 @@ impl From<FeatureError> for ApiError {
             }
             FeatureError::Request(_) | FeatureError::Where(_) => ErrorCode::ExtensionInvalid,
             FeatureError::TimeLimit(_) => ErrorCode::TimeLimit,
+            FeatureError::Internal(_) => ErrorCode::Internal,
         };
         ApiError::new(code, e.to_string())
     }

@@ -6,6 +6,7 @@
 //! Items are geoQueryService queries run for the caller (same roles, same document
 //! permissions, same engine); their answers are reshaped into the standard's documents.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,6 +19,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::features::descriptor::{Descriptor, Layer};
 use crate::features::template::Kind;
 use crate::features::{FeatureRequest, ViewState};
+use crate::spatial::pip::BBox;
 
 const CORE: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/core";
 const GEOJSON: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/geojson";
@@ -98,10 +100,14 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
             );
             Ok(r)
         }
-        ["collections"] => collections(app, ctx),
+        ["collections"] => collections(app, ctx).await,
         ["collections", id] => {
             let (d, layer) = find(app, ctx, id)?;
-            Ok(response::json_value(200, &collection(app, ctx, &d, layer)))
+            let extents = super::spread::layer_extents(app, ctx, &d.name).await?;
+            Ok(response::json_value(
+                200,
+                &collection(app, ctx, &d, layer, extents.as_ref()),
+            ))
         }
         ["collections", id, "items"] => items(app, ctx, id).await,
         ["collections", id, "queryables"] => queryables(app, ctx, id),
@@ -349,7 +355,15 @@ pub(super) fn collection_id(d: &Descriptor, layer: &Layer) -> String {
     format!("{}.{}", d.name, layer.id)
 }
 
-fn collection(app: &App, ctx: &Ctx, d: &Descriptor, layer_id: i64) -> Value {
+/// A collection's description; its extent from `extents` (a cluster's, by layer id) when
+/// given, else from this node's views.
+fn collection(
+    app: &App,
+    ctx: &Ctx,
+    d: &Descriptor,
+    layer_id: i64,
+    extents: Option<&HashMap<i64, BBox>>,
+) -> Value {
     let Some(layer) = d.layers.iter().find(|l| l.id == layer_id) else {
         return Value::Null;
     };
@@ -367,20 +381,25 @@ fn collection(app: &App, ctx: &Ctx, d: &Descriptor, layer_id: i64) -> Value {
             link(format!("{href}/queryables"), QUERYABLES_REL, "application/schema+json", "what a filter may name"),
         ],
     });
-    if let Some([xmin, ymin, xmax, ymax]) = app.features.layer_extent(layer) {
+    let extent = match extents {
+        Some(e) => e.get(&layer.id).copied(),
+        None => app.features.layer_extent(layer),
+    };
+    if let Some([xmin, ymin, xmax, ymax]) = extent {
         c["extent"] = json!({"spatial": {"bbox": [[xmin, ymin, xmax, ymax]], "crs": CRS84}});
     }
     c
 }
 
-fn collections(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
+async fn collections(app: &Arc<App>, ctx: &Ctx) -> Result<Resp, ApiError> {
     let b = base(ctx);
     let mut list = Vec::new();
     for d in app.features.descriptors(ctx.caller.roles()) {
+        let extents = super::spread::layer_extents(app, ctx, &d.name).await?;
         let mut layers: Vec<i64> = d.layers.iter().map(|l| l.id).collect();
         layers.sort_unstable();
         for l in layers {
-            list.push(collection(app, ctx, &d, l));
+            list.push(collection(app, ctx, &d, l, extents.as_ref()));
         }
     }
     Ok(response::json_value(

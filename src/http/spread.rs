@@ -17,6 +17,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::features::placement::Route;
 use crate::features::query::Partial;
 use crate::features::{FeatureError, FeatureRequest};
+use crate::spatial::pip::BBox;
 
 /// How long a node waits for another's answer when queries have no time limit.
 const ASK_LIMIT: Duration = Duration::from_secs(30);
@@ -47,7 +48,7 @@ enum Reply {
     Whole(Vec<u8>),
     Part(Partial),
     /// A refusal of the request, as [`FeatureError`] kinds: 0 not found, 1 invalid, 2 time
-    /// limit, 3 not caught up.
+    /// limit, 3 not caught up, 4 internal.
     Refused(u8, String),
 }
 
@@ -56,6 +57,7 @@ fn refusal(e: &FeatureError) -> Reply {
         FeatureError::ServiceNotFound(_) | FeatureError::LayerNotFound(_) => 0,
         FeatureError::Request(_) | FeatureError::Where(_) => 1,
         FeatureError::TimeLimit(_) => 2,
+        FeatureError::Internal(_) => 4,
     };
     Reply::Refused(kind, e.to_string())
 }
@@ -65,6 +67,7 @@ fn refused_error(kind: u8, message: String) -> ApiError {
         0 => ErrorCode::ExtensionNotFound,
         1 => ErrorCode::ExtensionInvalid,
         2 => ErrorCode::TimeLimit,
+        4 => ErrorCode::Internal,
         _ => ErrorCode::Unavailable,
     };
     ApiError::new(code, message)
@@ -94,6 +97,12 @@ enum Failed {
 
 static ROTATION: AtomicUsize = AtomicUsize::new(0);
 
+/// What the nodes a query went to gave: one node's whole answer, or every node's part.
+enum Gathered {
+    Whole(Vec<u8>),
+    Parts(Vec<Partial>),
+}
+
 /// Answer a geoQueryService request (its JSON body) by routing it over the cluster.
 pub(super) async fn geo_query(
     app: &Arc<App>,
@@ -104,8 +113,7 @@ pub(super) async fn geo_query(
     limit: Option<(Instant, u64)>,
     sample: bool,
 ) -> Result<Vec<u8>, ApiError> {
-    let features = app.features.clone();
-    let max_vertices = features.settings().max_query_vertices;
+    let max_vertices = app.features.settings().max_query_vertices;
     let mut request = if body.len() <= INLINE_BYTES {
         FeatureRequest::parse_for(caller.name(), &body, max_vertices)?
     } else {
@@ -116,6 +124,68 @@ pub(super) async fn geo_query(
     };
     request.query.spread = sample;
     let request = Arc::new(request);
+    let parts = match gather(app, cluster, caller, after, &body, &request, limit).await? {
+        Gathered::Whole(bytes) => return Ok(bytes),
+        Gathered::Parts(parts) => parts,
+    };
+    let (features, caller) = (app.features.clone(), caller.clone());
+    let merged = if parts.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
+        Some(features.merge_partials(&caller, &request, parts))
+    } else {
+        crate::cpu::run_cpu_intensive(move || features.merge_partials(&caller, &request, parts))
+            .await
+    };
+    merged
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))?
+        .map_err(ApiError::from)
+}
+
+/// Each layer's data extent over every node, by layer id, for service `service`: what the
+/// OGC collections and TileJSON give as bounds. `None` when this node holds every shard or
+/// is not placed (its own views then say).
+pub(super) async fn layer_extents(
+    app: &Arc<App>,
+    ctx: &super::Ctx,
+    service: &str,
+) -> Result<Option<std::collections::HashMap<i64, BBox>>, ApiError> {
+    let Some(cluster) = cluster_of(app) else {
+        return Ok(None);
+    };
+    let body = Bytes::from(serde_json::json!({"params": {"id": service}}).to_string());
+    let request = Arc::new(FeatureRequest::parse_for(
+        ctx.caller.name(),
+        &body,
+        app.features.settings().max_query_vertices,
+    )?);
+    let after = after(ctx);
+    let parts = match gather(app, cluster, &ctx.caller, after, &body, &request, None).await? {
+        Gathered::Whole(_) => return Ok(None),
+        Gathered::Parts(parts) => parts,
+    };
+    let mut extents = std::collections::HashMap::new();
+    for p in parts {
+        let Partial::Extents(list) = p else { continue };
+        for (id, e) in list.into_iter().filter_map(|(id, e)| Some((id, e?))) {
+            extents
+                .entry(id)
+                .and_modify(|b| *b = crate::spatial::entry::union(*b, e))
+                .or_insert(e);
+        }
+    }
+    Ok(Some(extents))
+}
+
+/// Route a parsed request over the cluster: one node's whole answer, or the parts.
+async fn gather(
+    app: &Arc<App>,
+    cluster: &Arc<Cluster>,
+    caller: &Caller,
+    after: u64,
+    body: &Bytes,
+    request: &Arc<FeatureRequest>,
+    limit: Option<(Instant, u64)>,
+) -> Result<Gathered, ApiError> {
+    let features = &app.features;
     let Some(placement) = features.placement() else {
         return Err(ApiError::new(ErrorCode::Internal, "no shard placement"));
     };
@@ -150,27 +220,25 @@ pub(super) async fn geo_query(
                 )
             })?;
         let asked = match route {
-            Route::One(n) => answer_from(
-                app, cluster, caller, after, &body, &request, &n, None, limit,
-            )
-            .await
-            .and_then(|r| match r {
-                Reply::Whole(bytes) => Ok(bytes),
-                _ => Err(Failed::Node(n, "an answer of the wrong kind".into())),
-            }),
+            Route::One(n) => {
+                answer_from(app, cluster, caller, after, body, request, &n, None, limit)
+                    .await
+                    .and_then(|r| match r {
+                        Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
+                        _ => Err(Failed::Node(n, "an answer of the wrong kind".into())),
+                    })
+            }
             Route::Spread(parts) if parts.len() == 1 && parts[0].0 == me => {
                 // Every shard is here: the whole answer, as a single node gives it.
-                answer_from(
-                    app, cluster, caller, after, &body, &request, &me, None, limit,
-                )
-                .await
-                .and_then(|r| match r {
-                    Reply::Whole(bytes) => Ok(bytes),
-                    _ => Err(Failed::Node(
-                        me.clone(),
-                        "an answer of the wrong kind".into(),
-                    )),
-                })
+                answer_from(app, cluster, caller, after, body, request, &me, None, limit)
+                    .await
+                    .and_then(|r| match r {
+                        Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
+                        _ => Err(Failed::Node(
+                            me.clone(),
+                            "an answer of the wrong kind".into(),
+                        )),
+                    })
             }
             Route::Spread(parts) => {
                 let asks = parts.iter().map(|(n, shards)| {
@@ -179,8 +247,8 @@ pub(super) async fn geo_query(
                         cluster,
                         caller,
                         after,
-                        &body,
-                        &request,
+                        body,
+                        request,
                         n,
                         Some(shards.clone()),
                         limit,
@@ -207,32 +275,12 @@ pub(super) async fn geo_query(
                 }
                 match failed {
                     Some(f) => Err(f),
-                    None => {
-                        let (features, caller, request) =
-                            (features.clone(), caller.clone(), request.clone());
-                        let merged =
-                            if partials.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
-                                Some(features.merge_partials(&caller, &request, partials))
-                            } else {
-                                crate::cpu::run_cpu_intensive(move || {
-                                    features.merge_partials(&caller, &request, partials)
-                                })
-                                .await
-                            };
-                        match merged {
-                            Some(Ok(bytes)) => Ok(bytes),
-                            Some(Err(e)) => Err(Failed::Api(e.into())),
-                            None => Err(Failed::Api(ApiError::new(
-                                ErrorCode::Internal,
-                                "the query failed",
-                            ))),
-                        }
-                    }
+                    None => Ok(Gathered::Parts(partials)),
                 }
             }
         };
         match asked {
-            Ok(bytes) => return Ok(bytes),
+            Ok(gathered) => return Ok(gathered),
             Err(Failed::Api(e)) => return Err(e),
             Err(Failed::Node(n, why)) => {
                 tracing::warn!(node = %n, why = %why, "a node left out of a query");

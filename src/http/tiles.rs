@@ -42,7 +42,7 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
     require_any(&ctx.caller, &[Role::GeoWriter, Role::Admin])?;
     let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
     match parts.as_slice() {
-        [name] if name.ends_with(".json") => tilejson(app, ctx, &name[..name.len() - 5]),
+        [name] if name.ends_with(".json") => tilejson(app, ctx, &name[..name.len() - 5]).await,
         [id, z, x, y] if y.ends_with(".mvt") => {
             let n = |s: &str| {
                 s.parse::<u32>()
@@ -67,7 +67,7 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
     }
 }
 
-fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
+async fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
     let (d, layer_id) = ogc::find(app, ctx, id)?;
     let layer = d.layers.iter().find(|l| l.id == layer_id).ok_or_else(|| {
         ApiError::new(
@@ -102,7 +102,11 @@ fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
         "maxzoom": MAX_ZOOM,
         "vector_layers": [{"id": collection, "fields": fields}],
     });
-    if let Some(b) = app.features.layer_extent(layer) {
+    let bounds = match super::spread::layer_extents(app, ctx, &d.name).await? {
+        Some(extents) => extents.get(&layer.id).copied(),
+        None => app.features.layer_extent(layer),
+    };
+    if let Some(b) = bounds {
         doc["bounds"] = json!(b);
     }
     Ok(response::json_value(200, &doc))

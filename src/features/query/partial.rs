@@ -444,7 +444,7 @@ impl Features {
         let plan = Plan::new(def, resolved.layer, q, &self.settings)?;
         let mismatch = || {
             tracing::error!("the parts of a spread query do not match its plan");
-            FeatureError::TimeLimit(0)
+            FeatureError::Internal("the nodes' parts of the answer do not match".into())
         };
         Ok(match &plan.output {
             Output::Count => {
