@@ -60,10 +60,6 @@ impl Placement {
         self.held.iter().collect()
     }
 
-    pub fn holds_shard(&self, shard: usize) -> bool {
-        shard < MAX && self.held.contains(shard)
-    }
-
     /// The cluster's shards, which every node must agree on: resolution and count.
     pub fn partition(&self) -> &str {
         &self.partition
@@ -72,11 +68,6 @@ impl Placement {
     /// What a saved view built under this placement must be read back under.
     pub fn signature(&self) -> &str {
         &self.signature
-    }
-
-    /// The shards a query box can find rows in: those of its cover.
-    pub fn shards_of_box(&self, b: &BBox) -> Vec<usize> {
-        self.partitioner.shards_for_bbox(b).iter().collect()
     }
 
     /// Whether a row with these geometries (one per geometry path, with its box) is held.
@@ -158,8 +149,6 @@ impl Placement {
         }
     }
 }
-
-const MAX: usize = crate::spatial::partition::MAX_SHARDS;
 
 fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e3779b97f4a7c15);

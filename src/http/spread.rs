@@ -97,6 +97,19 @@ enum Failed {
 
 static ROTATION: AtomicUsize = AtomicUsize::new(0);
 
+/// One query routed over the cluster: what every node asked about it needs.
+struct Routed<'a> {
+    app: &'a Arc<App>,
+    cluster: &'a Arc<Cluster>,
+    caller: &'a Caller,
+    /// `X-Geoshard-After`, 0 for none.
+    after: u64,
+    /// The request as the client sent it, and parsed.
+    body: &'a Bytes,
+    request: &'a Arc<FeatureRequest>,
+    limit: Option<(Instant, u64)>,
+}
+
 /// What the nodes a query went to gave: one node's whole answer, or every node's part.
 enum Gathered {
     Whole(Vec<u8>),
@@ -124,7 +137,16 @@ pub(super) async fn geo_query(
     };
     request.query.spread = sample;
     let request = Arc::new(request);
-    let parts = match gather(app, cluster, caller, after, &body, &request, limit).await? {
+    let routed = Routed {
+        app,
+        cluster,
+        caller,
+        after,
+        body: &body,
+        request: &request,
+        limit,
+    };
+    let parts = match gather(&routed).await? {
         Gathered::Whole(bytes) => return Ok(bytes),
         Gathered::Parts(parts) => parts,
     };
@@ -158,7 +180,16 @@ pub(super) async fn layer_extents(
         app.features.settings().max_query_vertices,
     )?);
     let after = after(ctx);
-    let parts = match gather(app, cluster, &ctx.caller, after, &body, &request, None).await? {
+    let routed = Routed {
+        app,
+        cluster,
+        caller: &ctx.caller,
+        after,
+        body: &body,
+        request: &request,
+        limit: None,
+    };
+    let parts = match gather(&routed).await? {
         Gathered::Whole(_) => return Ok(None),
         Gathered::Parts(parts) => parts,
     };
@@ -176,16 +207,9 @@ pub(super) async fn layer_extents(
 }
 
 /// Route a parsed request over the cluster: one node's whole answer, or the parts.
-async fn gather(
-    app: &Arc<App>,
-    cluster: &Arc<Cluster>,
-    caller: &Caller,
-    after: u64,
-    body: &Bytes,
-    request: &Arc<FeatureRequest>,
-    limit: Option<(Instant, u64)>,
-) -> Result<Gathered, ApiError> {
-    let features = &app.features;
+async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
+    let (cluster, request) = (q.cluster, q.request);
+    let features = &q.app.features;
     let Some(placement) = features.placement() else {
         return Err(ApiError::new(ErrorCode::Internal, "no shard placement"));
     };
@@ -220,40 +244,24 @@ async fn gather(
                 )
             })?;
         let asked = match route {
-            Route::One(n) => {
-                answer_from(app, cluster, caller, after, body, request, &n, None, limit)
-                    .await
-                    .and_then(|r| match r {
-                        Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
-                        _ => Err(Failed::Node(n, "an answer of the wrong kind".into())),
-                    })
-            }
+            Route::One(n) => answer_from(q, &n, None).await.and_then(|r| match r {
+                Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
+                _ => Err(Failed::Node(n, "an answer of the wrong kind".into())),
+            }),
             Route::Spread(parts) if parts.len() == 1 && parts[0].0 == me => {
                 // Every shard is here: the whole answer, as a single node gives it.
-                answer_from(app, cluster, caller, after, body, request, &me, None, limit)
-                    .await
-                    .and_then(|r| match r {
-                        Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
-                        _ => Err(Failed::Node(
-                            me.clone(),
-                            "an answer of the wrong kind".into(),
-                        )),
-                    })
+                answer_from(q, &me, None).await.and_then(|r| match r {
+                    Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
+                    _ => Err(Failed::Node(
+                        me.clone(),
+                        "an answer of the wrong kind".into(),
+                    )),
+                })
             }
             Route::Spread(parts) => {
-                let asks = parts.iter().map(|(n, shards)| {
-                    answer_from(
-                        app,
-                        cluster,
-                        caller,
-                        after,
-                        body,
-                        request,
-                        n,
-                        Some(shards.clone()),
-                        limit,
-                    )
-                });
+                let asks = parts
+                    .iter()
+                    .map(|(n, shards)| answer_from(q, n, Some(shards.clone())));
                 let replies = futures_util::future::join_all(asks).await;
                 let mut partials = Vec::with_capacity(replies.len());
                 let mut failed = None;
@@ -296,18 +304,20 @@ async fn gather(
 }
 
 /// The whole answer or the part for `shards` of node `node`: this one's own, or asked.
-#[allow(clippy::too_many_arguments)]
 async fn answer_from(
-    app: &Arc<App>,
-    cluster: &Arc<Cluster>,
-    caller: &Caller,
-    after: u64,
-    body: &Bytes,
-    request: &Arc<FeatureRequest>,
+    q: &Routed<'_>,
     node: &str,
     shards: Option<Vec<usize>>,
-    limit: Option<(Instant, u64)>,
 ) -> Result<Reply, Failed> {
+    let Routed {
+        app,
+        cluster,
+        caller,
+        after,
+        body,
+        request,
+        limit,
+    } = *q;
     if node == cluster.node() {
         let (features, caller, request) = (app.features.clone(), caller.clone(), request.clone());
         let reply = if request.is_light() {

@@ -485,23 +485,28 @@ pub(super) fn sort_rows(rows: &mut [(i64, u32)], order: &[(usize, bool)], data: 
     }
     rows.sort_by(|a, b| {
         for &(col, desc) in order {
-            let (va, vb) = (
-                data.columns[col].get(a.1 as usize),
-                data.columns[col].get(b.1 as usize),
+            let o = order_values(
+                &data.columns[col].get(a.1 as usize),
+                &data.columns[col].get(b.1 as usize),
+                desc,
             );
-            let o = match (&va, &vb) {
-                (Datum::Null, Datum::Null) => Ordering::Equal,
-                (Datum::Null, _) => Ordering::Less,
-                (_, Datum::Null) => Ordering::Greater,
-                _ => compare(&va, &vb).unwrap_or(Ordering::Equal),
-            };
-            let o = if desc { o.reverse() } else { o };
             if o != Ordering::Equal {
                 return o;
             }
         }
         a.0.cmp(&b.0)
     });
+}
+
+/// Two values of an `orderByFields` column: nulls first, reversed when descending.
+pub(super) fn order_values(a: &Datum<'_>, b: &Datum<'_>, desc: bool) -> Ordering {
+    let o = match (a, b) {
+        (Datum::Null, Datum::Null) => Ordering::Equal,
+        (Datum::Null, _) => Ordering::Less,
+        (_, Datum::Null) => Ordering::Greater,
+        _ => compare(a, b).unwrap_or(Ordering::Equal),
+    };
+    if desc { o.reverse() } else { o }
 }
 
 /// One statistic over some rows. Nulls are skipped; `stddev` and `var` are the sample

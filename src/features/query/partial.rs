@@ -281,14 +281,7 @@ impl Acc {
 /// `orderByFields` over keys (nulls first), then OBJECTID: as `sort_rows` orders rows.
 fn cmp_keyed(a: (&[Key], i64), b: (&[Key], i64), order: &[(usize, bool)]) -> Ordering {
     for (i, &(_, desc)) in order.iter().enumerate() {
-        let (va, vb) = (a.0[i].datum(), b.0[i].datum());
-        let o = match (&va, &vb) {
-            (Datum::Null, Datum::Null) => Ordering::Equal,
-            (Datum::Null, _) => Ordering::Less,
-            (_, Datum::Null) => Ordering::Greater,
-            _ => compare(&va, &vb).unwrap_or(Ordering::Equal),
-        };
-        let o = if desc { o.reverse() } else { o };
+        let o = order_values(&a.0[i].datum(), &b.0[i].datum(), desc);
         if o != Ordering::Equal {
             return o;
         }
