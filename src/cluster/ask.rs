@@ -72,6 +72,16 @@ fn subject(inner: &Inner, node: &str) -> String {
     format!("geoshard-ask.{}.{node}", inner.settings.name)
 }
 
+/// Tell the asker the question is here and being worked on.
+async fn say_taken(inner: &Inner, reply: &async_nats::Subject) {
+    let mut taken = async_nats::HeaderMap::new();
+    taken.insert(TAKEN, "1");
+    let _ = inner
+        .client
+        .publish_with_headers(reply.clone(), taken, Bytes::new())
+        .await;
+}
+
 async fn serve(inner: Arc<Inner>, answer: Answerer) {
     let subject = subject(&inner, &inner.settings.node);
     loop {
@@ -87,12 +97,7 @@ async fn serve(inner: Arc<Inner>, answer: Answerer) {
             let Some(reply) = msg.reply else { continue };
             let (inner, answer) = (inner.clone(), answer.clone());
             tokio::spawn(async move {
-                let mut taken = async_nats::HeaderMap::new();
-                taken.insert(TAKEN, "1");
-                let _ = inner
-                    .client
-                    .publish_with_headers(reply.clone(), taken, Bytes::new())
-                    .await;
+                say_taken(&inner, &reply).await;
                 // Until the answer is ready, a word every second that the node is still on it.
                 let working = answer(msg.payload);
                 tokio::pin!(working);
@@ -101,14 +106,7 @@ async fn serve(inner: Arc<Inner>, answer: Answerer) {
                 let out = loop {
                     tokio::select! {
                         out = &mut working => break out,
-                        _ = tick.tick() => {
-                            let mut still = async_nats::HeaderMap::new();
-                            still.insert(TAKEN, "1");
-                            let _ = inner
-                                .client
-                                .publish_with_headers(reply.clone(), still, Bytes::new())
-                                .await;
-                        }
+                        _ = tick.tick() => say_taken(&inner, &reply).await,
                     }
                 };
                 let room = inner.max_payload.saturating_sub(ENVELOPE_BYTES).max(1024);

@@ -243,21 +243,16 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
                     format!("no live node holds shard {shard}{last_failure}"),
                 )
             })?;
+        let route = match route {
+            // Every shard is here: the whole answer, as a single node gives it.
+            Route::Spread(parts) if parts.len() == 1 && parts[0].0 == me => Route::One(me.clone()),
+            r => r,
+        };
         let asked = match route {
             Route::One(n) => answer_from(q, &n, None).await.and_then(|r| match r {
                 Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
                 _ => Err(Failed::Node(n, "an answer of the wrong kind".into())),
             }),
-            Route::Spread(parts) if parts.len() == 1 && parts[0].0 == me => {
-                // Every shard is here: the whole answer, as a single node gives it.
-                answer_from(q, &me, None).await.and_then(|r| match r {
-                    Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
-                    _ => Err(Failed::Node(
-                        me.clone(),
-                        "an answer of the wrong kind".into(),
-                    )),
-                })
-            }
             Route::Spread(parts) => {
                 let asks = parts
                     .iter()

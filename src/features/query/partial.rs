@@ -95,21 +95,13 @@ pub struct Acc {
     /// Whether every value is an integer (a sum stays an integer only then).
     ints_only: bool,
     /// The sum and the sum of squares while every numeric value is an integer, date or
-    /// boolean and they fit, as (high, low) halves of an `i128`.
-    exact: Option<[(i64, u64); 2]>,
+    /// boolean and they fit.
+    exact: Option<(i128, i128)>,
     /// A compensated sum of the numeric values: the sum and its running error.
     sum: (f64, f64),
     /// Their mean and sum of squared deviations from it.
     mean: f64,
     m2: f64,
-}
-
-fn split(v: i128) -> (i64, u64) {
-    ((v >> 64) as i64, v as u64)
-}
-
-fn join((hi, lo): (i64, u64)) -> i128 {
-    (i128::from(hi) << 64) | i128::from(lo)
 }
 
 /// Neumaier's compensated addition of `x` to `(sum, error)`.
@@ -133,10 +125,11 @@ impl Acc {
         };
         let mut acc = Acc {
             ints_only: true,
-            exact: Some([(0, 0), (0, 0)]),
+            exact: Some((0, 0)),
             ..Acc::default()
         };
-        let mut exact = Some((0i128, 0i128));
+        // Only sums, means and variances read the numbers.
+        let numeric = kind.is_numeric();
         for s in slots {
             let v = data.columns[col].get(*s as usize);
             if v == Datum::Null {
@@ -147,6 +140,9 @@ impl Acc {
             if matches!(kind, StatKind::Min | StatKind::Max) {
                 acc.keep_extreme(&v);
             }
+            if !numeric {
+                continue;
+            }
             let x = match v {
                 Datum::Int(i) => i as f64,
                 Datum::Float(f) => f,
@@ -154,7 +150,7 @@ impl Acc {
                 Datum::Date(d) => d as f64,
                 _ => continue,
             };
-            exact = exact.and_then(|(s, q)| {
+            acc.exact = acc.exact.and_then(|(s, q)| {
                 let i = match v {
                     Datum::Int(i) | Datum::Date(i) => i as i128,
                     Datum::Bool(b) => i128::from(b),
@@ -164,7 +160,6 @@ impl Acc {
             });
             acc.push_number(x);
         }
-        acc.exact = exact.map(|(s, q)| [split(s), split(q)]);
         acc
     }
 
@@ -207,10 +202,7 @@ impl Acc {
         }
         self.ints_only &= o.ints_only;
         self.exact = match (self.exact, o.exact) {
-            (Some([s, q]), Some([os, oq])) => join(s)
-                .checked_add(join(os))
-                .zip(join(q).checked_add(join(oq)))
-                .map(|(s, q)| [split(s), split(q)]),
+            (Some((s, q)), Some((os, oq))) => s.checked_add(os).zip(q.checked_add(oq)),
             _ => None,
         };
         self.sum = add_compensated(add_compensated(self.sum, o.sum.0), o.sum.1);
@@ -230,7 +222,7 @@ impl Acc {
         if counted_rows {
             return Datum::Int(self.values as i64);
         }
-        let exact = self.exact.map(|[s, q]| (join(s), join(q)));
+        let exact = self.exact;
         let float_sum = self.sum.0 + self.sum.1;
         match kind {
             StatKind::Count => Datum::Int(self.values as i64),
