@@ -344,6 +344,8 @@ fn python_client_through_the_contract() {
 struct Koop {
     child: std::process::Child,
     client: Client,
+    /// Koop's standard error, shown when it stops early.
+    log: TestDir,
 }
 
 impl Koop {
@@ -359,33 +361,43 @@ impl Koop {
             "marklogic": {"connection": {"host": server.ip().to_string(), "port": server.port(),
                 "user": user.0, "password": user.1, "authType": "DIGEST"}}
         });
+        let log = temp_dir("koop-log");
+        let stderr = std::fs::File::create(log.join("stderr")).unwrap();
         let mut child = Command::new("node")
             .arg("server.js")
             .current_dir(root().join("tests/clients/koop-provider-marklogic"))
             .env("NODE_CONFIG", config.to_string())
             .env("SUPPRESS_NO_CONFIG_WARNING", "1")
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("node runs Koop");
-        // Ready once it accepts connections.
+        // Ready once it accepts connections. A connection from the port to itself (the kernel
+        // can pick the listening port, free until Koop binds it, as the source) does not count.
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while std::time::Instant::now() < deadline {
-            if std::net::TcpStream::connect(addr).is_ok() {
+            if let Ok(s) = std::net::TcpStream::connect(addr)
+                && s.local_addr().ok() != s.peer_addr().ok()
+            {
                 return Koop {
                     child,
                     client: Client::new(addr, Auth::None),
+                    log,
                 };
             }
             if let Ok(Some(status)) = child.try_wait() {
-                panic!("Koop exited: {status}");
+                panic!("Koop exited: {status}\n{}", Koop::stderr(&log));
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         let _ = child.kill();
         let _ = child.wait();
-        panic!("Koop did not start");
+        panic!("Koop did not start\n{}", Koop::stderr(&log));
+    }
+
+    fn stderr(log: &TestDir) -> String {
+        std::fs::read_to_string(log.join("stderr")).unwrap_or_default()
     }
 
     /// A FeatureServer answer as JSON, with `f=json`.
@@ -393,6 +405,9 @@ impl Koop {
         let mut target = format!("/marklogic/rest/services/Counties/FeatureServer{path}?f=json");
         for (k, v) in query {
             target.push_str(&format!("&{k}={}", enc(v)));
+        }
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("Koop exited: {status}\n{}", Koop::stderr(&self.log));
         }
         let r = self.client.get(&target);
         assert_eq!(r.status, 200, "{target}: {}", r.text());
