@@ -125,6 +125,9 @@ pub struct Config {
     pub cluster_name: String,
     /// Copies JetStream keeps of the log and the registry (1, 3 or 5 NATS servers' worth).
     pub cluster_replicas: usize,
+    /// Log entries after which the cluster's store is copied into a snapshot again, and the
+    /// entries the snapshots before it cover dropped from the log; 0: never.
+    pub cluster_snapshot_entries: u64,
     /// The cluster's shards, H3 cells at `cluster_resolution` mapped to numbers; 0: every
     /// node holds every row (and answers every query alone).
     pub cluster_shards: usize,
@@ -213,6 +216,7 @@ impl Default for Config {
             node: default_node_name(),
             cluster_name: "geoshard".to_string(),
             cluster_replicas: 3,
+            cluster_snapshot_entries: 100_000,
             cluster_shards: 0,
             cluster_resolution: 3,
             hold: Vec::new(),
@@ -273,6 +277,7 @@ pub const KEYS: &[&str] = &[
     "node",
     "cluster_name",
     "cluster_replicas",
+    "cluster_snapshot_entries",
     "cluster_shards",
     "cluster_resolution",
     "hold",
@@ -441,6 +446,7 @@ impl Config {
                 }
                 self.cluster_replicas = n
             }
+            "cluster_snapshot_entries" => self.cluster_snapshot_entries = parse(key, text)?,
             "cluster_shards" => {
                 let n: usize = parse(key, text)?;
                 if n > crate::spatial::partition::MAX_SHARDS {
@@ -658,6 +664,7 @@ mod tests {
             ("node", "n-1"),
             ("cluster_name", "test"),
             ("cluster_replicas", "1"),
+            ("cluster_snapshot_entries", "50"),
             ("cluster_shards", "8"),
             ("cluster_resolution", "2"),
             ("hold", "1, 5,7"),
@@ -683,6 +690,7 @@ mod tests {
         }
         assert_eq!(c.h3_resolution, 5);
         assert_eq!((c.cluster_shards, c.cluster_resolution), (8, 2));
+        assert_eq!(c.cluster_snapshot_entries, 50);
         assert_eq!(c.hold, [1, 5, 7]);
         assert!(!c.pin_io_threads);
         assert_eq!(c.io_poll_us, 0);

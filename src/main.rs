@@ -302,6 +302,7 @@ fn cluster(command: ClusterCommand) -> Result<(), String> {
         replicas: 1,
         partition: String::new(),
         shards: Vec::new(),
+        snapshot_entries: 0,
     };
     let report = runtime()?
         .block_on(geoshard::cluster::status_report(&settings))

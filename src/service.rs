@@ -83,6 +83,15 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     ready: impl FnOnce(&App, std::net::SocketAddr),
 ) -> Result<(), StartError> {
+    // A node whose log no longer holds what its store needs starts from the latest snapshot.
+    if config.cluster.is_some() {
+        let settings = cluster_settings(&config);
+        let dir = config.data_dir.clone();
+        tokio::task::spawn_blocking(move || crate::cluster::prepare(&settings, &dir))
+            .await
+            .map_err(|e| StartError::Cluster(e.to_string()))?
+            .map_err(|e| StartError::Cluster(e.to_string()))?;
+    }
     // Opening reads the store and rebuilds the indexes: off the runtime's threads, which
     // may be a single one.
     let app = match tokio::task::spawn_blocking(move || App::open(config)).await {
@@ -115,19 +124,29 @@ pub async fn serve(
     Ok(())
 }
 
+/// The cluster settings of `config`, before its shards are known.
+fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
+    crate::cluster::ClusterSettings {
+        url: config.cluster.clone().unwrap_or_default(),
+        node: config.node.clone(),
+        name: config.cluster_name.clone(),
+        replicas: config.cluster_replicas,
+        partition: String::new(),
+        shards: Vec::new(),
+        snapshot_entries: config.cluster_snapshot_entries,
+    }
+}
+
 /// Cluster mode: put the log in front of the store and follow it; then deploy the project,
 /// if any, through the log, so every node has it.
 async fn join_cluster(app: &Arc<App>) -> Result<(), StartError> {
     let settings = crate::cluster::ClusterSettings {
-        url: app.config.cluster.clone().unwrap_or_default(),
-        node: app.config.node.clone(),
-        name: app.config.cluster_name.clone(),
-        replicas: app.config.cluster_replicas,
         partition: app
             .features
             .placement()
             .map_or(String::new(), |p| p.partition().to_string()),
         shards: app.features.placement().map_or(Vec::new(), |p| p.held()),
+        ..cluster_settings(&app.config)
     };
     let weak = Arc::downgrade(app);
     let reload = Box::new(move |changed: crate::cluster::Reload| {

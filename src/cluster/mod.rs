@@ -15,6 +15,7 @@
 //! (`geoshard.<cluster>.meta`).
 
 mod ask;
+mod snapshot;
 mod status;
 
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use crate::acl::Caller;
 use crate::store::{Op, Store, StoreError, Table, WriteLog, Written, logged};
 
 pub use ask::{Answerer, AskError};
+pub use snapshot::prepare;
 pub use status::{NodeRecord, status_report};
 
 /// How long a write waits for JetStream to acknowledge it, publishing again after failures
@@ -65,6 +67,8 @@ pub struct ClusterSettings {
     pub partition: String,
     /// The shards this node holds.
     pub shards: Vec<usize>,
+    /// Log entries between snapshots (0: none taken, the log keeps every entry).
+    pub snapshot_entries: u64,
 }
 
 impl ClusterSettings {
@@ -185,6 +189,7 @@ impl Cluster {
         });
         inner.store.set_log(cluster.clone());
         handle.spawn(follow(inner.clone()));
+        handle.spawn(snapshot::snapshots(inner.clone()));
         handle.spawn(heartbeat(inner));
         Ok(cluster)
     }
@@ -243,11 +248,11 @@ impl WriteLog for Cluster {
     }
 }
 
-async fn connect(
-    settings: ClusterSettings,
-    store: Arc<Store>,
-    reload: Reloader,
-) -> Result<Arc<Inner>, ClusterError> {
+/// A connection to NATS (waited for, within a bound), its JetStream context and the largest
+/// message it takes.
+async fn nats(
+    settings: &ClusterSettings,
+) -> Result<(async_nats::Client, jetstream::Context, usize), ClusterError> {
     let urls: Vec<&str> = settings.url.split(',').map(str::trim).collect();
     let client = async_nats::ConnectOptions::new()
         .name(format!("geoshard {}", settings.node))
@@ -272,7 +277,15 @@ async fn connect(
     }
     let max_payload = client.server_info().max_payload;
     let js = jetstream::new(client.clone());
-    // A NATS cluster that is itself starting has no JetStream leader for a few seconds.
+    Ok((client, js, max_payload))
+}
+
+/// Make sure the log's stream exists. A NATS cluster that is itself starting has no
+/// JetStream leader for a few seconds.
+async fn log_stream(
+    js: &jetstream::Context,
+    settings: &ClusterSettings,
+) -> Result<(), ClusterError> {
     let mut tries = 0;
     loop {
         let made = js
@@ -285,7 +298,7 @@ async fn connect(
             })
             .await;
         match made {
-            Ok(_) => break,
+            Ok(_) => return Ok(()),
             Err(e) if tries < 60 => {
                 tracing::info!(error = %e, "waiting for JetStream");
                 tries += 1;
@@ -294,6 +307,15 @@ async fn connect(
             Err(e) => return Err(js_error(e)),
         }
     }
+}
+
+async fn connect(
+    settings: ClusterSettings,
+    store: Arc<Store>,
+    reload: Reloader,
+) -> Result<Arc<Inner>, ClusterError> {
+    let (client, js, max_payload) = nats(&settings).await?;
+    log_stream(&js, &settings).await?;
     let (visible, _) = watch::channel(store.applied());
     Ok(Arc::new(Inner {
         settings,
@@ -425,7 +447,19 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
         .get_stream(inner.settings.stream())
         .await
         .map_err(js_error)?;
-    let last = stream.info().await.map_err(js_error)?.state.last_sequence;
+    let state = stream.info().await.map_err(js_error)?.state.clone();
+    let last = state.last_sequence;
+    if start < state.first_sequence {
+        // Dropped after a snapshot while this node was away from the registry: only the
+        // snapshot has them, and it is installed before the store opens.
+        tracing::error!(
+            applied = start - 1,
+            log_first = state.first_sequence,
+            "the log no longer holds the entries after the last this node applied; stopping \
+             so that a restart installs the latest snapshot"
+        );
+        std::process::exit(3);
+    }
     if last < start {
         inner.caught_up.store(true, Ordering::Release);
     }

@@ -114,10 +114,12 @@ pub async fn status_report(settings: &ClusterSettings) -> Result<String, Cluster
     };
     let last = info.state.last_sequence;
     let mut out = format!(
-        "cluster {name}: log {stream}, {entries} entries (last {last}), {replicas} replicas\n",
+        "cluster {name}: log {stream}, {entries} entries (first {first}, last {last}), \
+         {replicas} replicas\n",
         name = settings.name,
         stream = settings.stream(),
         entries = info.state.messages,
+        first = info.state.first_sequence,
         replicas = info.config.num_replicas,
     );
     if let Some(c) = &info.cluster {
@@ -139,6 +141,7 @@ pub async fn status_report(settings: &ClusterSettings) -> Result<String, Cluster
             }
         ));
     }
+    out.push_str(&super::snapshot::describe(&js, settings).await);
     let kv = registry(&js, settings).await?;
     let nodes = live_nodes(&kv).await?;
     out.push_str(&format!(

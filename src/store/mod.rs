@@ -11,6 +11,7 @@ mod changes;
 mod codec;
 pub mod content;
 pub mod logged;
+pub mod snapshot;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -1354,7 +1355,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::acl::RoleSet;
 
-    fn put(uri: &str, body: &str) -> Op {
+    pub(crate) fn put(uri: &str, body: &str) -> Op {
         Op::PutDocument(PutDocument {
             uri: uri.into(),
             content: Bytes::copy_from_slice(body.as_bytes()),
@@ -1365,12 +1366,17 @@ pub(crate) mod tests {
         })
     }
 
-    fn writer() -> Caller {
+    pub(crate) fn writer() -> Caller {
         Caller::new("w", RoleSet::from_roles([Role::RestWriter]))
     }
 
     /// Log entry `seq` applied through the writer, waited for outside the runtime.
-    fn apply(store: &Store, seq: u64, caller: Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
+    pub(crate) fn apply(
+        store: &Store,
+        seq: u64,
+        caller: Caller,
+        ops: Vec<Op>,
+    ) -> Result<Written, StoreError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();

@@ -1,0 +1,235 @@
+//! Snapshots and the log's retention.
+//!
+//! Every `cluster_snapshot_entries` log entries, one node (the caught-up live node with the
+//! smallest name) copies its store, as of one commit, into a JetStream object store bucket
+//! (`geoshard_<cluster>_snapshots`, as many replicas as the log), with the log entry the copy
+//! has applied. Then it drops from the log the entries that both the snapshot before this one
+//! and every live node have applied: a node down for less than a snapshot's interval still
+//! finds the entries it needs, and a node that does not (new, or gone longer) installs the
+//! snapshot before it opens its store (`prepare`) and follows the log from there. Every node's
+//! store holds every document, so any node's copy serves any node.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::jetstream::object_store::{InfoErrorKind, ObjectMetadata, ObjectStore};
+
+use super::{ClusterError, ClusterSettings, Inner, js_error};
+use crate::store::snapshot as copies;
+
+/// The object holding the latest snapshot, and its metadata key for the log entry.
+const OBJECT: &str = "store";
+const SEQUENCE: &str = "sequence";
+/// How often the node that takes snapshots looks at the log's length.
+const CHECK: Duration = Duration::from_secs(2);
+
+impl ClusterSettings {
+    pub fn snapshot_bucket(&self) -> String {
+        format!("geoshard_{}_snapshots", self.name)
+    }
+}
+
+/// The snapshot bucket, made on first use (as `create_object_store` makes it).
+pub(super) async fn bucket(
+    js: &jetstream::Context,
+    settings: &ClusterSettings,
+) -> Result<ObjectStore, ClusterError> {
+    let name = settings.snapshot_bucket();
+    if let Ok(store) = js.get_object_store(&name).await {
+        return Ok(store);
+    }
+    js.get_or_create_stream(jetstream::stream::Config {
+        name: format!("OBJ_{name}"),
+        subjects: vec![format!("$O.{name}.C.>"), format!("$O.{name}.M.>")],
+        storage: jetstream::stream::StorageType::File,
+        num_replicas: settings.replicas,
+        discard: jetstream::stream::DiscardPolicy::New,
+        allow_rollup: true,
+        allow_direct: true,
+        ..Default::default()
+    })
+    .await
+    .map_err(js_error)?;
+    js.get_object_store(&name).await.map_err(js_error)
+}
+
+/// The log entry the latest snapshot has applied; 0 when there is none.
+pub(super) async fn latest(objects: &ObjectStore) -> Result<u64, ClusterError> {
+    match objects.info(OBJECT).await {
+        Ok(info) => info
+            .metadata
+            .get(SEQUENCE)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| ClusterError::JetStream("a snapshot without its log entry".into())),
+        Err(e) if e.kind() == InfoErrorKind::NotFound => Ok(0),
+        Err(e) => Err(js_error(e)),
+    }
+}
+
+/// The latest snapshot, for `geoshard cluster status`.
+pub(super) async fn describe(js: &jetstream::Context, settings: &ClusterSettings) -> String {
+    let Ok(objects) = js.get_object_store(settings.snapshot_bucket()).await else {
+        return "snapshot: none\n".to_string();
+    };
+    match objects.info(OBJECT).await {
+        Ok(info) => format!(
+            "snapshot: log entry {}, {} bytes\n",
+            info.metadata.get(SEQUENCE).map_or("?", String::as_str),
+            info.size
+        ),
+        Err(e) if e.kind() == InfoErrorKind::NotFound => "snapshot: none\n".to_string(),
+        Err(e) => format!("snapshot: unknown ({e})\n"),
+    }
+}
+
+/// Before a node opens its store: when the log no longer holds the entries after the last
+/// the store in `dir` applied, install the latest snapshot in its place.
+pub fn prepare(settings: &ClusterSettings, dir: &Path) -> Result<(), ClusterError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Runtime(e.to_string()))?;
+    runtime.block_on(async {
+        let (client, js, _) = super::nats(settings).await?;
+        super::log_stream(&js, settings).await?;
+        let first = js
+            .get_stream(settings.stream())
+            .await
+            .map_err(js_error)?
+            .info()
+            .await
+            .map_err(js_error)?
+            .state
+            .first_sequence;
+        let applied = copies::stored_applied(dir).map_err(js_error)?;
+        if applied + 1 >= first {
+            return Ok(());
+        }
+        let objects = bucket(&js, settings).await?;
+        let seq = latest(&objects).await?;
+        if seq + 1 < first {
+            return Err(ClusterError::JetStream(format!(
+                "the log starts at entry {first} and the latest snapshot holds entries up to \
+                 {seq} only: entries {} to {} are in neither",
+                seq + 1,
+                first - 1
+            )));
+        }
+        tracing::info!(
+            applied,
+            log_first = first,
+            snapshot = seq,
+            "the log no longer holds the entries this node needs: installing the snapshot"
+        );
+        let incoming = dir.join("geoshard.redb.incoming");
+        std::fs::create_dir_all(dir).map_err(js_error)?;
+        let mut object = objects.get(OBJECT).await.map_err(js_error)?;
+        let mut file = tokio::fs::File::create(&incoming).await.map_err(js_error)?;
+        // The object checks its SHA-256 digest as it ends.
+        tokio::io::copy(&mut object, &mut file)
+            .await
+            .map_err(js_error)?;
+        drop(file);
+        let installed = copies::stored_applied_in(&incoming).map_err(js_error)?;
+        copies::install(dir, &incoming).map_err(js_error)?;
+        tracing::info!(applied = installed, "snapshot installed");
+        drop(client);
+        Ok(())
+    })
+}
+
+/// The node taking snapshots: every [`CHECK`], if this node is the caught-up live node with
+/// the smallest name and the log has grown by `snapshot_entries` since the latest snapshot,
+/// take one and drop what the log no longer needs.
+pub(super) async fn snapshots(inner: Arc<Inner>) {
+    let every = inner.settings.snapshot_entries;
+    if every == 0 {
+        return;
+    }
+    let mut objects = None;
+    loop {
+        tokio::time::sleep(CHECK).await;
+        if !inner.caught_up.load(Ordering::Acquire) {
+            continue;
+        }
+        let peers = inner.peers.lock().clone();
+        let taker = peers.iter().filter(|p| p.caught_up).map(|p| &p.node).min();
+        if taker != Some(&inner.settings.node) {
+            continue;
+        }
+        if objects.is_none() {
+            match bucket(&inner.js, &inner.settings).await {
+                Ok(o) => objects = Some(o),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the snapshot bucket");
+                    continue;
+                }
+            }
+        }
+        let Some(store) = &objects else { continue };
+        let result = async {
+            let previous = latest(store).await?;
+            if *inner.visible.borrow() < previous + every {
+                return Ok(());
+            }
+            let seq = take(&inner, store).await?;
+            let oldest = peers.iter().map(|p| p.applied).min().unwrap_or(0);
+            let keep_from = previous.min(oldest) + 1;
+            if keep_from > 1 {
+                let stream = inner
+                    .js
+                    .get_stream(inner.settings.stream())
+                    .await
+                    .map_err(js_error)?;
+                let purged = stream
+                    .purge()
+                    .sequence(keep_from)
+                    .await
+                    .map_err(js_error)?
+                    .purged;
+                tracing::info!(snapshot = seq, keep_from, purged, "log entries dropped");
+            }
+            Ok::<_, ClusterError>(())
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "taking a snapshot");
+        }
+    }
+}
+
+/// Copy the store and put the copy in the bucket; the log entry it has applied.
+async fn take(inner: &Arc<Inner>, objects: &ObjectStore) -> Result<u64, ClusterError> {
+    let started = std::time::Instant::now();
+    let path = inner.store.path().with_file_name("snapshot.redb.tmp");
+    let store = inner.store.clone();
+    let copy = path.clone();
+    let seq = tokio::task::spawn_blocking(move || store.export(&copy))
+        .await
+        .map_err(js_error)?
+        .map_err(js_error)?;
+    let put = async {
+        let mut file = tokio::fs::File::open(&path).await.map_err(js_error)?;
+        let meta = ObjectMetadata {
+            name: OBJECT.to_string(),
+            description: Some(format!("geoshard's store as of log entry {seq}")),
+            metadata: HashMap::from([(SEQUENCE.to_string(), seq.to_string())]),
+            ..Default::default()
+        };
+        objects.put(meta, &mut file).await.map_err(js_error)
+    }
+    .await;
+    let _ = tokio::fs::remove_file(&path).await;
+    let info = put?;
+    tracing::info!(
+        seq,
+        bytes = info.size,
+        secs = started.elapsed().as_secs_f64(),
+        "snapshot taken"
+    );
+    Ok(seq)
+}
