@@ -3,8 +3,9 @@
 //! copies of one data directory (the counties and the 144,563 GeoNames places): one holds
 //! every row, three hold four of six shards each (every shard on two of them). Each query is
 //! routed as a cluster node routes it (one node when one holds the query's whole cover, else
-//! every shard given to one node and the parts merged) and its answer compared with the full
-//! node's, before and after writes that move, delete and add places, and with a node gone.
+//! every shard given to one node and the parts merged; a deep page in two rounds) and its
+//! answer compared with the full node's, before and after writes that move, delete and add
+//! places, and with a node gone.
 
 mod common;
 
@@ -18,6 +19,7 @@ use geoshard::acl::Caller;
 use geoshard::config::Config;
 use geoshard::features::FeatureRequest;
 use geoshard::features::placement::Route;
+use geoshard::features::query::{Partial, Round};
 use geoshard::http::App;
 use geoshard::store::{Format, Op, PutDocument};
 use serde_json::{Value, json};
@@ -48,9 +50,37 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Each node's part for its shards in `round`, sent through postcard as a node sends it.
+fn parts_of(
+    nodes: &[Arc<App>],
+    req: &FeatureRequest,
+    asks: &[(usize, Vec<usize>)],
+    rounds: &[Round],
+) -> Vec<Partial> {
+    asks.iter()
+        .zip(rounds)
+        .map(|((n, shards), round)| {
+            let part = nodes[*n]
+                .features
+                .execute_partial(&Caller::system(), req, Some(shards), None, round)
+                .unwrap();
+            let bytes = postcard::to_stdvec(&part).unwrap();
+            postcard::from_bytes(&bytes).unwrap()
+        })
+        .collect()
+}
+
+/// How a query went: to one node, spread in one round, spread in two.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Went {
+    One,
+    Spread,
+    TwoRounds,
+}
+
 /// The answer of the placed nodes `live` (indexes into `nodes`, in the order preferred), as a
-/// cluster node routes and merges it; and whether it went to one node.
-fn routed(nodes: &[Arc<App>], live: &[usize], body: &Value) -> (Value, bool) {
+/// cluster node routes and merges it; and how it went.
+fn routed(nodes: &[Arc<App>], live: &[usize], body: &Value) -> (Value, Went) {
     let caller = Caller::system();
     let req = FeatureRequest::parse(body.to_string().as_bytes()).unwrap();
     let placement = nodes[0].features.placement().unwrap();
@@ -58,45 +88,45 @@ fn routed(nodes: &[Arc<App>], live: &[usize], body: &Value) -> (Value, bool) {
     match placement.route(req.region().as_ref(), &held).unwrap() {
         Route::One(n) => {
             let answer = nodes[n].features.execute(&caller, &req).unwrap();
-            (serde_json::from_slice(&answer).unwrap(), true)
+            (serde_json::from_slice(&answer).unwrap(), Went::One)
         }
-        Route::Spread(parts) => {
-            let parts = parts
-                .iter()
-                .map(|(n, shards)| {
-                    let part = nodes[*n]
-                        .features
-                        .execute_partial(&caller, &req, Some(shards), None)
-                        .unwrap();
-                    // As a node sends it to another.
-                    let bytes = postcard::to_stdvec(&part).unwrap();
-                    postcard::from_bytes(&bytes).unwrap()
-                })
-                .collect();
+        Route::Spread(asks) => {
             let merger = &nodes[live[0]].features;
+            let max_records = merger.settings().max_record_count;
+            let (parts, went) = if req.deep_page(max_records) {
+                let keys = parts_of(nodes, &req, &asks, &vec![Round::Keys; asks.len()]);
+                let rounds = merger.second_round(&caller, &req, &keys).unwrap().unwrap();
+                (parts_of(nodes, &req, &asks, &rounds), Went::TwoRounds)
+            } else {
+                let one = vec![Round::One; asks.len()];
+                (parts_of(nodes, &req, &asks, &one), Went::Spread)
+            };
             let answer = merger.merge_partials(&caller, &req, parts).unwrap();
-            (serde_json::from_slice(&answer).unwrap(), false)
+            (serde_json::from_slice(&answer).unwrap(), went)
         }
     }
 }
 
-fn check_all(full: &App, nodes: &[Arc<App>], live: &[usize], when: &str) -> (usize, usize) {
-    let (mut alone, mut spread) = (0, 0);
+/// Every query kind through the nodes `live`; how many went to one node, spread in one
+/// round, in two.
+fn check_all(full: &App, nodes: &[Arc<App>], live: &[usize], when: &str) -> (usize, usize, usize) {
+    let (mut alone, mut spread, mut two) = (0, 0, 0);
     for (name, body) in queries().into_iter().chain(more_queries()) {
         let req = FeatureRequest::parse(body.to_string().as_bytes()).unwrap();
         let want: Value =
             serde_json::from_slice(&full.features.execute(&Caller::system(), &req).unwrap())
                 .unwrap();
-        let (got, one) = routed(nodes, live, &body);
+        let (got, went) = routed(nodes, live, &body);
         if let Err(e) = same_json(&got, &want, "") {
-            panic!(
-                "{when}, {name} ({}): {e}",
-                if one { "one node" } else { "spread" }
-            );
+            panic!("{when}, {name} ({went:?}): {e}");
         }
-        if one { alone += 1 } else { spread += 1 }
+        match went {
+            Went::One => alone += 1,
+            Went::Spread => spread += 1,
+            Went::TwoRounds => two += 1,
+        }
     }
-    (alone, spread)
+    (alone, spread, two)
 }
 
 fn rows(app: &App, service: &str) -> usize {
@@ -150,9 +180,13 @@ fn nodes_holding_some_shards_answer_together_as_one_node_holding_all() {
             "node {i} holds {held} of {all_places} places"
         );
     }
-    let (alone, spread) = check_all(&full, &nodes, &[0, 1, 2], "as loaded");
-    // The point goes to one node; boxes at this resolution cover more shards than one node holds.
-    assert!(alone >= 1 && spread >= 12, "{alone} alone, {spread} spread");
+    let (alone, spread, two) = check_all(&full, &nodes, &[0, 1, 2], "as loaded");
+    // The point goes to one node; boxes at this resolution cover more shards than one node
+    // holds; the three pages at an offset past their length go in two rounds.
+    assert!(
+        alone >= 1 && spread >= 10 && two == 3,
+        "{alone} alone, {spread} spread, {two} in two rounds"
+    );
 
     // Writes reach every node (as the log brings them): places moved a third of the world
     // away, places deleted, places added; the nodes that held a moved place drop it.

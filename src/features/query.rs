@@ -43,7 +43,7 @@ mod request;
 
 use execute::*;
 use geojson::*;
-pub use partial::{Acc, Key, Partial};
+pub use partial::{Acc, Key, Partial, Round};
 pub(crate) use request::readers_agree;
 pub use request::{
     Coercible, DEFAULT_MAX_QUERY_VERTICES, EsriError, FeatureRequest, QuerySpec, RequestError,

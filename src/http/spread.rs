@@ -15,7 +15,7 @@ use crate::acl::{Caller, RoleSet};
 use crate::cluster::{Answerer, Cluster};
 use crate::error::{ApiError, ErrorCode};
 use crate::features::placement::Route;
-use crate::features::query::Partial;
+use crate::features::query::{Partial, Round};
 use crate::features::{FeatureError, FeatureRequest};
 use crate::spatial::pip::BBox;
 
@@ -41,6 +41,8 @@ struct Question {
     body: Vec<u8>,
     /// A page over the limit is an even sample of the matches (a tile's).
     sample: bool,
+    /// Which round of a page spread in two this part answers.
+    round: Round,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -249,37 +251,23 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
             r => r,
         };
         let asked = match route {
-            Route::One(n) => answer_from(q, &n, None).await.and_then(|r| match r {
-                Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
-                _ => Err(Failed::Node(n, "an answer of the wrong kind".into())),
-            }),
+            Route::One(n) => answer_from(q, &n, None, Round::One)
+                .await
+                .and_then(|r| match r {
+                    Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
+                    _ => Err(Failed::Node(n, "an answer of the wrong kind".into())),
+                }),
             Route::Spread(parts) => {
-                let asks = parts
-                    .iter()
-                    .map(|(n, shards)| answer_from(q, n, Some(shards.clone())));
-                let replies = futures_util::future::join_all(asks).await;
-                let mut partials = Vec::with_capacity(replies.len());
-                let mut failed = None;
-                for (r, (n, _)) in replies.into_iter().zip(&parts) {
-                    match r {
-                        Ok(Reply::Part(p)) => partials.push(p),
-                        Ok(_) => {
-                            failed = Some(Failed::Node(
-                                n.clone(),
-                                "an answer of the wrong kind".into(),
-                            ))
-                        }
-                        Err(f @ Failed::Api(_)) => {
-                            failed = Some(f);
-                            break;
-                        }
-                        Err(f) => failed = failed.or(Some(f)),
-                    }
+                let max_records = features.settings().max_record_count;
+                if request.deep_page(max_records) {
+                    two_rounds(q, &parts).await
+                } else {
+                    let asks = parts
+                        .iter()
+                        .map(|(n, s)| (n.clone(), s.clone(), Round::One));
+                    ask_parts(q, asks.collect()).await
                 }
-                match failed {
-                    Some(f) => Err(f),
-                    None => Ok(Gathered::Parts(partials)),
-                }
+                .map(Gathered::Parts)
             }
         };
         match asked {
@@ -298,11 +286,86 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
     ))
 }
 
+/// Each node's part, asked of all at once: (node, its shards, the round).
+async fn ask_parts(
+    q: &Routed<'_>,
+    asks: Vec<(String, Vec<usize>, Round)>,
+) -> Result<Vec<Partial>, Failed> {
+    let replies = futures_util::future::join_all(
+        asks.iter()
+            .map(|(n, shards, round)| answer_from(q, n, Some(shards.clone()), round.clone())),
+    )
+    .await;
+    let mut partials = Vec::with_capacity(replies.len());
+    let mut failed = None;
+    for (r, (n, _, _)) in replies.into_iter().zip(&asks) {
+        match r {
+            Ok(Reply::Part(p)) => partials.push(p),
+            Ok(_) => {
+                failed = Some(Failed::Node(
+                    n.clone(),
+                    "an answer of the wrong kind".into(),
+                ))
+            }
+            Err(f @ Failed::Api(_)) => return Err(f),
+            Err(f) => failed = failed.or(Some(f)),
+        }
+    }
+    match failed {
+        Some(f) => Err(f),
+        None => Ok(partials),
+    }
+}
+
+/// A deep page: every part's order keys first, then from each node only its rows on the
+/// page, written (a node with none is not asked again).
+async fn two_rounds(
+    q: &Routed<'_>,
+    parts: &[(String, Vec<usize>)],
+) -> Result<Vec<Partial>, Failed> {
+    let asks = parts
+        .iter()
+        .map(|(n, s)| (n.clone(), s.clone(), Round::Keys));
+    let keys = ask_parts(q, asks.collect()).await?;
+    let rounds = q
+        .app
+        .features
+        .second_round(q.caller, q.request, &keys)
+        .map_err(|e| Failed::Api(e.into()))?;
+    let Some(rounds) = rounds else {
+        return Ok(keys);
+    };
+    let mut asks = Vec::new();
+    let mut out: Vec<Option<Partial>> = Vec::with_capacity(parts.len());
+    for ((part, (node, shards)), round) in keys.into_iter().zip(parts).zip(rounds) {
+        match (&round, part) {
+            (Round::Rows { rows, skipped }, Partial::Page { total, .. }) if rows.is_empty() => {
+                out.push(Some(Partial::Page {
+                    total,
+                    skipped: *skipped,
+                    rows: Vec::new(),
+                }));
+            }
+            (_, Partial::Empty) => out.push(Some(Partial::Empty)),
+            _ => {
+                out.push(None);
+                asks.push((node.clone(), shards.clone(), round));
+            }
+        }
+    }
+    let mut written = ask_parts(q, asks).await?.into_iter();
+    Ok(out
+        .into_iter()
+        .map(|p| p.or_else(|| written.next()).unwrap_or(Partial::Empty))
+        .collect())
+}
+
 /// The whole answer or the part for `shards` of node `node`: this one's own, or asked.
 async fn answer_from(
     q: &Routed<'_>,
     node: &str,
     shards: Option<Vec<usize>>,
+    round: Round,
 ) -> Result<Reply, Failed> {
     let Routed {
         app,
@@ -316,10 +379,10 @@ async fn answer_from(
     if node == cluster.node() {
         let (features, caller, request) = (app.features.clone(), caller.clone(), request.clone());
         let reply = if request.is_light() {
-            answer(&features, &caller, &request, shards, limit)
+            answer(&features, &caller, &request, shards, limit, &round)
         } else {
             crate::cpu::run_cpu_intensive(move || {
-                answer(&features, &caller, &request, shards, limit)
+                answer(&features, &caller, &request, shards, limit, &round)
             })
             .await
             .ok_or_else(|| Failed::Api(ApiError::new(ErrorCode::Internal, "the query failed")))?
@@ -336,6 +399,7 @@ async fn answer_from(
         shards,
         body: body.to_vec(),
         sample: request.query.spread,
+        round,
     };
     let bytes = postcard::to_stdvec(&question)
         .map_err(|e| Failed::Api(ApiError::new(ErrorCode::Internal, e.to_string())))?;
@@ -370,13 +434,14 @@ fn answer(
     request: &FeatureRequest,
     shards: Option<Vec<usize>>,
     limit: Option<(Instant, u64)>,
+    round: &Round,
 ) -> Reply {
     let out = match shards {
         None => features
             .execute_within(caller, request, limit)
             .map(Reply::Whole),
         Some(s) => features
-            .execute_partial(caller, request, Some(&s), limit)
+            .execute_partial(caller, request, Some(&s), limit, round)
             .map(Reply::Part),
     };
     out.unwrap_or_else(|e| refusal(&e))
@@ -415,14 +480,14 @@ async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
     let caller = Caller::new(q.user, RoleSet::from_bits(q.roles));
     let features = app.features.clone();
     let max_vertices = features.settings().max_query_vertices;
-    let (shards, sample) = (q.shards, q.sample);
+    let (shards, sample, round) = (q.shards, q.sample, q.round);
     let failed = || Reply::Refused(3, "the query failed".into());
     if q.body.len() > INLINE_BYTES {
         return crate::cpu::run_cpu_intensive(move || {
             match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
                 Ok(mut request) => {
                     request.query.spread = sample;
-                    answer(&features, &caller, &request, shards, limit)
+                    answer(&features, &caller, &request, shards, limit, &round)
                 }
                 Err(e) => refusal(&e),
             }
@@ -437,11 +502,13 @@ async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
     request.query.spread = sample;
     // A point query or a descriptor is answered here, as the HTTP handler answers it inline.
     if request.is_light() {
-        return answer(&features, &caller, &request, shards, limit);
+        return answer(&features, &caller, &request, shards, limit, &round);
     }
-    crate::cpu::run_cpu_intensive(move || answer(&features, &caller, &request, shards, limit))
-        .await
-        .unwrap_or_else(failed)
+    crate::cpu::run_cpu_intensive(move || {
+        answer(&features, &caller, &request, shards, limit, &round)
+    })
+    .await
+    .unwrap_or_else(failed)
 }
 
 #[cfg(test)]
@@ -457,11 +524,23 @@ mod tests {
             shards: Some(vec![0, 3]),
             body: b"{}".to_vec(),
             sample: false,
+            round: Round::Rows {
+                rows: vec![(vec![crate::features::query::Key::Str("a".into())], 4)],
+                skipped: 9,
+            },
         };
         let back: Question = postcard::from_bytes(&postcard::to_stdvec(&q).unwrap()).unwrap();
         assert_eq!(
             (back.user, back.roles, back.after, back.shards),
             ("u".into(), 5, 7, Some(vec![0, 3]))
+        );
+        let Round::Rows { rows, skipped } = back.round else {
+            panic!("{:?}", back.round)
+        };
+        assert_eq!(skipped, 9);
+        assert_eq!(
+            rows,
+            [(vec![crate::features::query::Key::Str("a".into())], 4)]
         );
         let part = Partial::Count(12);
         let bytes = postcard::to_stdvec(&Reply::Part(part)).unwrap();

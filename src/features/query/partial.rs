@@ -4,7 +4,9 @@
 //! it.
 //!
 //! Features come back with their order keys and are merged in order, `resultOffset` and
-//! `resultRecordCount` applied to the merge (each part holds its first `offset + limit`);
+//! `resultRecordCount` applied to the merge (each part holds its first `offset + limit`). A
+//! deep page goes in two rounds ([`Round`]): the parts' order keys first, then from each node
+//! only its rows on the page, written;
 //! ids merge in order; counts add; statistics merge by group key from partial counts,
 //! minimums, maximums, exact integer sums and sums of squares, and for floats compensated
 //! sums and Chan's pairwise means and squared deviations; extents are unions.
@@ -26,9 +28,12 @@ pub enum Partial {
     Count(u64),
     /// Ids in order, with their order keys.
     Ids(Vec<(Vec<Key>, i64)>),
-    /// Every matching row counted; the first `offset + limit` in order, each written.
+    /// Every matching row counted; the first `offset + limit` in order, each written (or
+    /// not, in [`Round::Keys`]); in [`Round::Rows`], the rows asked for, after `skipped` of
+    /// the part's rows that come before the page.
     Page {
         total: u64,
+        skipped: u64,
         rows: Vec<(Vec<Key>, i64, Vec<u8>)>,
     },
     /// Per group (its key, its members' JSON), an accumulator per statistic.
@@ -46,6 +51,21 @@ impl Partial {
             Partial::Statistics(g) => g.len(),
         }
     }
+}
+
+/// Which round of a spread page a part answers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub enum Round {
+    /// The page in one round: each part's first `offset + limit` rows, written.
+    #[default]
+    One,
+    /// The first round of a deep page: the order keys of those rows, nothing written.
+    Keys,
+    /// The second: the rows named (order keys and id) written, after `skipped` rows.
+    Rows {
+        rows: Vec<(Vec<Key>, i64)>,
+        skipped: u64,
+    },
 }
 
 /// A value of a row, owned, as parts carry them.
@@ -302,6 +322,7 @@ impl Features {
         req: &FeatureRequest,
         shards: Option<&[usize]>,
         limit: Option<(std::time::Instant, u64)>,
+        round: &Round,
     ) -> Result<Partial, FeatureError> {
         let descriptor = self
             .descriptor(&req.service, caller.roles())
@@ -346,25 +367,52 @@ impl Features {
                 Partial::Ids(rows.iter().map(|&(id, s)| (keys(s), id)).collect())
             }
             Output::Page { offset, limit } => {
-                sort_rows(&mut rows, &plan.order, &data);
                 let total = rows.len() as u64;
+                let mut skipped = 0;
+                if let Round::Rows {
+                    rows: named,
+                    skipped: s,
+                } = round
+                {
+                    // The rows of the page: by id, and the same order keys as in the first
+                    // round (ids may repeat in a layer).
+                    let wanted: HashMap<i64, Vec<&Vec<Key>>> =
+                        named.iter().fold(HashMap::new(), |mut m, (k, id)| {
+                            m.entry(*id).or_default().push(k);
+                            m
+                        });
+                    rows.retain(|&(id, slot)| {
+                        wanted
+                            .get(&id)
+                            .is_some_and(|ks| ks.iter().any(|k| **k == keys(slot)))
+                    });
+                    skipped = *s;
+                }
+                sort_rows(&mut rows, &plan.order, &data);
                 let keep = offset.saturating_add(*limit);
-                if q.spread && rows.len() > keep {
+                match round {
+                    // The page's rows only, already chosen.
+                    Round::Rows { .. } => {}
                     // A tile's sample: this node's even sample; the merge samples the samples.
-                    rows = spread(&rows[*offset..], *limit).copied().collect();
-                } else {
-                    rows.truncate(keep);
+                    _ if q.spread && rows.len() > keep => {
+                        rows = spread(&rows[*offset..], *limit).copied().collect();
+                    }
+                    _ => rows.truncate(keep),
                 }
                 let geometries = q
                     .return_geometry
                     .then(|| data.geometry_column(resolved.layer.geometry_path.text()));
+                let written = !matches!(round, Round::Keys);
                 Partial::Page {
                     total,
+                    skipped,
                     rows: rows
                         .iter()
                         .map(|&(id, s)| {
                             let mut out = Vec::new();
-                            write_feature(&mut out, &data, s, &plan.out, geometries);
+                            if written {
+                                write_feature(&mut out, &data, s, &plan.out, geometries);
+                            }
                             (keys(s), id, out)
                         })
                         .collect(),
@@ -387,6 +435,60 @@ impl Features {
                 )
             }
         })
+    }
+
+    /// After a first round of keys ([`Round::Keys`]): what each part must write in the
+    /// second, its rows on the page and how many of its rows come before it. `None` when the
+    /// parts are not pages (they are then the answer's parts already).
+    pub fn second_round(
+        &self,
+        caller: &Caller,
+        req: &FeatureRequest,
+        parts: &[Partial],
+    ) -> Result<Option<Vec<Round>>, FeatureError> {
+        let descriptor = self
+            .descriptor(&req.service, caller.roles())
+            .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
+        let Some(resolved) = self.resolve(req, &descriptor)?.filter(|_| is_query(req)) else {
+            return Ok(None);
+        };
+        let Some(view) = resolved.view.as_ref() else {
+            return Ok(None);
+        };
+        let plan = Plan::new(&view.def, resolved.layer, &req.query, &self.settings)?;
+        let Output::Page { offset, limit } = plan.output else {
+            return Ok(None);
+        };
+        let mut lists = Vec::with_capacity(parts.len());
+        for (i, p) in parts.iter().enumerate() {
+            match p {
+                Partial::Page { rows, .. } => {
+                    lists.push(rows.iter().map(|r| (&r.0, r.1, i)).collect::<Vec<_>>())
+                }
+                Partial::Empty => lists.push(Vec::new()),
+                _ => return Ok(None),
+            }
+        }
+        let merged = merge_ordered(lists, &plan.order, |r| (r.0, r.1));
+        let start = offset.min(merged.len());
+        let end = (start + limit).min(merged.len());
+        let mut rounds = vec![
+            Round::Rows {
+                rows: Vec::new(),
+                skipped: 0,
+            };
+            parts.len()
+        ];
+        for (at, (k, id, i)) in merged[..end].iter().enumerate() {
+            if let Round::Rows { rows, skipped } = &mut rounds[*i] {
+                if at < start {
+                    *skipped += 1;
+                } else {
+                    rows.push(((*k).clone(), *id));
+                }
+            }
+        }
+        Ok(Some(rounds))
     }
 
     /// The answer to `req` from the parts of every node it was spread over, as
@@ -459,11 +561,16 @@ impl Features {
                 self.write_ids(&descriptor, &resolved, def, &ids)
             }
             Output::Page { offset, limit } => {
-                let (mut total, mut lists) = (0u64, Vec::new());
+                let (mut total, mut skipped, mut lists) = (0u64, 0u64, Vec::new());
                 for p in parts {
                     match p {
-                        Partial::Page { total: t, rows } => {
+                        Partial::Page {
+                            total: t,
+                            skipped: s,
+                            rows,
+                        } => {
                             total += t;
+                            skipped += s;
                             lists.push(rows);
                         }
                         Partial::Empty => {}
@@ -474,12 +581,14 @@ impl Features {
                 let total = total as usize;
                 let start = (*offset).min(total);
                 let end = (start + limit).min(total);
+                // Rows before the page that the parts left out (a second round's).
+                let from = start.saturating_sub(skipped as usize);
                 let page: Vec<&[u8]> = if q.spread && end < total {
                     spread(&merged, *limit).map(|r| &r.2[..]).collect()
                 } else {
                     merged
                         .iter()
-                        .skip(start)
+                        .skip(from)
                         .take(end - start)
                         .map(|r| &r.2[..])
                         .collect()

@@ -839,6 +839,20 @@ impl FeatureRequest {
     }
 
     /// Small enough to answer on the calling task: a point query, or no query at all.
+    /// A page worth spreading over nodes in two rounds (keys, then the page's rows): one at
+    /// an offset at least as large as the page, which is `max_record_count` rows unless asked.
+    pub fn deep_page(&self, max_record_count: usize) -> bool {
+        let q = &self.query;
+        let limit = q.limit.filter(|l| *l > 0).unwrap_or(max_record_count);
+        self.method.as_deref() == Some("query")
+            && !q.count_only
+            && !q.ids_only
+            && q.statistics.is_none()
+            && !q.spread
+            && q.offset > 0
+            && q.offset >= limit.min(max_record_count)
+    }
+
     pub(crate) fn is_light(&self) -> bool {
         self.method.as_deref() != Some("query")
             || self
