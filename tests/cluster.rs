@@ -95,7 +95,14 @@ impl Nats {
         self.servers[i] = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(("127.0.0.1", self.ports[i])).is_err() {
-            assert!(Instant::now() < deadline, "nats server {i} did not start");
+            let exited = self.servers[i]
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            assert!(
+                Instant::now() < deadline && exited.is_none(),
+                "nats server {i} did not start ({exited:?}):\n{}",
+                self.logs()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -598,7 +605,9 @@ fn status_until(nats: &Nats, name: &str, what: &str, done: impl Fn(&str) -> bool
 /// Snapshots and the log's retention: a node taking snapshots every 40 entries drops the
 /// entries every live node and the previous snapshot have; a new node and a node gone longer
 /// than the log keeps start from the snapshot, hold every document and answer every query
-/// as the node that stayed, and follow the log on from there.
+/// as the node that stayed, and follow the log on from there. A node that was stopped
+/// (SIGSTOP) meanwhile finds the log shortened past it when it runs again: it exits, saying
+/// why, and its restart starts from the snapshot too.
 #[test]
 fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
     let Some(nats) = Nats::start("snap") else {
@@ -620,9 +629,10 @@ fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
         wait_ready(&server);
         server
     };
-    let dirs: Vec<TestDir> = (0..3).map(|i| temp_dir(&format!("snap-{i}"))).collect();
+    let dirs: Vec<TestDir> = (0..4).map(|i| temp_dir(&format!("snap-{i}"))).collect();
     let a = start(dirs[0].path(), 0, "a");
     let b = start(dirs[1].path(), 1, "b");
+    let mut d = start(dirs[3].path(), 2, "d");
     load(a.addr, "Counties", &real("us-counties.geojson"));
     let put = |server: &ChildServer, uri: &str, n: u64| -> u64 {
         let r = server.client(ADMIN).request(
@@ -641,12 +651,21 @@ fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
         &[("X-Geoshard-After", &last.to_string())],
         b"",
     ));
+    sequence(&d.client(ADMIN).request(
+        "GET",
+        "/health",
+        &[("X-Geoshard-After", &last.to_string())],
+        b"",
+    ));
     b.kill();
-    // Rounds of single writes, each snapshotted before the next; b's registry entry expires
-    // meanwhile, so it no longer holds entries in the log.
+    let d_pid = rustix::process::Pid::from_raw(d.child.id() as i32).unwrap();
+    rustix::process::kill_process(d_pid, rustix::process::Signal::STOP).unwrap();
+    // Rounds of single writes, each snapshotted before the next; b's and d's registry
+    // entries expire meanwhile, so they no longer hold entries in the log. More entries than
+    // d's pending pulls of the log take (two of 500), so that d cannot have them all.
     let (mut written, mut snapshot) = (1, 0);
     for round in 0..3 {
-        for _ in 0..45 {
+        for _ in 0..450 {
             last = put(&a, &format!("/snap/{written}.json"), written);
             written += 1;
         }
@@ -664,13 +683,47 @@ fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
     let first = reported(&report, "(first ").unwrap();
     assert!(first <= last, "{report}");
 
+    // d runs again, finds the entries after its own gone, and stops so that a restart installs
+    // the snapshot.
+    rustix::process::kill_process(d_pid, rustix::process::Signal::CONT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = d.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "d did not stop: {} {}",
+            d.client(ADMIN).get("/ready").text(),
+            d.log.lock().unwrap().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "{}",
+        d.log.lock().unwrap().join("\n")
+    );
+    assert!(
+        d.log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("a restart installs the latest snapshot")),
+        "{}",
+        d.log.lock().unwrap().join("\n")
+    );
+    drop(d);
+
     // A new node, and b back: each installs the snapshot and follows the log from there.
     let c = start(dirs[2].path(), 2, "c");
     let b = start(dirs[1].path(), 1, "b");
+    let d = start(dirs[3].path(), 0, "d");
     last = put(&c, &format!("/snap/{written}.json"), written);
     written += 1;
     let mut reference = a.client(GEO);
-    for server in [&b, &c] {
+    for server in [&b, &c, &d] {
         let mut client = server.client(ADMIN);
         for n in 0..written {
             let r = client.request(
