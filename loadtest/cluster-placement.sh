@@ -14,6 +14,7 @@
 # (scripts/setup-system.sh). Usage: loadtest/cluster-placement.sh NAME
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source loadtest/nats.sh
 name=${1:?usage: loadtest/cluster-placement.sh NAME}
 REPEAT=${REPEAT:-3}
 DURATION=${DURATION:-8}
@@ -26,7 +27,6 @@ mkdir -p "$work" loadtest/reports
 cargo build --release -q -p geoshard -p geoshard-loadtest
 bin=$PWD/target/release/geoshard
 lt=$PWD/target/release/geoshard-loadtest
-nats=$(command -v nats-server || echo /usr/sbin/nats-server)
 
 pids=()
 cleanup() {
@@ -35,18 +35,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for i in 1 2 3; do
-  cat > "$work/nats$i.conf" << EOF
-port: $((14230 + i))
-server_name: nats$i
-max_payload: 8MB
-jetstream { store_dir: "$work/js$i" }
-cluster { name: placement, port: $((16230 + i)), routes: [nats-route://127.0.0.1:16231, nats-route://127.0.0.1:16232, nats-route://127.0.0.1:16233] }
-EOF
-  "$nats" -c "$work/nats$i.conf" > "$work/nats$i.log" 2>&1 &
-  pids+=($!)
-done
-urls=nats://127.0.0.1:14231,nats://127.0.0.1:14232,nats://127.0.0.1:14233
+start_nats 14230 placement
 
 # start_node DIR [NODE HOLD]: a single node, or node NODE of the cluster holding HOLD of six
 # shards; sets $node_pid and $node_addr.

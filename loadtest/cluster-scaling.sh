@@ -15,6 +15,7 @@
 # Usage: loadtest/cluster-scaling.sh NAME   (writes loadtest/reports/NAME.*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source loadtest/nats.sh
 name=${1:?usage: loadtest/cluster-scaling.sh NAME}
 REPEAT=${REPEAT:-3}
 QUOTA_US=${QUOTA_US:-30000}
@@ -29,7 +30,6 @@ mkdir -p "$work" loadtest/reports
 cargo build --release -q -p geoshard -p geoshard-loadtest
 bin=$PWD/target/release/geoshard
 lt=$PWD/target/release/geoshard-loadtest
-nats=$(command -v nats-server || echo /usr/sbin/nats-server)
 cg=/sys/fs/cgroup/cpu
 
 pids=()
@@ -40,19 +40,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Three NATS servers routed into one JetStream cluster.
-for i in 1 2 3; do
-  cat > "$work/nats$i.conf" << EOF
-port: $((14220 + i))
-server_name: nats$i
-max_payload: 8MB
-jetstream { store_dir: "$work/js$i" }
-cluster { name: scaling, port: $((16220 + i)), routes: [nats-route://127.0.0.1:16221, nats-route://127.0.0.1:16222, nats-route://127.0.0.1:16223] }
-EOF
-  "$nats" -c "$work/nats$i.conf" > "$work/nats$i.log" 2>&1 &
-  pids+=($!)
-done
-urls=nats://127.0.0.1:14221,nats://127.0.0.1:14222,nats://127.0.0.1:14223
+start_nats 14220 scaling
 
 # start_node DIR NODE [cluster]: starts a node (of the cluster GEOSHARD_CLUSTER_NAME with a
 # third argument), sets $node_pid and $node_addr.

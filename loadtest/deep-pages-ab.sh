@@ -11,6 +11,7 @@
 # Usage: loadtest/deep-pages-ab.sh NAME BIN_A BIN_B  (release builds of geoshard)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source loadtest/nats.sh
 name=${1:?usage: loadtest/deep-pages-ab.sh NAME BIN_A BIN_B}
 declare -A bins=([A]=${2:?} [B]=${3:?})
 REPEAT=${REPEAT:-3}
@@ -20,7 +21,6 @@ work=${TMPDIR:-/tmp}/geoshard-deep-pages
 rm -rf "$work"
 mkdir -p "$work" loadtest/reports
 : > "$out.results.jsonl"
-nats=$(command -v nats-server || echo /usr/sbin/nats-server)
 
 pids=()
 cleanup() {
@@ -29,18 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for i in 1 2 3; do
-  cat > "$work/nats$i.conf" << EOF
-port: $((14330 + i))
-server_name: nats$i
-max_payload: 8MB
-jetstream { store_dir: "$work/js$i" }
-cluster { name: deep, port: $((16330 + i)), routes: [nats-route://127.0.0.1:16331, nats-route://127.0.0.1:16332, nats-route://127.0.0.1:16333] }
-EOF
-  "$nats" -c "$work/nats$i.conf" > "$work/nats$i.log" 2>&1 &
-  pids+=($!)
-done
-urls=nats://127.0.0.1:14331,nats://127.0.0.1:14332,nats://127.0.0.1:14333
+start_nats 14330 deep
 holds=("" "0,1,2,3" "2,3,4,5" "4,5,0,1")
 declare -A pid addr
 
