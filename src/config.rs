@@ -369,6 +369,24 @@ fn positive(key: &str, n: usize) -> Result<usize, ConfigError> {
 }
 
 impl Config {
+    /// The feature service's settings.
+    pub fn feature_settings(&self) -> crate::features::FeatureSettings {
+        crate::features::FeatureSettings {
+            engine: crate::spatial::EngineConfig {
+                shards: self.shards,
+                resolution: self.h3_resolution,
+            },
+            max_record_count: self.max_record_count,
+            where_limits: crate::features::where_clause::WhereLimits {
+                max_bytes: self.max_where_bytes,
+                max_depth: self.max_where_depth,
+            },
+            max_query_vertices: self.max_query_vertices,
+            max_document_vertices: self.max_document_vertices,
+            background_build_rows: self.background_build_rows,
+        }
+    }
+
     /// `io_threads`, with 0 resolved to the core count.
     pub(crate) fn io_thread_count(&self) -> usize {
         match self.io_threads {

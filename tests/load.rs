@@ -275,9 +275,20 @@ fn offline_into_a_stopped_server_then_served() {
     let dir = temp_dir("load-offline");
     seed_users(&dir);
     load_all(&Target::Offline(dir.path().to_path_buf()));
-    let srv = ChildServer::start(dir.path(), &[]);
+    let srv = ChildServer::start(dir.path(), &[("GEOSHARD_LOG", "info")]);
     let mut c = srv.client(GEO);
     check_layers(&mut c);
+    // The load built and saved every view: the server read each from its file.
+    let log = srv.log.lock().unwrap().clone();
+    let read = log
+        .iter()
+        .filter(|l| l.contains("view read from its saved file"));
+    assert_eq!(read.count(), 5, "{}", log.join("\n"));
+    assert!(
+        !log.iter().any(|l| l.contains("saved view not used")),
+        "{}",
+        log.join("\n")
+    );
     srv.kill();
 }
 

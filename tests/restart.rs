@@ -80,6 +80,8 @@ fn restarts_read_the_saved_views_and_answer_as_a_rebuild_does() {
     let real = data_dir().join("real");
     load_offline(&dir, "Counties", &real.join("us-counties.geojson"));
     load_offline(&dir, "Places", &real.join("geonames-cities1000.csv"));
+    // Without the views the loads saved, so that the first start builds them.
+    std::fs::remove_dir_all(dir.join("views")).unwrap();
 
     // The first start builds the views from the documents; its clean stop saves them.
     let s = ChildServer::start(&dir, &INFO);
@@ -240,6 +242,8 @@ fn views_saved_while_writes_go_on_serve_the_start_after_a_sigkill() {
     let real = data_dir().join("real");
     load_offline(&dir, "Counties", &real.join("us-counties.geojson"));
     load_offline(&dir, "Places", &real.join("geonames-cities1000.csv"));
+    // Without the views the loads saved, so that the first start builds them.
+    std::fs::remove_dir_all(dir.join("views")).unwrap();
     let env = [
         ("GEOSHARD_LOG", "info"),
         ("GEOSHARD_ACCESS_LOG", "off"),

@@ -42,11 +42,10 @@ use self::io_threads::IoThreads;
 use crate::acl::{Caller, Role};
 use crate::config::Config;
 use crate::error::{ApiError, ErrorCode};
-use crate::features::{FeatureHook, FeatureSettings, Features};
+use crate::features::{FeatureHook, Features};
 use crate::flow::js::JsSettings;
 use crate::flow::{FlowSettings, Flows};
 use crate::security::Security;
-use crate::spatial::EngineConfig;
 use crate::store::{Store, StoreOptions};
 
 /// Everything a request handler can reach. One per running service.
@@ -131,24 +130,7 @@ impl App {
                 )
             }
         };
-        let features = Features::open_placed(
-            store.clone(),
-            FeatureSettings {
-                engine: EngineConfig {
-                    shards: config.shards,
-                    resolution: config.h3_resolution,
-                },
-                max_record_count: config.max_record_count,
-                where_limits: crate::features::where_clause::WhereLimits {
-                    max_bytes: config.max_where_bytes,
-                    max_depth: config.max_where_depth,
-                },
-                max_query_vertices: config.max_query_vertices,
-                max_document_vertices: config.max_document_vertices,
-                background_build_rows: config.background_build_rows,
-            },
-            placement,
-        )?;
+        let features = Features::open_placed(store.clone(), config.feature_settings(), placement)?;
         store.set_hook(Arc::new(FeatureHook(features.clone())));
         // A cluster deploys through its log once it follows it (`service::serve`).
         if let Some(dir) = config.project.as_ref().filter(|_| config.cluster.is_none()) {

@@ -55,8 +55,9 @@ pub trait Target {
     fn send(&mut self, batch: Batch) -> Result<(), LoadError>;
     /// The outcomes of batches written so far.
     fn outcomes(&self) -> &Receiver<Outcome>;
-    /// Wait for every queued batch and close.
-    fn finish(self: Box<Self>) -> Result<(), LoadError>;
+    /// Wait for every queued batch and close; how long building the views took, when the
+    /// target builds them (offline).
+    fn finish(self: Box<Self>) -> Result<Option<std::time::Duration>, LoadError>;
 }
 
 /// Offline: the store of a stopped server, written through its writer thread.
@@ -177,14 +178,24 @@ impl Target for Offline {
         &self.outcomes
     }
 
-    fn finish(mut self: Box<Self>) -> Result<(), LoadError> {
+    fn finish(mut self: Box<Self>) -> Result<Option<std::time::Duration>, LoadError> {
         drop(self.queue.take());
         if let Some(w) = self.writer.take() {
             w.join()
                 .map_err(|_| LoadError::Target("the writer failed".into()))?;
         }
+        let started = std::time::Instant::now();
+        // The views and spatial indexes a server would build when it starts, built and saved
+        // here (with the default settings), so that it starts from them.
+        let features = crate::features::Features::open(
+            self.store.clone(),
+            crate::config::Config::default().feature_settings(),
+        )
+        .map_err(|e| LoadError::Target(format!("building the views: {e}")))?;
+        features.save_views();
+        drop(features);
         self.store.shutdown_blocking();
-        Ok(())
+        Ok(Some(started.elapsed()))
     }
 }
 
@@ -564,7 +575,7 @@ mod http {
             &self.outcomes
         }
 
-        fn finish(mut self: Box<Self>) -> Result<(), LoadError> {
+        fn finish(mut self: Box<Self>) -> Result<Option<std::time::Duration>, LoadError> {
             drop(self.queue.take());
             let tasks = std::mem::take(&mut self.tasks);
             self.runtime.block_on(async {
@@ -572,7 +583,7 @@ mod http {
                     let _ = t.await;
                 }
             });
-            Ok(())
+            Ok(None)
         }
     }
 }
