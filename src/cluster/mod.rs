@@ -628,6 +628,7 @@ async fn heartbeat(inner: Arc<Inner>) {
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 partition: inner.settings.partition.clone(),
                 shards: inner.settings.shards.clone(),
+                snapshot_entries: inner.settings.snapshot_entries,
             };
             let bytes = serde_json::to_vec(&record).unwrap_or_default();
             if let Err(e) = kv.put(&inner.settings.node, bytes.into()).await {

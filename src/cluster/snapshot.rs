@@ -1,9 +1,9 @@
 //! Snapshots and the log's retention.
 //!
-//! Every `cluster_snapshot_entries` log entries, one node (the caught-up live node with the
-//! smallest name) copies its store, as of one commit, into a JetStream object store bucket
-//! (`geoshard_<cluster>_snapshots`, as many replicas as the log), with the log entry the copy
-//! has applied. Then it drops from the log the entries that both the snapshot before this one
+//! Every `cluster_snapshot_entries` log entries, one node (of the caught-up live nodes that
+//! take snapshots, the one with the smallest name) copies its store, as of one commit, into
+//! a JetStream object store bucket (`geoshard_<cluster>_snapshots`, as many replicas as the
+//! log), with the log entry the copy has applied. Then it drops from the log the entries that both the snapshot before this one
 //! and every live node have applied: a node down for less than a snapshot's interval still
 //! finds the entries it needs, and a node that does not (new, or gone longer) installs the
 //! snapshot before it opens its store (`prepare`) and follows the log from there. Every node's
@@ -142,9 +142,9 @@ pub fn prepare(settings: &ClusterSettings, dir: &Path) -> Result<(), ClusterErro
     })
 }
 
-/// The node taking snapshots: every [`CHECK`], if this node is the caught-up live node with
-/// the smallest name and the log has grown by `snapshot_entries` since the latest snapshot,
-/// take one and drop what the log no longer needs.
+/// Taking snapshots: every [`CHECK`], if this node is the [`taker`] and the log has grown by
+/// `snapshot_entries` since the latest snapshot, take one and drop what the log no longer
+/// needs.
 pub(super) async fn snapshots(inner: Arc<Inner>) {
     let every = inner.settings.snapshot_entries;
     if every == 0 {
@@ -157,8 +157,7 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
             continue;
         }
         let peers = inner.peers.lock().clone();
-        let taker = peers.iter().filter(|p| p.caught_up).map(|p| &p.node).min();
-        if taker != Some(&inner.settings.node) {
+        if taker(&peers) != Some(inner.settings.node.as_str()) {
             continue;
         }
         if objects.is_none() {
@@ -202,6 +201,16 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
     }
 }
 
+/// The node that takes the cluster's snapshots: of the caught-up live nodes that take them,
+/// the one with the smallest name (so one node, whatever the others' settings).
+fn taker(peers: &[super::NodeRecord]) -> Option<&str> {
+    peers
+        .iter()
+        .filter(|p| p.caught_up && p.snapshot_entries > 0)
+        .map(|p| p.node.as_str())
+        .min()
+}
+
 /// Copy the store and put the copy in the bucket; the log entry it has applied.
 async fn take(inner: &Arc<Inner>, objects: &ObjectStore) -> Result<u64, ClusterError> {
     let started = std::time::Instant::now();
@@ -232,4 +241,41 @@ async fn take(inner: &Arc<Inner>, objects: &ObjectStore) -> Result<u64, ClusterE
         "snapshot taken"
     );
     Ok(seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, caught_up: bool, snapshot_entries: u64) -> super::super::NodeRecord {
+        super::super::NodeRecord {
+            node: name.into(),
+            http: String::new(),
+            applied: 0,
+            caught_up,
+            started: 0,
+            version: String::new(),
+            partition: String::new(),
+            shards: Vec::new(),
+            snapshot_entries,
+        }
+    }
+
+    #[test]
+    fn the_taker_is_the_first_caught_up_node_that_takes_snapshots() {
+        let peers = [
+            node("a", true, 0),
+            node("b", false, 100),
+            node("c", true, 100),
+            node("d", true, 50),
+        ];
+        assert_eq!(taker(&peers), Some("c"));
+        assert_eq!(taker(&peers[..2]), None);
+        // A record written before the setting was in the registry reads as taking none.
+        let old: super::super::NodeRecord = serde_json::from_str(
+            r#"{"node":"x","http":"","applied":1,"caught_up":true,"started":0,"version":"0"}"#,
+        )
+        .unwrap();
+        assert_eq!(old.snapshot_entries, 0);
+    }
 }

@@ -28,6 +28,9 @@ pub struct NodeRecord {
     /// The shards it holds.
     #[serde(default)]
     pub shards: Vec<usize>,
+    /// Its `cluster_snapshot_entries` (0: it takes no snapshots).
+    #[serde(default)]
+    pub snapshot_entries: u64,
 }
 
 /// The registry bucket, made on first use. An entry not renewed within the lease is gone.
