@@ -26,6 +26,10 @@ const OBJECT: &str = "store";
 const SEQUENCE: &str = "sequence";
 /// How often the node that takes snapshots looks at the log's length.
 const CHECK: Duration = Duration::from_secs(2);
+/// A snapshot download that receives nothing this long is given up and made again, as often
+/// as `DOWNLOADS` in all.
+const STALLED: Duration = Duration::from_secs(10);
+const DOWNLOADS: usize = 5;
 
 impl ClusterSettings {
     pub fn snapshot_bucket(&self) -> String {
@@ -127,19 +131,45 @@ pub fn prepare(settings: &ClusterSettings, dir: &Path) -> Result<(), ClusterErro
         );
         let incoming = dir.join("geoshard.redb.incoming");
         std::fs::create_dir_all(dir).map_err(js_error)?;
-        let mut object = objects.get(OBJECT).await.map_err(js_error)?;
-        let mut file = tokio::fs::File::create(&incoming).await.map_err(js_error)?;
-        // The object checks its SHA-256 digest as it ends.
-        tokio::io::copy(&mut object, &mut file)
-            .await
-            .map_err(js_error)?;
-        drop(file);
+        // A snapshot replaced while it is read loses its chunks: read the newer one.
+        let mut tries = 0;
+        while let Err(e) = download(&objects, &incoming).await {
+            tries += 1;
+            if tries == DOWNLOADS {
+                return Err(e);
+            }
+            tracing::warn!(error = %e, "reading the snapshot again");
+        }
         let installed = copies::stored_applied_in(&incoming).map_err(js_error)?;
         copies::install(dir, &incoming).map_err(js_error)?;
         tracing::info!(applied = installed, "snapshot installed");
         drop(client);
         Ok(())
     })
+}
+
+/// Download the latest snapshot to `path`; an error when it stops coming for [`STALLED`].
+async fn download(objects: &ObjectStore, path: &Path) -> Result<(), ClusterError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut object = objects.get(OBJECT).await.map_err(js_error)?;
+    let mut file = tokio::fs::File::create(path).await.map_err(js_error)?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        // The object checks its SHA-256 digest as it ends.
+        let n = tokio::time::timeout(STALLED, object.read(&mut buf))
+            .await
+            .map_err(|_| {
+                ClusterError::JetStream(format!(
+                    "the snapshot stopped coming for {} s",
+                    STALLED.as_secs()
+                ))
+            })?
+            .map_err(js_error)?;
+        if n == 0 {
+            return file.flush().await.map_err(js_error);
+        }
+        file.write_all(&buf[..n]).await.map_err(js_error)?;
+    }
 }
 
 /// Taking snapshots: every [`CHECK`], if this node is the [`taker`] and the log has grown by

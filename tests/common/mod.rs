@@ -518,13 +518,21 @@ impl ChildServer {
                 }
             });
         }
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        // Its stdout read on a thread of its own (drained to the end, so the child never blocks
+        // on a full pipe), so that a child that prints nothing still meets the deadline.
+        let (lines, announced) = std::sync::mpsc::channel::<String>();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        while std::time::Instant::now() < deadline {
-            let Some(Ok(line)) = lines.next() else { break };
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            let Ok(line) = announced.recv_timeout(left) else {
+                break;
+            };
             if let Some(addr) = line.strip_prefix("geoshard listening on http://") {
-                // Keep draining stdout so the child never blocks on a full pipe.
-                std::thread::spawn(move || for _ in lines {});
                 return ChildServer {
                     child,
                     addr: addr.parse().unwrap(),
