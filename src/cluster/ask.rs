@@ -24,6 +24,11 @@ const TAKEN_LIMIT: Duration = Duration::from_secs(2);
 /// How often a node working on a question says so; one silent for `TAKEN_LIMIT` is gone.
 const STILL_WORKING: Duration = Duration::from_secs(1);
 
+/// Questions a node works on at once; more wait in the subscription, and an asker whose
+/// question is not taken within `TAKEN_LIMIT` asks another holder or fails, so a flood of
+/// questions holds bounded memory and tasks rather than one task each.
+const MAX_QUESTIONS: usize = 256;
+
 /// How a node answers a question: the answer's bytes.
 pub type Answerer =
     Arc<dyn Fn(Bytes) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> + Send + Sync>;
@@ -84,6 +89,7 @@ async fn say_taken(inner: &Inner, reply: &async_nats::Subject) {
 
 async fn serve(inner: Arc<Inner>, answer: Answerer) {
     let subject = subject(&inner, &inner.settings.node);
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_QUESTIONS));
     loop {
         let mut sub = match inner.client.subscribe(subject.clone()).await {
             Ok(s) => s,
@@ -95,8 +101,12 @@ async fn serve(inner: Arc<Inner>, answer: Answerer) {
         };
         while let Some(msg) = sub.next().await {
             let Some(reply) = msg.reply else { continue };
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
             let (inner, answer) = (inner.clone(), answer.clone());
             tokio::spawn(async move {
+                let _permit = permit;
                 say_taken(&inner, &reply).await;
                 // Until the answer is ready, a word every second that the node is still on it.
                 let working = answer(msg.payload);

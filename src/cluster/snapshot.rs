@@ -247,10 +247,15 @@ async fn take(inner: &Arc<Inner>, objects: &ObjectStore) -> Result<u64, ClusterE
     let path = inner.store.path().with_file_name("snapshot.redb.tmp");
     let store = inner.store.clone();
     let copy = path.clone();
-    let seq = tokio::task::spawn_blocking(move || store.export(&copy))
-        .await
-        .map_err(js_error)?
-        .map_err(js_error)?;
+    let exported = tokio::task::spawn_blocking(move || store.export(&copy)).await;
+    let seq = match exported.map_err(js_error).and_then(|r| r.map_err(js_error)) {
+        Ok(seq) => seq,
+        Err(e) => {
+            // A copy cut short (a full disk) is not left to take the room.
+            let _ = tokio::fs::remove_file(&path).await;
+            return Err(e);
+        }
+    };
     let put = async {
         let mut file = tokio::fs::File::open(&path).await.map_err(js_error)?;
         let meta = ObjectMetadata {

@@ -327,11 +327,20 @@ async fn two_rounds(
         .iter()
         .map(|(n, s)| (n.clone(), s.clone(), Round::Keys));
     let keys = ask_parts(q, asks.collect()).await?;
-    let rounds = q
-        .app
-        .features
-        .second_round(q.caller, q.request, &keys)
-        .map_err(|e| Failed::Api(e.into()))?;
+    // The merge of every part's keys, off the async thread unless small, as the merge of rows.
+    let (features, caller, request) = (q.app.features.clone(), q.caller.clone(), q.request.clone());
+    let (keys, rounds) = if keys.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
+        let rounds = features.second_round(&caller, &request, &keys);
+        (keys, rounds)
+    } else {
+        crate::cpu::run_cpu_intensive(move || {
+            let rounds = features.second_round(&caller, &request, &keys);
+            (keys, rounds)
+        })
+        .await
+        .ok_or_else(|| Failed::Api(ApiError::new(ErrorCode::Internal, "the query failed")))?
+    };
+    let rounds = rounds.map_err(|e| Failed::Api(e.into()))?;
     let Some(rounds) = rounds else {
         return Ok(keys);
     };
