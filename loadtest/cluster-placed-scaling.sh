@@ -1,0 +1,163 @@
+#!/bin/bash
+# Placed nodes under equal CPU quotas: three geoshard nodes holding four of six shards each
+# (every shard on two nodes, H3 resolution 2) against one node holding everything, each node
+# in a cgroup-v1 `cpu` group of QUOTA_US of every 100 ms (30000 = 0.3 of a core) with one io
+# thread. The three NATS servers (JetStream) and the load generator run outside the quotas.
+#
+# 1. counties and places-1m loaded into the cluster (through node 1) and into the single node.
+# 2. pip-counties and envelope (0.1-degree boxes on places-1m), closed loop, CONNS connections
+#    spread over the three nodes, or all to the single node; REPEAT rounds alternating. A
+#    point query is answered by the node asked when it holds the shard, else by one that
+#    does (asked over NATS); an envelope is split over the holders of its cover and merged.
+#    Every answer is checked by the load generator.
+#
+# Results: $OUT.results.jsonl (a line a run) and $OUT.md. Needs root (cgroups) and
+# nats-server (scripts/setup-system.sh). Usage: loadtest/cluster-placed-scaling.sh NAME
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source loadtest/nats.sh
+name=${1:?usage: loadtest/cluster-placed-scaling.sh NAME}
+REPEAT=${REPEAT:-3}
+QUOTA_US=${QUOTA_US:-30000}
+DURATION=${DURATION:-8}
+CONNS=${CONNS:-64}
+out=loadtest/reports/$name
+work=${TMPDIR:-/tmp}/geoshard-cluster-placed-scaling
+rm -rf "$work"
+mkdir -p "$work" loadtest/reports
+: > "$out.results.jsonl"
+cargo build --release -q -p geoshard -p geoshard-loadtest
+bin=$PWD/target/release/geoshard
+lt=$PWD/target/release/geoshard-loadtest
+cg=/sys/fs/cgroup/cpu
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
+  wait 2> /dev/null || true
+  for g in single node1 node2 node3; do rmdir "$cg/geoshard-$g" 2> /dev/null || true; done
+}
+trap cleanup EXIT
+
+start_nats 14240 placedscale
+nats_pids=("${pids[@]}")
+# ticks PID...: the CPU time of the processes, in clock ticks (1/100 s).
+ticks() {
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t"
+}
+# busy: the machine's busy ticks, over every CPU, since boot.
+busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+
+# start_node DIR [NODE HOLD]: a single node, or node NODE of the cluster holding HOLD of six
+# shards; sets $node_pid and $node_addr.
+start_node() {
+  "$bin" user add --data-dir "$1" --name bench --password bench --role admin > /dev/null
+  local mode=()
+  [ -n "${2:-}" ] && mode=(--cluster "$urls" --node "$2" --cluster-shards 6 --hold "$3")
+  GEOSHARD_CLUSTER_NAME=placedscale GEOSHARD_CLUSTER_RESOLUTION=2 GEOSHARD_IO_THREADS=1 \
+    GEOSHARD_PIN_IO_THREADS=false GEOSHARD_ACCESS_LOG=false GEOSHARD_LOG=warn \
+    "$bin" serve --data-dir "$1" --listen 127.0.0.1:0 "${mode[@]}" > "$1.out" 2> "$1.err" &
+  node_pid=$!
+  pids+=("$node_pid")
+  until grep -q listening "$1.out" 2> /dev/null; do sleep 0.05; done
+  node_addr=$(sed -n 's/.*http:\/\///p' "$1.out")
+}
+applied() { curl -s "http://$1/ready" | python3 -c 'import json,sys; print(json.load(sys.stdin)["cluster"]["applied"])'; }
+quota() {
+  mkdir -p "$cg/geoshard-$1"
+  echo 100000 > "$cg/geoshard-$1/cpu.cfs_period_us"
+  echo "$QUOTA_US" > "$cg/geoshard-$1/cpu.cfs_quota_us"
+  echo "$2" > "$cg/geoshard-$1/cgroup.procs"
+}
+
+holds=("" "0,1,2,3" "2,3,4,5" "4,5,0,1")
+declare -a addr pid
+for i in 1 2 3; do
+  start_node "$work/node$i" "node$i" "${holds[$i]}"
+  pid[$i]=$node_pid
+  addr[$i]=$node_addr
+done
+start_node "$work/single"
+single_pid=$node_pid
+single=$node_addr
+for a in "${addr[1]}" "$single"; do
+  "$lt" prepare --addr "$a" --user bench --password bench --dataset counties --batch 200
+  "$lt" prepare --addr "$a" --user bench --password bench --dataset places-1m --batch 5000
+done
+target=$(applied "${addr[1]}")
+for i in 2 3; do
+  until [ "$(applied "${addr[$i]}")" -ge "$target" ]; do sleep 0.5; done
+done
+sleep 3 # every node has read the others' registry entries
+"$bin" cluster status --cluster "$urls" --name placedscale | tee "$work/status"
+
+# Equal CPU quotas, from here on.
+quota single "$single_pid"
+for i in 1 2 3; do quota "node$i" "${pid[$i]}"; done
+
+for r in $(seq "$REPEAT"); do
+  for w in pip-counties envelope; do
+    for target in single cluster; do
+      args=(--addr "$single")
+      nodes=("$single_pid")
+      if [ "$target" = cluster ]; then
+        args=(--addr "${addr[1]}" --also "${addr[2]}" --also "${addr[3]}")
+        nodes=("${pid[1]}" "${pid[2]}" "${pid[3]}")
+      fi
+      n0=$(ticks "${nodes[@]}") s0=$(ticks "${nats_pids[@]}") b0=$(busy) t0=$(date +%s.%N)
+      "$lt" run --workload "$w" "${args[@]}" --user bench --password bench \
+        --connections "$CONNS" --duration "$DURATION" --warmup 2 --threads 2 \
+        --out "$work/runs.jsonl" > /dev/null
+      n1=$(ticks "${nodes[@]}") s1=$(ticks "${nats_pids[@]}") b1=$(busy) t1=$(date +%s.%N)
+      # CPU in cores over the run (its 2 s of warm-up included): the nodes, the NATS servers,
+      # and the whole machine.
+      cpu="$n0 $n1 $s0 $s1 $b0 $b1 $t0 $t1"
+      tail -1 "$work/runs.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); r['note']='$target'; n0,n1,s0,s1,b0,b1,t0,t1=map(float,'$cpu'.split()); d=(t1-t0)*100; r['cpu']={'nodes':(n1-n0)/d,'nats':(s1-s0)/d,'machine':(b1-b0)/d}; print(json.dumps(r))" >> "$out.results.jsonl"
+      echo "round $r, $w, $target: $(tail -1 "$out.results.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f/s p50 %s us p99 %s us errors %s wrong %s; cores: nodes %.2f nats %.2f machine %.2f" % (r["throughput"], r["p50_us"], r["p99_us"], r["errors"], r["mismatched"], r["cpu"]["nodes"], r["cpu"]["nats"], r["cpu"]["machine"]))')"
+    done
+  done
+done
+
+python3 - "$out" "$work/status" "$REPEAT" "$DURATION" "$QUOTA_US" "$CONNS" << 'EOF'
+import json, statistics, sys
+out, status_file, repeat, duration, quota, conns = sys.argv[1:7]
+runs = [json.loads(l) for l in open(out + ".results.jsonl") if l.strip()]
+by = {}
+for r in runs:
+    by.setdefault((r["workload"], r["note"]), []).append(r)
+def med(rs, k):
+    return statistics.median(x[k] for x in rs)
+lines = [
+    "# Placed nodes under equal CPU quotas",
+    "",
+    "Command: `loadtest/cluster-placed-scaling.sh %s` (REPEAT=%s, %s s a run after 2 s of"
+    " warm-up, %s connections, closed loop)." % (out.split("/")[-1], repeat, duration, conns),
+    "Three geoshard nodes each holding four of six shards (every shard on two nodes, H3",
+    "resolution 2) against a single node holding every row, each node in a cgroup-v1 `cpu`",
+    "group of %.2f of a core with one io thread; the three NATS servers and the load" % (int(quota) / 100000),
+    "generator outside the quotas. The cluster's connections are spread over its three nodes.",
+    "",
+    "CPU columns: cores used over a run (medians), by the nodes under test, by the NATS",
+    "servers, and by the whole machine (2 cores; the load generator is the rest).",
+    "",
+    "| workload | target | queries/s, median (min) | × single | p50 µs | p99 µs | errors | wrong of checked | nodes' cores | NATS cores | machine cores |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+]
+for w in ("pip-counties", "envelope"):
+    base = by.get((w, "single"))
+    for t in ("single", "cluster"):
+        rs = by.get((w, t))
+        if not rs:
+            continue
+        cpu = lambda k: statistics.median(x["cpu"][k] for x in rs)
+        lines.append("| %s | %s | %.0f (%.0f) | %.2f | %.0f | %.0f | %d | %d of %d | %.2f | %.2f | %.2f |" % (
+            w, t, med(rs, "throughput"), min(x["throughput"] for x in rs),
+            med(rs, "throughput") / med(base, "throughput"), med(rs, "p50_us"),
+            med(rs, "p99_us"), sum(x["errors"] for x in rs), sum(x["mismatched"] for x in rs),
+            sum(x["checked"] for x in rs), cpu("nodes"), cpu("nats"), cpu("machine")))
+lines += ["", "## Cluster status", "", "```", open(status_file).read().rstrip(), "```", ""]
+open(out + ".md", "w").write("\n".join(lines))
+EOF
+echo "report: $out.md"
