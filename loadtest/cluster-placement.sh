@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source loadtest/nats.sh
+source loadtest/placed.sh
 name=${1:?usage: loadtest/cluster-placement.sh NAME}
 REPEAT=${REPEAT:-3}
 DURATION=${DURATION:-8}
@@ -37,43 +38,9 @@ trap cleanup EXIT
 
 start_nats 14230 placement
 
-# start_node DIR [NODE HOLD]: a single node, or node NODE of the cluster holding HOLD of six
-# shards; sets $node_pid and $node_addr.
-start_node() {
-  "$bin" user add --data-dir "$1" --name bench --password bench --role admin > /dev/null
-  local mode=()
-  [ -n "${2:-}" ] && mode=(--cluster "$urls" --node "$2" --cluster-shards 6 --hold "$3")
-  GEOSHARD_CLUSTER_NAME=placement GEOSHARD_CLUSTER_RESOLUTION=2 GEOSHARD_ACCESS_LOG=false \
-    GEOSHARD_LOG=warn "$bin" serve --data-dir "$1" --listen 127.0.0.1:0 "${mode[@]}" \
-    > "$1.out" 2> "$1.err" &
-  node_pid=$!
-  pids+=("$node_pid")
-  until grep -q listening "$1.out" 2> /dev/null; do sleep 0.05; done
-  node_addr=$(sed -n 's/.*http:\/\///p' "$1.out")
-}
-applied() { curl -s "http://$1/ready" | python3 -c 'import json,sys; print(json.load(sys.stdin)["cluster"]["applied"])'; }
 rss_mib() { echo $(($(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024)); }
 
-holds=("" "0,1,2,3" "2,3,4,5" "4,5,0,1")
-declare -a addr pid
-for i in 1 2 3; do
-  start_node "$work/node$i" "node$i" "${holds[$i]}"
-  pid[$i]=$node_pid
-  addr[$i]=$node_addr
-done
-start_node "$work/single"
-single_pid=$node_pid
-single=$node_addr
-for a in "${addr[1]}" "$single"; do
-  "$lt" prepare --addr "$a" --user bench --password bench --dataset counties --batch 200
-  "$lt" prepare --addr "$a" --user bench --password bench --dataset places-1m --batch 5000
-done
-target=$(applied "${addr[1]}")
-for i in 2 3; do
-  until [ "$(applied "${addr[$i]}")" -ge "$target" ]; do sleep 0.5; done
-done
-sleep 3 # every node has read the others' registry entries
-"$bin" cluster status --cluster "$urls" --name placement | tee "$work/status"
+start_placed placement
 {
   echo "single $(rss_mib "$single_pid")"
   for i in 1 2 3; do echo "node$i $(rss_mib "${pid[$i]}")"; done

@@ -3,11 +3,12 @@
 //! Every `cluster_snapshot_entries` log entries, one node (of the caught-up live nodes that
 //! take snapshots, the one with the smallest name) copies its store, as of one commit, into
 //! a JetStream object store bucket (`geoshard_<cluster>_snapshots`, as many replicas as the
-//! log), with the log entry the copy has applied. Then it drops from the log the entries that both the snapshot before this one
-//! and every live node have applied: a node down for less than a snapshot's interval still
-//! finds the entries it needs, and a node that does not (new, or gone longer) installs the
-//! snapshot before it opens its store (`prepare`) and follows the log from there. Every node's
-//! store holds every document, so any node's copy serves any node.
+//! log), with the log entry the copy has applied. Then it drops from the log the entries
+//! that both the snapshot before this one and every live node have applied: a node down for
+//! less than a snapshot's interval still finds the entries it needs, and a node that does not
+//! (new, or gone longer) installs the snapshot before it opens its store (`prepare`) and
+//! follows the log from there. Every node's store holds every document, so any node's copy
+//! serves any node.
 
 use std::collections::HashMap;
 use std::path::Path;
