@@ -117,13 +117,19 @@ impl Dataset {
         match name {
             "counties" => Ok(Dataset::Counties),
             "countries" => Ok(Dataset::Countries),
-            "places-1m" => Ok(Dataset::Places(1_000_000)),
-            "places-10m" => Ok(Dataset::Places(10_000_000)),
             other => other
                 .strip_prefix("places-")
-                .and_then(|n| n.parse().ok())
+                .and_then(|n| {
+                    // A count, or a count of thousands (`k`) or millions (`m`).
+                    let (digits, unit) = match n.as_bytes().last()? {
+                        b'k' => (&n[..n.len() - 1], 1_000),
+                        b'm' => (&n[..n.len() - 1], 1_000_000),
+                        _ => (n, 1),
+                    };
+                    digits.parse::<usize>().ok()?.checked_mul(unit)
+                })
                 .map(Dataset::Places)
-                .ok_or_else(|| format!("unknown dataset {other} (counties, countries, places-1m, places-10m, places-<n>)")),
+                .ok_or_else(|| format!("unknown dataset {other} (counties, countries, places-1m, places-10m, places-<n>[k|m])")),
         }
     }
 
@@ -322,7 +328,14 @@ mod tests {
             Dataset::parse("places-2500").unwrap(),
             Dataset::Places(2500)
         );
+        assert_eq!(
+            Dataset::parse("places-100m").unwrap(),
+            Dataset::Places(100_000_000)
+        );
+        assert_eq!(Dataset::parse("places-5k").unwrap(), Dataset::Places(5000));
         assert!(Dataset::parse("moon").is_err());
+        assert!(Dataset::parse("places-m").is_err());
+        assert!(Dataset::parse("places-1x").is_err());
         let places = vec![Place {
             lon: 10.0,
             lat: 20.0,

@@ -174,8 +174,27 @@ pub fn build(
                 .collect();
             let checked_queries: Vec<usize> = (0..count).filter(|i| is_checked(*i)).collect();
             let mut expected: Vec<Vec<i64>> = vec![Vec::new(); checked_queries.len()];
+            // The checked queries by the 0.1° grid cells their box (or point) touches, so the
+            // pass over every generated point tests only the few queries near it.
+            let cell = |v: f64| (v * 10.0).floor() as i64;
+            let mut grid: std::collections::HashMap<(i64, i64), Vec<usize>> = Default::default();
+            for (j, &q) in checked_queries.iter().enumerate() {
+                let b = match workload {
+                    Workload::PointEq => [coords[q].0, coords[q].1, coords[q].0, coords[q].1],
+                    _ => boxes[q],
+                };
+                for cx in cell(b[0])..=cell(b[2]) {
+                    for cy in cell(b[1])..=cell(b[3]) {
+                        grid.entry((cx, cy)).or_default().push(j);
+                    }
+                }
+            }
             for (k, (x, y, _)) in Jitter::new(places).take(n).enumerate() {
-                for (exp, &q) in expected.iter_mut().zip(&checked_queries) {
+                let Some(near) = grid.get(&(cell(x), cell(y))) else {
+                    continue;
+                };
+                for &j in near {
+                    let q = checked_queries[j];
                     let hit = match workload {
                         Workload::PointEq => coords[q] == (x, y),
                         _ => {
@@ -184,7 +203,7 @@ pub fn build(
                         }
                     };
                     if hit {
-                        exp.push(k as i64 + 1);
+                        expected[j].push(k as i64 + 1);
                     }
                 }
             }
@@ -223,4 +242,52 @@ pub fn build(
         queries,
         write_every: if workload == Workload::Mixed { 20 } else { 0 },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Place;
+
+    /// The expected answers of point-eq and envelope equal a scan of every generated point.
+    #[test]
+    fn places_answers_match_a_scan() {
+        // Places close together, so that boxes hold several points and cross grid cells.
+        let places: Vec<Place> = (0..50)
+            .map(|i| Place {
+                lon: -0.3 + 0.013 * i as f64,
+                lat: 0.2 - 0.011 * i as f64,
+                name: format!("p{i}"),
+                cc: "X".into(),
+            })
+            .collect();
+        let n = 3000;
+        let points: Vec<(f64, f64)> = Jitter::new(&places)
+            .take(n)
+            .map(|(x, y, _)| (x, y))
+            .collect();
+        for workload in [Workload::PointEq, Workload::Envelope] {
+            let set = build(workload, Dataset::Places(n), &places, 200, 50, false).unwrap();
+            let mut checked = 0;
+            let mut hits = 0;
+            for q in &set.queries {
+                let Some(expected) = &q.expected else {
+                    continue;
+                };
+                let inside = |x: f64, y: f64| match q.pg {
+                    PgArgs::Point(px, py) => (x, y) == (px, py),
+                    PgArgs::Box(x0, y0, x1, y1) => x0 <= x && x <= x1 && y0 <= y && y <= y1,
+                };
+                let scan: Vec<i64> = (0..n)
+                    .filter(|&k| inside(points[k].0, points[k].1))
+                    .map(|k| k as i64 + 1)
+                    .collect();
+                assert_eq!(expected, &scan, "{}", workload.name());
+                checked += 1;
+                hits += scan.len();
+            }
+            assert_eq!(checked, 50);
+            assert!(hits >= 50, "{}: {hits} points found", workload.name());
+        }
+    }
 }
