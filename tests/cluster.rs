@@ -44,6 +44,11 @@ struct Nats {
 
 impl Nats {
     fn start(tag: &str) -> Option<Nats> {
+        Nats::start_with(tag, "8MB")
+    }
+
+    /// Servers whose messages hold at most `max_payload` (NATS's size syntax).
+    fn start_with(tag: &str, max_payload: &str) -> Option<Nats> {
         let Some(binary) = nats_binary() else {
             eprintln!(
                 "skipped: nats-server is not installed (scripts/setup-system.sh installs \
@@ -61,7 +66,7 @@ impl Nats {
             .join(", ");
         for i in 0..3 {
             let conf = format!(
-                "port: {port}\nserver_name: nats{i}\nmax_payload: 8MB\n\
+                "port: {port}\nserver_name: nats{i}\nmax_payload: {max_payload}\n\
                  jetstream {{ store_dir: \"{store}\" }}\n\
                  cluster {{ name: {tag}, port: {route}, routes: [{route_list}] }}\n",
                 port = ports[i],
@@ -1167,4 +1172,113 @@ fn faults(name: &str, placed: bool) {
             }
         }
     }
+}
+
+/// The answer a question `[slow, seed, len as u32 LE]` gets in the test below.
+fn ask_answer(q: &[u8]) -> Vec<u8> {
+    let len = u32::from_le_bytes(q[2..6].try_into().unwrap()) as usize;
+    (0..len).map(|i| (i * 31 + q[1] as usize) as u8).collect()
+}
+
+/// A node works on at most 256 questions at once (`cluster::ask`'s bound), and the
+/// questions past it wait and are answered; answers larger than a NATS message (64 KB here)
+/// arrive whole, in chunks; quick answers (sent alone) and slow ones (announced first) both
+/// arrive.
+#[test]
+fn questions_are_bounded_and_long_answers_arrive_in_chunks() {
+    use geoshard::cluster::{Cluster, ClusterSettings};
+    use geoshard::store::{Store, StoreOptions};
+    use std::sync::atomic::AtomicUsize;
+
+    let Some(nats) = Nats::start_with("asks", "64KB") else {
+        return;
+    };
+    let dir = temp_dir("asks");
+    let start = |node: &str| {
+        let path = dir.path().join(node);
+        std::fs::create_dir_all(&path).unwrap();
+        let store = Arc::new(Store::open(&path, StoreOptions::default()).unwrap());
+        let settings = ClusterSettings {
+            url: nats.urls(0),
+            node: node.into(),
+            name: "asks".into(),
+            replicas: 3,
+            partition: String::new(),
+            shards: Vec::new(),
+            snapshot_entries: 0,
+        };
+        Cluster::start(settings, store, Box::new(|_: geoshard::cluster::Reload| {})).unwrap()
+    };
+    let (a, b) = (start("a"), start("b"));
+    let (working, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (w, m) = (working.clone(), most.clone());
+    b.answer_asks(Arc::new(move |q: bytes::Bytes| {
+        let (w, m) = (w.clone(), m.clone());
+        Box::pin(async move {
+            m.fetch_max(w.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            if q[0] == 1 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            w.fetch_sub(1, Ordering::SeqCst);
+            ask_answer(&q)
+        })
+    }));
+    let question = |slow: u8, seed: u8, len: u32| {
+        let mut q = vec![slow, seed];
+        q.extend_from_slice(&len.to_le_bytes());
+        q
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let limit = Duration::from_secs(20);
+    rt.block_on(async {
+        // Until b's subscription is in place, NATS says nobody answers.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while a.ask("b", question(0, 0, 1), limit).await.is_err() {
+            assert!(Instant::now() < deadline, "node b never answered");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Sizes around and past one message: 0, 1, one chunk's room and more, five chunks.
+        for (slow, len) in [
+            (0, 0),
+            (0, 1),
+            (0, 65_000),
+            (0, 70_000),
+            (0, 300_000),
+            (1, 300_000),
+        ] {
+            let q = question(slow, 7, len);
+            let got = a.ask("b", q.clone(), limit).await.unwrap();
+            assert_eq!(got.len(), len as usize, "slow {slow}, {len} bytes");
+            assert!(
+                got == ask_answer(&q),
+                "slow {slow}, {len} bytes: bytes differ"
+            );
+        }
+        // 300 slow questions at once: 256 are worked on, 44 wait for the first to end.
+        let asks = (0..300u32).map(|i| {
+            let q = question(1, i as u8, 1000 + i);
+            let a = a.clone();
+            async move { (a.ask("b", q.clone(), limit).await, q) }
+        });
+        let started = Instant::now();
+        for (got, q) in futures_util::future::join_all(asks).await {
+            assert!(got.expect("an answer") == ask_answer(&q));
+        }
+        let took = started.elapsed();
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            256,
+            "questions worked on at once"
+        );
+        assert!(
+            took >= Duration::from_millis(1000),
+            "two rounds of 500 ms took {took:?}"
+        );
+    });
+    a.shutdown();
+    b.shutdown();
 }
