@@ -389,6 +389,107 @@ fn three_nodes_answer_every_query_as_one_node_does() {
     for i in 0..3 {
         assert!(report.contains(&format!("g{i}\t")), "{report}");
     }
+
+    // A template change: the places view holds more than `background_build_rows` (100,000)
+    // rows, so every node builds the new view in the background. Writes through another node
+    // go on meanwhile; the template's writer is answered once its node has the new view, and a
+    // query on a third node that waits for its entry sees the new column.
+    let t_uri = "/geoshard-load/Places/template-0.json";
+    let mut template = nodes[0]
+        .client(ADMIN)
+        .get(&format!("/v1/documents?uri={}", enc(t_uri)))
+        .json();
+    template["template"]["rows"][0]["columns"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "country", "scalarType": "string", "val": "properties/cc", "nullable": true}));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..4i64)
+        .map(|w| {
+            let (stop, addr) = (stop.clone(), nodes[1].addr);
+            std::thread::spawn(move || {
+                let mut c = Client::new(addr, Auth::Digest(WRITER.0.into(), WRITER.1.into()));
+                let mut times = Vec::new();
+                let mut i = 0i64;
+                while !stop.load(Ordering::Relaxed) {
+                    let id = 2_000_000 + w * 100_000 + i;
+                    let doc = json!({"type": "Feature",
+                        "properties": {"OBJECTID": id, "name": format!("w{w}-{i}"), "cc": "WW"},
+                        "geometry": {"type": "Point", "coordinates": [w as f64, (i % 80) as f64]}});
+                    let t0 = Instant::now();
+                    let r = c.put_json(
+                        &format!("/v1/documents?uri=/Places/0/{id}.json&collection=Places"),
+                        &doc.to_string(),
+                    );
+                    assert!(r.status < 300, "{}: {}", r.status, r.text());
+                    times.push((t0, t0.elapsed()));
+                    i += 1;
+                }
+                times
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let changed = Instant::now();
+    let r = nodes[0].client(ADMIN).put_json(
+        &format!(
+            "/v1/documents?uri={}&collection={}",
+            enc(t_uri),
+            enc("http://marklogic.com/xdmp/tde")
+        ),
+        &template.to_string(),
+    );
+    assert!(r.status < 300, "{}", r.text());
+    let answered = changed.elapsed();
+    let seq = sequence(&r);
+    // Node 2 may still be building: it says so (503) rather than answer from the old view.
+    let body = q(
+        "Places",
+        json!({"where": "country = 'US'", "returnCountOnly": true}),
+    );
+    let us = loop {
+        let r = clients[2].request(
+            "POST",
+            "/v1/resources/geoQueryService",
+            &[
+                ("Content-Type", "application/json"),
+                ("X-Geoshard-After", &seq.to_string()),
+            ],
+            body.to_string().as_bytes(),
+        );
+        if r.status == 200 {
+            break r.json();
+        }
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(changed.elapsed() < Duration::from_secs(120), "{}", r.text());
+    };
+    let seen = changed.elapsed();
+    assert!(us["count"].as_i64().unwrap() > 1000, "{us}");
+    stop.store(true, Ordering::Relaxed);
+    let mut during: Vec<Duration> = Vec::new();
+    for w in writers {
+        for (at, took) in w.join().unwrap() {
+            if at >= changed && at < changed + answered {
+                during.push(took);
+            }
+        }
+    }
+    during.sort();
+    let slowest = *during.last().expect("writes during the build");
+    eprintln!(
+        "template answered after {answered:?}, its column seen on node 2 after {seen:?}; \
+         {} writes through node 1 meanwhile, the slowest {slowest:?}",
+        during.len()
+    );
+    assert!(
+        during.len() >= 8,
+        "{} writes during the build",
+        during.len()
+    );
+    assert!(
+        slowest < answered / 2,
+        "a write took {slowest:?} while the template took {answered:?}"
+    );
 }
 
 /// Shards held by placed node `i`: every shard on two of the three nodes.

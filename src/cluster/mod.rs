@@ -145,6 +145,9 @@ struct Inner {
     next_request: AtomicU64,
     /// The last entry applied and answered here: queries waiting for an entry watch it.
     visible: watch::Sender<u64>,
+    /// Entries applied whose change has not taken effect yet (a view built in the
+    /// background): a query waiting for one of them, or a later entry, waits for it too.
+    unsettled: watch::Sender<std::collections::BTreeSet<u64>>,
     /// Set once the node has applied what the log held when it started following.
     caught_up: AtomicBool,
     max_payload: usize,
@@ -217,12 +220,19 @@ impl Cluster {
         *self.inner.http.lock() = addr;
     }
 
-    /// Wait until this node has applied log entry `seq`; false if it has not within `limit`.
+    /// Wait until this node has applied log entry `seq` and every entry up to it has taken
+    /// effect; false if not within `limit`.
     pub async fn wait_visible(&self, seq: u64, limit: Duration) -> bool {
-        let mut rx = self.inner.visible.subscribe();
-        tokio::time::timeout(limit, rx.wait_for(|v| *v >= seq))
-            .await
-            .is_ok_and(|r| r.is_ok())
+        let mut applied = self.inner.visible.subscribe();
+        let mut unsettled = self.inner.unsettled.subscribe();
+        let both = async {
+            applied.wait_for(|v| *v >= seq).await.is_ok()
+                && unsettled
+                    .wait_for(|u| u.first().is_none_or(|first| *first > seq))
+                    .await
+                    .is_ok()
+        };
+        tokio::time::timeout(limit, both).await.unwrap_or(false)
     }
 
     /// Stop following and close the connection.
@@ -326,6 +336,7 @@ async fn connect(
         waiters: Mutex::new(crate::FastMap::default()),
         next_request: AtomicU64::new(1),
         visible,
+        unsettled: watch::channel(Default::default()).0,
         caught_up: AtomicBool::new(false),
         max_payload,
         reload,
@@ -397,14 +408,28 @@ async fn append(inner: Arc<Inner>, caller: Caller, ops: Vec<Op>) -> Result<Writt
             }
         }
     };
-    match tokio::time::timeout(APPLY_TIMEOUT, rx).await {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(_)) => Err(StoreError::ShuttingDown),
-        Err(_) => Err(StoreError::Log(format!(
-            "the write is log entry {seq}, which this node has not applied within {} s",
-            APPLY_TIMEOUT.as_secs()
-        ))),
-    }
+    // The limit is on applying the entry; once applied, an entry whose change takes effect
+    // later (a view built in the background) is answered when it has, as on a single node.
+    let mut applied = inner.visible.subscribe();
+    tokio::pin!(rx);
+    let first = tokio::time::timeout(APPLY_TIMEOUT, async {
+        tokio::select! {
+            outcome = &mut rx => Some(outcome),
+            _ = applied.wait_for(|v| *v >= seq) => None,
+        }
+    })
+    .await;
+    let outcome = match first {
+        Ok(Some(outcome)) => outcome,
+        Ok(None) => rx.await,
+        Err(_) => {
+            return Err(StoreError::Log(format!(
+                "the write is log entry {seq}, which this node has not applied within {} s",
+                APPLY_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    outcome.unwrap_or(Err(StoreError::ShuttingDown))
 }
 
 /// An entry handed to the store, waiting for its outcome.
@@ -558,7 +583,7 @@ async fn finish(
 ) {
     let mut stopping = false;
     while let Some(p) = rx.recv().await {
-        let outcome = p.outcome.await.unwrap_or(Err(StoreError::ShuttingDown));
+        let mut outcome = p.outcome.await.unwrap_or(Err(StoreError::ShuttingDown));
         if stopping {
             continue;
         }
@@ -583,17 +608,41 @@ async fn finish(
         if p.reload.any() {
             (inner.reload)(p.reload);
         }
+        // An entry that takes effect later is unsettled until then; the entries after it go on.
+        let settled = outcome.as_mut().ok().and_then(|w| w.settled.take());
+        if settled.is_some() {
+            inner.unsettled.send_modify(|u| {
+                u.insert(p.seq);
+            });
+        }
         inner.visible.send_replace(p.seq);
         if p.seq >= caught_up_at {
             inner.caught_up.store(true, Ordering::Release);
         }
-        if let Some(id) = p.mine
-            && let Some(waiter) = inner.waiters.lock().remove(&id)
-        {
-            let _ = waiter.send(match p.unreadable {
-                Some(e) => Err(e),
-                None => outcome,
-            });
+        let waiter = p.mine.and_then(|id| inner.waiters.lock().remove(&id));
+        let answer = match p.unreadable {
+            Some(e) => Err(e),
+            None => outcome,
+        };
+        match settled {
+            None => {
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(answer);
+                }
+            }
+            // Its writer is answered once it has taken effect, so it reads its change.
+            Some(settled) => {
+                let (inner, seq) = (inner.clone(), p.seq);
+                tokio::spawn(async move {
+                    let _ = settled.await;
+                    inner.unsettled.send_modify(|u| {
+                        u.remove(&seq);
+                    });
+                    if let Some(waiter) = waiter {
+                        let _ = waiter.send(answer);
+                    }
+                });
+            }
         }
     }
 }

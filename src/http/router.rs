@@ -213,14 +213,19 @@ async fn wait_for_entry(app: &App, headers: &hyper::HeaderMap) -> Option<Resp> {
     if cluster.wait_visible(seq, limit).await {
         return None;
     }
-    let mut r = response::error(&ApiError::new(
-        ErrorCode::Unavailable,
+    let visible = cluster.visible();
+    let message = if visible >= seq {
         format!(
-            "this node has applied the cluster's log up to entry {}, not yet {seq}; retry \
-             shortly or ask another node",
-            cluster.visible()
-        ),
-    ));
+            "this node has applied the cluster's log entry {seq}, but a view it changes is \
+             still being built; retry shortly or ask another node"
+        )
+    } else {
+        format!(
+            "this node has applied the cluster's log up to entry {visible}, not yet {seq}; \
+             retry shortly or ask another node"
+        )
+    };
+    let mut r = response::error(&ApiError::new(ErrorCode::Unavailable, message));
     r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1));
     Some(r)
 }

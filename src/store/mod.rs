@@ -293,6 +293,9 @@ pub struct Warning {
 pub struct Written {
     pub outcomes: Vec<Outcome>,
     pub warnings: Vec<Warning>,
+    /// For a log entry whose change takes effect later (a view built in the background):
+    /// resolves when it has. The entry's own writer is answered then; the log goes on.
+    pub settled: Option<oneshot::Receiver<()>>,
 }
 
 /// Why a commit hook refused a document. The store carries the hook's own error without
@@ -1027,25 +1030,40 @@ fn commit_batch(
                 stats.last_commit.store(c, Ordering::Release);
             }
             let mut later = Vec::new();
+            let mut logged_later = Vec::new();
             for ((req, answer), span) in batch.drain(..).zip(answers).zip(spans) {
                 let waits = settling
                     .as_ref()
                     .is_some_and(|s| changes[span].iter().any(|c| s.uris.contains(&c.uri)));
-                if waits {
-                    later.push((req.reply, answer));
-                } else {
-                    let _ = req.reply.send(answer);
+                match answer {
+                    // A log entry is answered now, so that the entries after it are not held
+                    // behind the build; its `settled` says when it has taken effect.
+                    Ok(mut written) if waits && req.seq.is_some() => {
+                        let (tx, rx) = oneshot::channel();
+                        written.settled = Some(rx);
+                        logged_later.push(tx);
+                        let _ = req.reply.send(Ok(written));
+                    }
+                    answer if waits => later.push((req.reply, answer)),
+                    answer => {
+                        let _ = req.reply.send(answer);
+                    }
                 }
             }
             // The writers of changes that take effect later are answered then, without
             // holding the writer thread.
-            if let Some(settled) = settling.filter(|_| !later.is_empty()) {
+            if let Some(settled) =
+                settling.filter(|_| !later.is_empty() || !logged_later.is_empty())
+            {
                 let spawned = std::thread::Builder::new()
                     .name("store-settle".into())
                     .spawn(move || {
                         let _ = settled.done.blocking_recv();
                         for (reply, answer) in later {
                             let _ = reply.send(answer);
+                        }
+                        for tx in logged_later {
+                            let _ = tx.send(());
                         }
                     });
                 if let Err(e) = spawned {
@@ -1274,7 +1292,14 @@ fn plan_request(
             }
         }
     }
-    Ok((planned, Written { outcomes, warnings }))
+    Ok((
+        planned,
+        Written {
+            outcomes,
+            warnings,
+            settled: None,
+        },
+    ))
 }
 
 /// Creating a document needs `rest-writer`; replacing or deleting one needs `update` on it.
