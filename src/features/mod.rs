@@ -154,6 +154,14 @@ fn background_pool(name: &'static str) -> Option<rayon::ThreadPool> {
         .ok()
 }
 
+/// How a save of the views went.
+struct Saved {
+    /// The store recorded the save's point: a start reads the files and what changed since.
+    recorded: bool,
+    /// Views not written (too little free disk, or a write failed).
+    unsaved: usize,
+}
+
 /// A thread saving the views while the server runs (see [`Features::save_views_if_due`]).
 pub struct ViewSaver {
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -905,10 +913,12 @@ impl Features {
 
     /// Save every view to the data directory as of the store's last commit, for the next
     /// start (see [`segment`]). Call once no write can come: the store's writer has stopped.
-    pub fn save_views(&self) {
+    /// Returns the number of views not saved (their next start builds them).
+    pub fn save_views(&self) -> usize {
         self.finish_rebuild();
         let mut last = self.saves.lock();
-        self.save(&mut last, self.store.last_commit(), false, &|| false);
+        self.save(&mut last, self.store.last_commit(), false, &|| false)
+            .unsaved
     }
 
     /// Save the views while writes go on, when `every` has passed since they last were and
@@ -959,7 +969,7 @@ impl Features {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let point = self.store.last_commit();
-        self.save(&mut last, point, true, cancelled)
+        self.save(&mut last, point, true, cancelled).recorded
     }
 
     /// Write every view whose file does not hold it as of `point`, then tell the store.
@@ -970,12 +980,16 @@ impl Features {
         point: u64,
         live: bool,
         cancelled: &(dyn Fn() -> bool + Sync),
-    ) -> bool {
+    ) -> Saved {
         let started = std::time::Instant::now();
         let dir = segment::dir(self.store.path());
+        let views_now = self.catalog.read().views.len();
         if let Err(e) = std::fs::create_dir_all(&dir) {
             tracing::warn!(dir = %dir.display(), error = %e, "views not saved");
-            return false;
+            return Saved {
+                recorded: false,
+                unsaved: views_now,
+            };
         }
         // The views and definitions as they are now; the catalog is not held while saving.
         let (views, definitions) = {
@@ -1009,6 +1023,7 @@ impl Features {
             Err(e) => tracing::warn!(error = %e, "the list of definitions was not saved"),
         }
         let mut rows = 0;
+        let mut unsaved = 0;
         for (key, view) in &views {
             let name = segment::file_name(key);
             let file = dir.join(&name);
@@ -1028,17 +1043,10 @@ impl Features {
                 self.settings.max_document_vertices,
                 self.placement_signature(),
             );
-            // The store must never meet a full disk: a file the size of the last one, or
-            // a generous 256 bytes a row, must leave it the space it keeps.
-            let likely = std::fs::metadata(&file)
-                .map_or(0, |m| m.len())
-                .max(view.data.read().len() as u64 * 256);
-            if !self.store.has_room_for(likely) {
-                tracing::warn!(view = %key, bytes = likely, "view not saved: too little free disk; the next start builds it");
-                let _ = std::fs::remove_file(&file);
-                continue;
-            }
             let diagnostics = by_view.remove(&key.to_string()).unwrap_or_default();
+            // The store must never meet a full disk: every piece of the file must leave it the
+            // space it keeps.
+            let room = |bytes: u64| self.store.has_room_for(bytes);
             match segment::save(
                 &file,
                 &view.data,
@@ -1046,7 +1054,10 @@ impl Features {
                 &print,
                 point,
                 &diagnostics,
-                cancelled,
+                &segment::SaveLimits {
+                    cancelled,
+                    room: &room,
+                },
             ) {
                 Ok(n) => {
                     rows += n;
@@ -1058,11 +1069,15 @@ impl Features {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
                     // Its old file, if any, is whole and still of use.
                     tracing::info!(view = %key, "saving the views cancelled");
-                    return false;
+                    return Saved {
+                        recorded: false,
+                        unsaved: views.len(),
+                    };
                 }
                 Err(e) => {
                     tracing::warn!(view = %key, error = %e, "view not saved; the next start builds it");
                     let _ = std::fs::remove_file(&file);
+                    unsaved += 1;
                 }
             }
         }
@@ -1093,7 +1108,10 @@ impl Features {
                     at: std::time::Instant::now(),
                     point,
                 };
-                true
+                Saved {
+                    recorded: true,
+                    unsaved,
+                }
             }
             Ok(false) => {
                 tracing::info!(
@@ -1104,11 +1122,17 @@ impl Features {
                     at: std::time::Instant::now(),
                     point: 0,
                 };
-                false
+                Saved {
+                    recorded: false,
+                    unsaved,
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "views saved, but the store could not record it; the next start builds them");
-                false
+                Saved {
+                    recorded: false,
+                    unsaved: views.len(),
+                }
             }
         }
     }

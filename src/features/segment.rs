@@ -387,6 +387,13 @@ const SYNC_EVERY: usize = 16 << 20;
 /// Size of one entry of the section table: offset, length, CRC-32.
 const ENTRY: usize = 8 + 8 + 4;
 
+/// What stops a save midway: `cancelled` (an `Interrupted` error), or no `room` on the disk
+/// for the next piece of so many bytes (`StorageFull`).
+pub(super) struct SaveLimits<'a> {
+    pub cancelled: &'a (dyn Fn() -> bool + Sync),
+    pub room: &'a dyn Fn(u64) -> bool,
+}
+
 /// Write `view` to `file` as of commit `point`: to a temporary file, synced, then renamed
 /// over the old one, so a crash leaves the old file or the new one whole. Returns the rows
 /// written.
@@ -402,8 +409,9 @@ pub(super) fn save(
     fingerprint: &str,
     point: u64,
     diagnostics: &[SavedDiagnostic],
-    cancelled: &(dyn Fn() -> bool + Sync),
+    limits: &SaveLimits,
 ) -> std::io::Result<usize> {
+    let (cancelled, room) = (limits.cancelled, limits.room);
     let listing = Listing::of(view);
     let slots: Vec<u32> = listing
         .iter()
@@ -445,6 +453,12 @@ pub(super) fn save(
                 })
                 .collect::<std::io::Result<_>>()?;
             for (i, bytes) in encoded.iter().enumerate() {
+                if !room(bytes.len() as u64) {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        "too little free disk: the store keeps min_free_disk_bytes",
+                    ));
+                }
                 let at = table_at + (chunk_at * threads + i) * ENTRY;
                 head[at..at + 8].copy_from_slice(&offset.to_le_bytes());
                 head[at + 8..at + 16].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
@@ -771,6 +785,11 @@ pub(super) fn load(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const UNLIMITED: SaveLimits = SaveLimits {
+        cancelled: &|| false,
+        room: &|_| true,
+    };
     use crate::features::template::{Cell, parse_template};
     use crate::features::view::NewRow;
     use serde_json::json;
@@ -859,9 +878,25 @@ mod tests {
         let file = dir.join("s.v.seg");
         let data = RwLock::new(data);
         assert_eq!(
-            save(&file, &data, &paths, &print, 42, &diagnostics, &|| false).unwrap(),
+            save(&file, &data, &paths, &print, 42, &diagnostics, &UNLIMITED).unwrap(),
             4
         );
+        // Without room for the third section, a save stops there and leaves no file of its
+        // own; the file it would have replaced stays whole.
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let room = |_: u64| asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 2;
+        for target in [dir.join("t.v.seg"), file.clone()] {
+            asked.store(0, std::sync::atomic::Ordering::Relaxed);
+            let limits = SaveLimits {
+                cancelled: &|| false,
+                room: &room,
+            };
+            let e = save(&target, &data, &paths, &print, 43, &[], &limits).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+            assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 3);
+            assert!(!target.with_extension("seg.tmp").exists());
+        }
+        assert!(!dir.join("t.v.seg").exists());
 
         let points = std::sync::atomic::AtomicUsize::new(0);
         let index = |items: Vec<(u32, geo::Geometry<f64>)>| -> Result<Arc<Engine>, Fault> {
@@ -974,7 +1009,7 @@ mod tests {
                 std::thread::yield_now();
             }
             let before = writes.load(Ordering::Relaxed);
-            save(&file, &view, &paths, &print, 7, &[], &|| false).unwrap();
+            save(&file, &view, &paths, &print, 7, &[], &UNLIMITED).unwrap();
             let during = writes.load(Ordering::Relaxed) - before;
             done.store(true, Ordering::Relaxed);
             (during, writer.join().unwrap())

@@ -10,6 +10,8 @@ mod schema;
 mod source;
 mod target;
 
+pub use target::ViewsBuilt;
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -152,7 +154,7 @@ pub struct Summary {
     pub warning_count: u64,
     pub elapsed: Duration,
     /// Of `elapsed`, building and saving the views and indexes (offline loads).
-    pub views_built: Option<Duration>,
+    pub views_built: Option<target::ViewsBuilt>,
     /// The stop was asked for by `--strict`.
     pub strict_stop: Option<(At, Problem)>,
 }
@@ -175,12 +177,20 @@ impl Summary {
             self.failed,
             self.loaded as f64 / secs
         );
-        if let Some(d) = self.views_built {
-            out.push_str(&format!(
+        match self.views_built {
+            Some(b) if b.unsaved == 0 => out.push_str(&format!(
                 "views and spatial indexes built and saved in {:.1} s of it (the server starts \
                  from them)\n",
-                d.as_secs_f64()
-            ));
+                b.took.as_secs_f64()
+            )),
+            Some(b) => out.push_str(&format!(
+                "views and spatial indexes built in {:.1} s of it, but {} not saved (too little \
+                 free disk, or a write failed: see the log); the server builds them when it \
+                 starts\n",
+                b.took.as_secs_f64(),
+                b.unsaved
+            )),
+            None => {}
         }
         if let Some((at, problem)) = &self.strict_stop {
             out.push_str(&format!("stopped at {at}: {problem} (--strict)\n"));

@@ -55,9 +55,18 @@ pub trait Target {
     fn send(&mut self, batch: Batch) -> Result<(), LoadError>;
     /// The outcomes of batches written so far.
     fn outcomes(&self) -> &Receiver<Outcome>;
-    /// Wait for every queued batch and close; how long building the views took, when the
-    /// target builds them (offline).
-    fn finish(self: Box<Self>) -> Result<Option<std::time::Duration>, LoadError>;
+    /// Wait for every queued batch and close; how building the views went, when the target
+    /// builds them (offline).
+    fn finish(self: Box<Self>) -> Result<Option<ViewsBuilt>, LoadError>;
+}
+
+/// The views and indexes an offline load built and saved for the server's start.
+#[derive(Debug, Clone, Copy)]
+pub struct ViewsBuilt {
+    pub took: std::time::Duration,
+    /// Views built but not saved (too little free disk, or a write failed): the server's
+    /// start builds them from the documents.
+    pub unsaved: usize,
 }
 
 /// Offline: the store of a stopped server, written through its writer thread.
@@ -178,7 +187,7 @@ impl Target for Offline {
         &self.outcomes
     }
 
-    fn finish(mut self: Box<Self>) -> Result<Option<std::time::Duration>, LoadError> {
+    fn finish(mut self: Box<Self>) -> Result<Option<ViewsBuilt>, LoadError> {
         drop(self.queue.take());
         if let Some(w) = self.writer.take() {
             w.join()
@@ -192,10 +201,13 @@ impl Target for Offline {
             crate::config::Config::default().feature_settings(),
         )
         .map_err(|e| LoadError::Target(format!("building the views: {e}")))?;
-        features.save_views();
+        let unsaved = features.save_views();
         drop(features);
         self.store.shutdown_blocking();
-        Ok(Some(started.elapsed()))
+        Ok(Some(ViewsBuilt {
+            took: started.elapsed(),
+            unsaved,
+        }))
     }
 }
 
@@ -575,7 +587,7 @@ mod http {
             &self.outcomes
         }
 
-        fn finish(mut self: Box<Self>) -> Result<Option<std::time::Duration>, LoadError> {
+        fn finish(mut self: Box<Self>) -> Result<Option<ViewsBuilt>, LoadError> {
             drop(self.queue.take());
             let tasks = std::mem::take(&mut self.tasks);
             self.runtime.block_on(async {
