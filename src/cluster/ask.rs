@@ -1,8 +1,7 @@
 //! Questions one node asks another over NATS, outside the log: the parts of a query spread
 //! over the nodes holding its shards. A question goes to `geoshard-ask.<cluster>.<node>`
-//! with an inbox to answer to. The node asked answers, or, when the answer is not ready
-//! within `QUICK`, says that it has the question and then every second that it is still on it
-//! (a node that says nothing within 2 s is taken for gone). An answer larger than a NATS
+//! with an inbox to answer to. The node asked says at once that it has the question (a node
+//! that does not within 2 s is taken for gone), then answers; an answer larger than a NATS
 //! message comes in chunks, in order (NATS keeps the order of one publisher's messages), each
 //! saying how many there are.
 //! What questions and answers mean is the caller's business: here they are bytes.
@@ -17,12 +16,8 @@ use futures_util::StreamExt;
 use super::{Cluster, ENVELOPE_BYTES, Inner, NodeRecord};
 
 const CHUNKS: &str = "Geoshard-Chunks";
-/// Sent when an answer takes longer than `QUICK`, and every `STILL_WORKING` after: the node
-/// is there and working on the question.
+/// Sent first, as soon as a question arrives: the node is there and working on it.
 const TAKEN: &str = "Geoshard-Taken";
-/// How long a node works on a question before it says it has it. Most answers are ready
-/// sooner and go alone: one NATS message for the answer instead of two.
-const QUICK: Duration = Duration::from_millis(200);
 /// How long a node may take to say it has a question before it is taken for gone: NATS can
 /// still route a question to a node killed a moment ago, and nobody answers it.
 const TAKEN_LIMIT: Duration = Duration::from_secs(2);
@@ -112,21 +107,16 @@ async fn serve(inner: Arc<Inner>, answer: Answerer) {
             let (inner, answer) = (inner.clone(), answer.clone());
             tokio::spawn(async move {
                 let _permit = permit;
+                say_taken(&inner, &reply).await;
+                // Until the answer is ready, a word every second that the node is still on it.
                 let working = answer(msg.payload);
                 tokio::pin!(working);
-                let out = match tokio::time::timeout(QUICK, &mut working).await {
-                    Ok(out) => out,
-                    Err(_) => {
-                        // Not ready yet: say so now, then every second until it is.
-                        say_taken(&inner, &reply).await;
-                        let mut tick = tokio::time::interval(STILL_WORKING);
-                        tick.tick().await;
-                        loop {
-                            tokio::select! {
-                                out = &mut working => break out,
-                                _ = tick.tick() => say_taken(&inner, &reply).await,
-                            }
-                        }
+                let mut tick = tokio::time::interval(STILL_WORKING);
+                tick.tick().await;
+                let out = loop {
+                    tokio::select! {
+                        out = &mut working => break out,
+                        _ = tick.tick() => say_taken(&inner, &reply).await,
                     }
                 };
                 let room = inner.max_payload.saturating_sub(ENVELOPE_BYTES).max(1024);
@@ -179,27 +169,27 @@ async fn ask(
         .map_err(|e| nats(&e))?;
     let started = tokio::time::Instant::now();
     let gone = || AskError::Gone(node.to_string(), TAKEN_LIMIT.min(limit).as_millis());
-    // The first word: the answer (or its first chunk), or that the node is on it.
-    let first = match tokio::time::timeout(TAKEN_LIMIT.min(limit), sub.next()).await {
+    match tokio::time::timeout(TAKEN_LIMIT.min(limit), sub.next()).await {
         Err(_) => return Err(gone()),
         Ok(None) => return Err(AskError::Nats("the connection closed".into())),
         Ok(Some(m)) if m.status == Some(async_nats::StatusCode::NO_RESPONDERS) => {
             return Err(AskError::NoResponders(node.to_string()));
         }
-        Ok(Some(m)) => m,
-    };
+        Ok(Some(m)) if m.headers.as_ref().is_some_and(|h| h.get(TAKEN).is_some()) => {}
+        Ok(Some(_)) => {
+            return Err(AskError::Nats(
+                "an answer before its question was taken".into(),
+            ));
+        }
+    }
     let collect = async {
         let mut out = Vec::new();
         let mut got = 0usize;
-        let mut next = Some(first);
         loop {
-            let m = match next.take() {
-                Some(m) => m,
-                None => match tokio::time::timeout(TAKEN_LIMIT, sub.next()).await {
-                    Err(_) => return Err(gone()),
-                    Ok(None) => break,
-                    Ok(Some(m)) => m,
-                },
+            let m = match tokio::time::timeout(TAKEN_LIMIT, sub.next()).await {
+                Err(_) => return Err(gone()),
+                Ok(None) => break,
+                Ok(Some(m)) => m,
             };
             if m.headers.as_ref().is_some_and(|h| h.get(TAKEN).is_some()) {
                 continue;
