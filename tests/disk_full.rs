@@ -111,7 +111,7 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
         log.lock()
             .unwrap()
             .iter()
-            .any(|l| l.contains("view not saved: too little free disk")),
+            .any(|l| l.contains("view not saved") && l.contains("too little free disk")),
         "{:?}",
         log.lock().unwrap()
     );
