@@ -983,12 +983,11 @@ impl Features {
     ) -> Saved {
         let started = std::time::Instant::now();
         let dir = segment::dir(self.store.path());
-        let views_now = self.catalog.read().views.len();
         if let Err(e) = std::fs::create_dir_all(&dir) {
             tracing::warn!(dir = %dir.display(), error = %e, "views not saved");
             return Saved {
                 recorded: false,
-                unsaved: views_now,
+                unsaved: self.catalog.read().views.len(),
             };
         }
         // The views and definitions as they are now; the catalog is not held while saving.

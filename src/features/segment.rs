@@ -785,14 +785,14 @@ pub(super) fn load(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::features::template::{Cell, parse_template};
+    use crate::features::view::NewRow;
+    use serde_json::json;
 
     const UNLIMITED: SaveLimits = SaveLimits {
         cancelled: &|| false,
         room: &|_| true,
     };
-    use crate::features::template::{Cell, parse_template};
-    use crate::features::view::NewRow;
-    use serde_json::json;
 
     fn template() -> Template {
         let column = |name: &str, t: &str| json!({"name": name, "scalarType": t, "val": name, "nullable": true});

@@ -154,7 +154,7 @@ pub struct Summary {
     pub warning_count: u64,
     pub elapsed: Duration,
     /// Of `elapsed`, building and saving the views and indexes (offline loads).
-    pub views_built: Option<target::ViewsBuilt>,
+    pub views_built: Option<ViewsBuilt>,
     /// The stop was asked for by `--strict`.
     pub strict_stop: Option<(At, Problem)>,
 }
