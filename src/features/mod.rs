@@ -324,6 +324,9 @@ type Located = (geo::Geometry<f64>, GeometryOut);
 /// Per geometry path, the (slot, geometry) pairs to bulk-load into that path's index.
 type IndexItems = BTreeMap<String, Vec<(u32, geo::Geometry<f64>)>>;
 
+/// Documents a view build reads from the store at a time.
+const BUILD_BATCH: usize = 4096;
+
 /// Views read back from their saved files, each with the documents changed since.
 type SavedViews = Vec<(ViewKey, Arc<ViewState>, Arc<Vec<String>>)>;
 
@@ -508,7 +511,8 @@ impl Features {
         });
         let mut catalog = Catalog::default();
         if !features.load_saved_definitions(&mut catalog)? {
-            features.store.scan_documents(|doc| {
+            let definitions = [TEMPLATE_COLLECTION, DESCRIPTOR_COLLECTION];
+            features.store.scan_documents_in(&definitions, |doc| {
                 features.load_definition(&mut catalog, &doc);
                 Ok(())
             })?;
@@ -622,76 +626,104 @@ impl Features {
         let mut data: Vec<ViewData> = targets.iter().map(|t| ViewData::new(t.1.clone())).collect();
         let (mut skipped, mut without_geometry) = (0usize, 0usize);
         let mut items: Vec<IndexItems> = vec![BTreeMap::new(); targets.len()];
-        let mut batch: Vec<Document> = Vec::with_capacity(4096);
-        let mut flush = |batch: &mut Vec<Document>| {
-            type DocRows = Vec<(usize, Result<Extracted, Refusal>)>;
-            let max_vertices = self.settings.max_document_vertices;
-            let placement = self.placement.as_deref();
-            let extracted: Vec<(Arc<str>, RoleSet, DocRows)> = batch
-                .par_iter()
-                .filter(|d| {
-                    !d.in_collection(TEMPLATE_COLLECTION) && !d.in_collection(DESCRIPTOR_COLLECTION)
-                })
-                .filter(|d| targets.iter().any(|t| t.0.applies_to(&d.collections)))
-                .filter_map(|d| {
-                    let json = parse_json(d)?;
-                    let per_view = targets
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, t)| t.0.applies_to(&d.collections))
-                        .map(|(i, t)| {
-                            let e = unless_panics(&t.1.key(), || {
-                                extract(&json, &t.0, &t.1, &t.2, max_vertices, placement)
-                            });
-                            (i, e)
-                        })
-                        .filter(|(_, e)| e.as_ref().map_or(true, |e| !e.rows.is_empty()))
-                        .collect::<Vec<_>>();
-                    Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
-                })
-                .collect();
-            let mut diagnostics = self.diagnostics.lock();
-            for (uri, readers, per_view) in extracted {
-                for (i, e) in per_view {
-                    // A stored document that a write would now refuse (the bounds or the
-                    // template changed since) is skipped, and said so.
-                    let e = match e {
-                        Ok(e) => e,
-                        Err(refusal) => {
-                            skipped += 1;
-                            diagnostics.add(&uri, &targets[i].1.key(), refusal.to_string(), true);
-                            continue;
-                        }
-                    };
-                    without_geometry += usize::from(!e.warnings.is_empty());
-                    for w in e.warnings {
-                        diagnostics.add(&uri, &targets[i].1.key(), w, false);
-                    }
-                    let slots = data[i].add_rows(&uri, readers, e.rows);
-                    for (path, g) in e.index {
-                        let v = items[i].entry(path).or_default();
-                        for s in &slots {
-                            v.push((*s, g.clone()));
-                        }
-                    }
-                }
-            }
-            batch.clear();
-        };
         {
             let mut diagnostics = self.diagnostics.lock();
             for t in &targets {
                 diagnostics.clear_view(&t.1.key());
             }
         }
-        self.store.scan_documents(|doc| {
-            batch.push(doc);
-            if batch.len() == batch.capacity() {
-                flush(&mut batch);
+        type DocRows = Vec<(usize, Result<Extracted, Refusal>)>;
+        type Batch = Vec<(Arc<str>, RoleSet, DocRows)>;
+        let max_vertices = self.settings.max_document_vertices;
+        let placement = self.placement.as_deref();
+        let targets = &targets;
+        // Three stages overlap: one thread reads the store, rayon extracts each batch's rows,
+        // and this thread adds them to the views in the store's order (so slots are as a
+        // sequential build gives them).
+        std::thread::scope(|scope| -> Result<(), StoreError> {
+            let (docs, scanned) = crossbeam_channel::bounded::<Vec<Document>>(2);
+            let (rows, extracted) = crossbeam_channel::bounded::<Batch>(2);
+            let scan = scope.spawn(move || {
+                let mut batch = Vec::with_capacity(BUILD_BATCH);
+                self.store.scan_documents(|doc| {
+                    batch.push(doc);
+                    if batch.len() == BUILD_BATCH {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(BUILD_BATCH));
+                        docs.send(full).map_err(|_| StoreError::ShuttingDown)?;
+                    }
+                    Ok(())
+                })?;
+                docs.send(batch).map_err(|_| StoreError::ShuttingDown)
+            });
+            scope.spawn(move || {
+                for batch in scanned {
+                    let out: Batch = batch
+                        .par_iter()
+                        .filter(|d| {
+                            !d.in_collection(TEMPLATE_COLLECTION)
+                                && !d.in_collection(DESCRIPTOR_COLLECTION)
+                        })
+                        .filter(|d| targets.iter().any(|t| t.0.applies_to(&d.collections)))
+                        .filter_map(|d| {
+                            let json = parse_json(d)?;
+                            let per_view = targets
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, t)| t.0.applies_to(&d.collections))
+                                .map(|(i, t)| {
+                                    let e = unless_panics(&t.1.key(), || {
+                                        extract(&json, &t.0, &t.1, &t.2, max_vertices, placement)
+                                    });
+                                    (i, e)
+                                })
+                                .filter(|(_, e)| e.as_ref().map_or(true, |e| !e.rows.is_empty()))
+                                .collect::<Vec<_>>();
+                            Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
+                        })
+                        .collect();
+                    if rows.send(out).is_err() {
+                        break;
+                    }
+                }
+            });
+            for batch in extracted {
+                let mut diagnostics = self.diagnostics.lock();
+                for (uri, readers, per_view) in batch {
+                    for (i, e) in per_view {
+                        // A stored document that a write would now refuse (the bounds or the
+                        // template changed since) is skipped, and said so.
+                        let e = match e {
+                            Ok(e) => e,
+                            Err(refusal) => {
+                                skipped += 1;
+                                diagnostics.add(
+                                    &uri,
+                                    &targets[i].1.key(),
+                                    refusal.to_string(),
+                                    true,
+                                );
+                                continue;
+                            }
+                        };
+                        without_geometry += usize::from(!e.warnings.is_empty());
+                        for w in e.warnings {
+                            diagnostics.add(&uri, &targets[i].1.key(), w, false);
+                        }
+                        let slots = data[i].add_rows(&uri, readers, e.rows);
+                        for (path, g) in e.index {
+                            let v = items[i].entry(path).or_default();
+                            for s in &slots {
+                                v.push((*s, g.clone()));
+                            }
+                        }
+                    }
+                }
             }
-            Ok(())
+            match scan.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
         })?;
-        flush(&mut batch);
         if skipped + without_geometry > 0 {
             tracing::warn!(
                 skipped,
@@ -701,7 +733,7 @@ impl Features {
         }
         let mut out = Vec::new();
         for ((template, def, paths), (data, items)) in
-            targets.into_iter().zip(data.into_iter().zip(items))
+            targets.iter().cloned().zip(data.into_iter().zip(items))
         {
             out.push((def.key(), self.view_state(template, data, paths, items)?));
         }

@@ -236,11 +236,13 @@ pub struct ViewDef {
     pub id_column: usize,
     /// The `fields` metadata of responses, serialized once.
     pub fields_json: Box<[u8]>,
+    /// `schema.view` lower-cased, made once: every document a view reads names it.
+    key: ViewKey,
 }
 
 impl ViewDef {
     pub fn key(&self) -> ViewKey {
-        ViewKey::new(&self.schema, &self.view)
+        self.key.clone()
     }
 
     /// Case-insensitive column lookup (SQL names are case-insensitive).
@@ -258,11 +260,11 @@ impl ViewDef {
 
 /// `schema.view`, compared case-insensitively as the peer system does.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ViewKey(String);
+pub struct ViewKey(Arc<str>);
 
 impl ViewKey {
     pub fn new(schema: &str, view: &str) -> ViewKey {
-        ViewKey(format!("{}.{}", schema.to_lowercase(), view.to_lowercase()))
+        ViewKey(format!("{}.{}", schema.to_lowercase(), view.to_lowercase()).into())
     }
 }
 
@@ -406,6 +408,7 @@ pub(crate) fn parse_template(uri: &str, doc: &Value) -> Result<Template, String>
         }
         let fields_json = fields_json(&columns);
         views.push(Arc::new(ViewDef {
+            key: ViewKey::new(schema, view),
             schema: schema.to_string(),
             view: view.to_string(),
             columns,

@@ -12,6 +12,7 @@ mod target;
 
 pub use target::ViewsBuilt;
 
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -352,6 +353,7 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
         ordinal: 0,
         batch: Vec::with_capacity(batch),
         first: None,
+        uri: UriPattern::new(&args.uri, &args.service, args.layer),
     };
     let mut progress = Progress::new(args.quiet, total_bytes, bytes.clone());
     progress.plain_every =
@@ -532,6 +534,41 @@ struct Loader<'a> {
     ordinal: i64,
     batch: Vec<(String, Bytes)>,
     first: Option<At>,
+    /// `--uri` with its service and layer filled in, split at `{id}` when it has one.
+    uri: UriPattern,
+}
+
+/// A document URI pattern: the text around one `{id}`, or any other text to replace in.
+enum UriPattern {
+    Around(String, String),
+    Other(String),
+}
+
+impl UriPattern {
+    fn new(pattern: &str, service: &str, layer: i64) -> UriPattern {
+        let filled = pattern
+            .replace("{service}", service)
+            .replace("{layer}", &layer.to_string());
+        match filled.split_once("{id}") {
+            Some((before, after)) if !after.contains("{id}") => {
+                UriPattern::Around(before.to_string(), after.to_string())
+            }
+            _ => UriPattern::Other(filled),
+        }
+    }
+
+    fn uri(&self, id: i64) -> String {
+        match self {
+            UriPattern::Around(before, after) => {
+                let mut uri = String::with_capacity(before.len() + 20 + after.len());
+                uri.push_str(before);
+                let _ = write!(uri, "{id}");
+                uri.push_str(after);
+                uri
+            }
+            UriPattern::Other(text) => text.replace("{id}", &id.to_string()),
+        }
+    }
 }
 
 impl Loader<'_> {
@@ -555,12 +592,7 @@ impl Loader<'_> {
         };
         match converted {
             Ok((id, doc)) => {
-                let uri = self
-                    .args
-                    .uri
-                    .replace("{service}", &self.args.service)
-                    .replace("{layer}", &self.args.layer.to_string())
-                    .replace("{id}", &id.to_string());
+                let uri = self.uri.uri(id);
                 self.first.get_or_insert(at);
                 self.batch.push((uri, Bytes::from(doc)));
                 if self.batch.len() >= self.batch_size {
@@ -698,5 +730,21 @@ impl Progress {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UriPattern;
+
+    #[test]
+    fn uris_are_the_pattern_filled_in() {
+        let p = UriPattern::new("/{service}/{layer}/{id}.json", "places", 2);
+        assert_eq!(p.uri(17), "/places/2/17.json");
+        assert_eq!(p.uri(-3), "/places/2/-3.json");
+        let twice = UriPattern::new("/{id}/{service}-{id}", "s", 0);
+        assert_eq!(twice.uri(5), "/5/s-5");
+        let none = UriPattern::new("/{service}/one.json", "s", 0);
+        assert_eq!(none.uri(5), "/s/one.json");
     }
 }

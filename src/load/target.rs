@@ -79,7 +79,11 @@ pub struct Offline {
 
 impl Offline {
     pub fn open(dir: &Path, collection: &str) -> Result<Offline, LoadError> {
-        let store = Store::open(dir, StoreOptions::default()).map_err(|e| {
+        let options = StoreOptions {
+            cache_bytes: 1 << 30,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(dir, options).map_err(|e| {
             LoadError::Target(format!(
                 "{}: {e} (is a server running on this data directory? use --url)",
                 dir.display()

@@ -70,6 +70,31 @@ pub(crate) fn decode_meta(
     Ok((format, permissions, collections, pos))
 }
 
+/// Whether the header names any of `names` among its collections, read without decoding it
+/// (a malformed header names none).
+pub(crate) fn in_any_collection(bytes: &[u8], names: &[&str]) -> bool {
+    if bytes.len() < 8 || bytes[0] != VERSION {
+        return false;
+    }
+    let count = u16::from_le_bytes([bytes[6], bytes[7]]) as usize;
+    let mut pos = 8;
+    for _ in 0..count {
+        let Some(&[a, b]) = bytes.get(pos..pos + 2) else {
+            return false;
+        };
+        let len = u16::from_le_bytes([a, b]) as usize;
+        pos += 2;
+        let Some(name) = bytes.get(pos..pos + len) else {
+            return false;
+        };
+        if names.iter().any(|n| n.as_bytes() == name) {
+            return true;
+        }
+        pos += len;
+    }
+    false
+}
+
 pub(crate) fn decode(uri: &str, bytes: &[u8]) -> Result<Document, StoreError> {
     let (format, permissions, collections, start) = decode_meta(uri, bytes)?;
     Ok(Document {
@@ -99,6 +124,25 @@ mod tests {
         };
         let bytes = encode(&doc);
         assert_eq!(decode("/a/b.json", &bytes).unwrap(), doc);
+    }
+
+    #[test]
+    fn collections_are_found_in_the_header_alone() {
+        let doc = Document {
+            uri: "/t.json".into(),
+            format: Format::Json,
+            collections: vec!["a".into(), "templates".into()],
+            permissions: Permissions::document_default(),
+            content: Bytes::from_static(b"{\"templates\":1}"),
+        };
+        let bytes = encode(&doc);
+        assert!(in_any_collection(&bytes, &["x", "templates"]));
+        assert!(!in_any_collection(&bytes, &["template", "b"]));
+        // The content is not a collection, and a cut header names none.
+        assert!(!in_any_collection(&bytes, &["{\"templates\":1}"]));
+        for end in 0..bytes.len() - 16 {
+            assert!(!in_any_collection(&bytes[..end], &["templates"]), "{end}");
+        }
     }
 
     #[test]

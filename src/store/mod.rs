@@ -763,6 +763,24 @@ impl Store {
         Ok(())
     }
 
+    /// The documents in any of `collections`, in URI order; the others are passed over on
+    /// their header alone.
+    pub(crate) fn scan_documents_in(
+        &self,
+        collections: &[&str],
+        mut f: impl FnMut(Document) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
+        for entry in table.iter().map_err(storage)? {
+            let (k, v) = entry.map_err(storage)?;
+            if codec::in_any_collection(v.value(), collections) {
+                f(codec::decode(k.value(), v.value())?)?;
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn get_record(
         &self,
         table: Table,
