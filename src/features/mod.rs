@@ -624,7 +624,6 @@ impl Features {
             return Ok(Vec::new());
         }
         let mut data: Vec<ViewData> = targets.iter().map(|t| ViewData::new(t.1.clone())).collect();
-        let (mut skipped, mut without_geometry) = (0usize, 0usize);
         let mut items: Vec<IndexItems> = vec![BTreeMap::new(); targets.len()];
         {
             let mut diagnostics = self.diagnostics.lock();
@@ -637,10 +636,11 @@ impl Features {
         let max_vertices = self.settings.max_document_vertices;
         let placement = self.placement.as_deref();
         let targets = &targets;
-        // Three stages overlap: one thread reads the store, rayon extracts each batch's rows,
-        // and this thread adds them to the views in the store's order (so slots are as a
-        // sequential build gives them).
-        std::thread::scope(|scope| -> Result<(), StoreError> {
+        // Three stages overlap: one thread reads the store, this one extracts each batch's rows
+        // (on rayon: the pool of the caller, which a background build keeps to itself), and
+        // one adds them to the views in the store's order (so slots are as a sequential build
+        // gives them).
+        let (data, items, skipped, without_geometry) = std::thread::scope(|scope| {
             let (docs, scanned) = crossbeam_channel::bounded::<Vec<Document>>(2);
             let (rows, extracted) = crossbeam_channel::bounded::<Batch>(2);
             let scan = scope.spawn(move || {
@@ -655,73 +655,75 @@ impl Features {
                 })?;
                 docs.send(batch).map_err(|_| StoreError::ShuttingDown)
             });
-            scope.spawn(move || {
-                for batch in scanned {
-                    let out: Batch = batch
-                        .par_iter()
-                        .filter(|d| {
-                            !d.in_collection(TEMPLATE_COLLECTION)
-                                && !d.in_collection(DESCRIPTOR_COLLECTION)
-                        })
-                        .filter(|d| targets.iter().any(|t| t.0.applies_to(&d.collections)))
-                        .filter_map(|d| {
-                            let json = parse_json(d)?;
-                            let per_view = targets
-                                .iter()
-                                .enumerate()
-                                .filter(|(_, t)| t.0.applies_to(&d.collections))
-                                .map(|(i, t)| {
-                                    let e = unless_panics(&t.1.key(), || {
-                                        extract(&json, &t.0, &t.1, &t.2, max_vertices, placement)
-                                    });
-                                    (i, e)
-                                })
-                                .filter(|(_, e)| e.as_ref().map_or(true, |e| !e.rows.is_empty()))
-                                .collect::<Vec<_>>();
-                            Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
-                        })
-                        .collect();
-                    if rows.send(out).is_err() {
-                        break;
+            let apply = scope.spawn(move || {
+                let (mut skipped, mut without_geometry) = (0usize, 0usize);
+                for batch in extracted {
+                    let mut diagnostics = self.diagnostics.lock();
+                    for (uri, readers, per_view) in batch {
+                        for (i, e) in per_view {
+                            // A stored document that a write would now refuse (the bounds or
+                            // the template changed since) is skipped, and said so.
+                            let e = match e {
+                                Ok(e) => e,
+                                Err(refusal) => {
+                                    skipped += 1;
+                                    let key = targets[i].1.key();
+                                    diagnostics.add(&uri, &key, refusal.to_string(), true);
+                                    continue;
+                                }
+                            };
+                            without_geometry += usize::from(!e.warnings.is_empty());
+                            for w in e.warnings {
+                                diagnostics.add(&uri, &targets[i].1.key(), w, false);
+                            }
+                            let slots = data[i].add_rows(&uri, readers, e.rows);
+                            for (path, g) in e.index {
+                                let v = items[i].entry(path).or_default();
+                                for s in &slots {
+                                    v.push((*s, g.clone()));
+                                }
+                            }
+                        }
                     }
                 }
+                (data, items, skipped, without_geometry)
             });
-            for batch in extracted {
-                let mut diagnostics = self.diagnostics.lock();
-                for (uri, readers, per_view) in batch {
-                    for (i, e) in per_view {
-                        // A stored document that a write would now refuse (the bounds or the
-                        // template changed since) is skipped, and said so.
-                        let e = match e {
-                            Ok(e) => e,
-                            Err(refusal) => {
-                                skipped += 1;
-                                diagnostics.add(
-                                    &uri,
-                                    &targets[i].1.key(),
-                                    refusal.to_string(),
-                                    true,
-                                );
-                                continue;
-                            }
-                        };
-                        without_geometry += usize::from(!e.warnings.is_empty());
-                        for w in e.warnings {
-                            diagnostics.add(&uri, &targets[i].1.key(), w, false);
-                        }
-                        let slots = data[i].add_rows(&uri, readers, e.rows);
-                        for (path, g) in e.index {
-                            let v = items[i].entry(path).or_default();
-                            for s in &slots {
-                                v.push((*s, g.clone()));
-                            }
-                        }
-                    }
+            for batch in scanned {
+                let out: Batch = batch
+                    .par_iter()
+                    .filter(|d| {
+                        !d.in_collection(TEMPLATE_COLLECTION)
+                            && !d.in_collection(DESCRIPTOR_COLLECTION)
+                    })
+                    .filter(|d| targets.iter().any(|t| t.0.applies_to(&d.collections)))
+                    .filter_map(|d| {
+                        let json = parse_json(d)?;
+                        let per_view = targets
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, t)| t.0.applies_to(&d.collections))
+                            .map(|(i, t)| {
+                                let e = unless_panics(&t.1.key(), || {
+                                    extract(&json, &t.0, &t.1, &t.2, max_vertices, placement)
+                                });
+                                (i, e)
+                            })
+                            .filter(|(_, e)| e.as_ref().map_or(true, |e| !e.rows.is_empty()))
+                            .collect::<Vec<_>>();
+                        Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
+                    })
+                    .collect();
+                if rows.send(out).is_err() {
+                    break;
                 }
             }
-            match scan.join() {
-                Ok(result) => result,
-                Err(panic) => std::panic::resume_unwind(panic),
+            drop(rows);
+            let scanned = scan.join();
+            let applied = apply.join();
+            match (scanned, applied) {
+                (Ok(Ok(())), Ok(built)) => Ok(built),
+                (Ok(Err(e)), Ok(_)) => Err(e),
+                (Err(panic), _) | (_, Err(panic)) => std::panic::resume_unwind(panic),
             }
         })?;
         if skipped + without_geometry > 0 {
