@@ -752,15 +752,9 @@ impl Store {
     /// derived indexes keep each document's permissions and check them at query time).
     pub(crate) fn scan_documents(
         &self,
-        mut f: impl FnMut(Document) -> Result<(), StoreError>,
+        f: impl FnMut(Document) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
-        for entry in table.iter().map_err(storage)? {
-            let (k, v) = entry.map_err(storage)?;
-            f(codec::decode(k.value(), v.value())?)?;
-        }
-        Ok(())
+        self.scan_where(|_| true, f)
     }
 
     /// The documents in any of `collections`, in URI order; the others are passed over on
@@ -768,13 +762,22 @@ impl Store {
     pub(crate) fn scan_documents_in(
         &self,
         collections: &[&str],
+        f: impl FnMut(Document) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.scan_where(|stored| codec::in_any_collection(stored, collections), f)
+    }
+
+    /// The documents whose stored bytes `keep` takes, decoded, in URI order.
+    fn scan_where(
+        &self,
+        keep: impl Fn(&[u8]) -> bool,
         mut f: impl FnMut(Document) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
         let table = txn.open_table(DOCUMENTS).map_err(storage)?;
         for entry in table.iter().map_err(storage)? {
             let (k, v) = entry.map_err(storage)?;
-            if codec::in_any_collection(v.value(), collections) {
+            if keep(v.value()) {
                 f(codec::decode(k.value(), v.value())?)?;
             }
         }
