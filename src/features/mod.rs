@@ -99,7 +99,7 @@ impl Catalog {
         self.templates.values().find_map(|t| {
             t.views
                 .iter()
-                .find(|v| v.key() == *key)
+                .find(|v| v.key() == key)
                 .map(|v| (t.clone(), v.clone()))
         })
     }
@@ -360,7 +360,7 @@ fn extract(
     let mut warnings = Vec::new();
     let mut geoms: Vec<(String, Option<Located>)> = Vec::with_capacity(paths.len());
     for (text, p) in paths {
-        let g = match geometry_at(doc, &key, p, max_vertices)? {
+        let g = match geometry_at(doc, key, p, max_vertices)? {
             Ok(g) => g,
             Err(w) => {
                 warnings.push(w);
@@ -520,7 +520,7 @@ impl Features {
         let keys: Vec<ViewKey> = catalog
             .templates
             .values()
-            .flat_map(|t| t.views.iter().map(|v| v.key()))
+            .flat_map(|t| t.views.iter().map(|v| v.key().clone()))
             .collect();
         let started = std::time::Instant::now();
         let (saved, keys) = features.load_saved_views(&catalog, keys)?;
@@ -616,7 +616,7 @@ impl Features {
             .iter()
             .filter_map(|k| catalog.template_of(k))
             .map(|(t, v)| {
-                let paths = needed.get(&v.key()).cloned().unwrap_or_default();
+                let paths = needed.get(v.key()).cloned().unwrap_or_default();
                 (t, v, paths)
             })
             .collect();
@@ -628,19 +628,19 @@ impl Features {
         {
             let mut diagnostics = self.diagnostics.lock();
             for t in &targets {
-                diagnostics.clear_view(&t.1.key());
+                diagnostics.clear_view(t.1.key());
             }
         }
         type DocRows = Vec<(usize, Result<Extracted, Refusal>)>;
         type Batch = Vec<(Arc<str>, RoleSet, DocRows)>;
         let max_vertices = self.settings.max_document_vertices;
         let placement = self.placement.as_deref();
-        let targets = &targets;
         // Three stages overlap: one thread reads the store, this one extracts each batch's rows
         // (on rayon: the pool of the caller, which a background build keeps to itself), and
         // one adds them to the views in the store's order (so slots are as a sequential build
         // gives them).
         let (data, items, skipped, without_geometry) = std::thread::scope(|scope| {
+            let targets = &targets;
             let (docs, scanned) = crossbeam_channel::bounded::<Vec<Document>>(2);
             let (rows, extracted) = crossbeam_channel::bounded::<Batch>(2);
             let scan = scope.spawn(move || {
@@ -668,13 +668,13 @@ impl Features {
                                 Err(refusal) => {
                                     skipped += 1;
                                     let key = targets[i].1.key();
-                                    diagnostics.add(&uri, &key, refusal.to_string(), true);
+                                    diagnostics.add(&uri, key, refusal.to_string(), true);
                                     continue;
                                 }
                             };
                             without_geometry += usize::from(!e.warnings.is_empty());
                             for w in e.warnings {
-                                diagnostics.add(&uri, &targets[i].1.key(), w, false);
+                                diagnostics.add(&uri, targets[i].1.key(), w, false);
                             }
                             let slots = data[i].add_rows(&uri, readers, e.rows);
                             for (path, g) in e.index {
@@ -703,7 +703,7 @@ impl Features {
                             .enumerate()
                             .filter(|(_, t)| t.0.applies_to(&d.collections))
                             .map(|(i, t)| {
-                                let e = unless_panics(&t.1.key(), || {
+                                let e = unless_panics(t.1.key(), || {
                                     extract(&json, &t.0, &t.1, &t.2, max_vertices, placement)
                                 });
                                 (i, e)
@@ -717,6 +717,7 @@ impl Features {
                     break;
                 }
             }
+            // The adding thread ends when it has taken the last batch.
             drop(rows);
             let scanned = scan.join();
             let applied = apply.join();
@@ -735,9 +736,12 @@ impl Features {
         }
         let mut out = Vec::new();
         for ((template, def, paths), (data, items)) in
-            targets.iter().cloned().zip(data.into_iter().zip(items))
+            targets.into_iter().zip(data.into_iter().zip(items))
         {
-            out.push((def.key(), self.view_state(template, data, paths, items)?));
+            out.push((
+                def.key().clone(),
+                self.view_state(template, data, paths, items)?,
+            ));
         }
         Ok(out)
     }
@@ -1189,7 +1193,7 @@ impl Features {
                     self.settings.max_document_vertices,
                     self.placement.as_deref(),
                 )?;
-                per_view.push((view.def.key(), e));
+                per_view.push((view.def.key().clone(), e));
             }
         }
         Ok(PreparedRows {
@@ -1229,7 +1233,7 @@ impl Features {
         diagnostics.clear_document(&uri);
         for view in catalog.views.values() {
             let key = view.def.key();
-            let extracted = rows.and_then(|r| r.per_view.iter().find(|(k, _)| *k == key));
+            let extracted = rows.and_then(|r| r.per_view.iter().find(|(k, _)| k == key));
             let had_rows = !view.data.read().slots_of(&uri).is_empty();
             if extracted.is_none() && !had_rows {
                 continue;
@@ -1237,7 +1241,7 @@ impl Features {
             let (new_rows, index) = match extracted {
                 Some((_, e)) => {
                     for w in &e.warnings {
-                        diagnostics.add(&uri, &key, w.clone(), false);
+                        diagnostics.add(&uri, key, w.clone(), false);
                     }
                     (e.rows.clone(), &e.index[..])
                 }
@@ -1350,7 +1354,7 @@ impl Features {
             let mut rebuild = Vec::new();
             for t in next.templates.values() {
                 for v in &t.views {
-                    let key = v.key();
+                    let key = v.key().clone();
                     let same_template = current
                         .views
                         .get(&key)

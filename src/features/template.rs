@@ -241,8 +241,8 @@ pub struct ViewDef {
 }
 
 impl ViewDef {
-    pub fn key(&self) -> ViewKey {
-        self.key.clone()
+    pub fn key(&self) -> &ViewKey {
+        &self.key
     }
 
     /// Case-insensitive column lookup (SQL names are case-insensitive).

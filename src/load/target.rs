@@ -69,6 +69,10 @@ pub struct ViewsBuilt {
     pub unsaved: usize,
 }
 
+/// The offline loader's page cache: a load rereads the B-tree pages it writes, and the
+/// server's default (128 MiB) holds too few of them past about a million documents.
+const LOAD_CACHE_BYTES: usize = 1 << 30;
+
 /// Offline: the store of a stopped server, written through its writer thread.
 pub struct Offline {
     store: Arc<Store>,
@@ -80,7 +84,7 @@ pub struct Offline {
 impl Offline {
     pub fn open(dir: &Path, collection: &str) -> Result<Offline, LoadError> {
         let options = StoreOptions {
-            cache_bytes: 1 << 30,
+            cache_bytes: LOAD_CACHE_BYTES,
             ..StoreOptions::default()
         };
         let store = Store::open(dir, options).map_err(|e| {

@@ -38,61 +38,79 @@ fn corrupt(uri: &str, what: &str) -> StoreError {
     StoreError::Corrupt(format!("document {uri}: {what}"))
 }
 
+/// The collection names of a header (version checked, at least 8 bytes), as raw bytes. An
+/// item is `None` where the header is cut short, and is the last; `pos` is then where the
+/// names end.
+struct Names<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    left: usize,
+}
+
+impl<'a> Names<'a> {
+    fn of(bytes: &'a [u8]) -> Names<'a> {
+        Names {
+            bytes,
+            pos: 8,
+            left: u16::from_le_bytes([bytes[6], bytes[7]]) as usize,
+        }
+    }
+}
+
+impl<'a> Iterator for Names<'a> {
+    type Item = Option<&'a [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let name = self.bytes.get(self.pos..self.pos + 2).and_then(|l| {
+            let len = u16::from_le_bytes([l[0], l[1]]) as usize;
+            self.bytes.get(self.pos + 2..self.pos + 2 + len)
+        });
+        match name {
+            Some(n) => self.pos += 2 + n.len(),
+            None => self.left = 0,
+        }
+        Some(name)
+    }
+}
+
+fn header_ok(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[0] == VERSION
+}
+
 /// Decode the header only: format, permissions, collections, and where the content starts.
 pub(crate) fn decode_meta(
     uri: &str,
     bytes: &[u8],
 ) -> Result<(Format, Permissions, Vec<String>, usize), StoreError> {
-    if bytes.len() < 8 || bytes[0] != VERSION {
+    if !header_ok(bytes) {
         return Err(corrupt(uri, "bad header"));
     }
     let format = Format::from_u8(bytes[1]).ok_or_else(|| corrupt(uri, "bad format byte"))?;
     let permissions = Permissions::from_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]);
-    let count = u16::from_le_bytes([bytes[6], bytes[7]]) as usize;
-    let mut pos = 8;
-    let mut collections = Vec::with_capacity(count);
-    for _ in 0..count {
-        let len_bytes = bytes
-            .get(pos..pos + 2)
-            .ok_or_else(|| corrupt(uri, "truncated collections"))?;
-        let len = u16::from_le_bytes([len_bytes[0], len_bytes[1]]) as usize;
-        pos += 2;
-        let name = bytes
-            .get(pos..pos + len)
-            .ok_or_else(|| corrupt(uri, "truncated collection name"))?;
+    let mut names = Names::of(bytes);
+    let mut collections = Vec::with_capacity(names.left);
+    for name in names.by_ref() {
+        let name = name.ok_or_else(|| corrupt(uri, "truncated collections"))?;
         collections.push(
             std::str::from_utf8(name)
                 .map_err(|_| corrupt(uri, "collection is not UTF-8"))?
                 .to_string(),
         );
-        pos += len;
     }
-    Ok((format, permissions, collections, pos))
+    Ok((format, permissions, collections, names.pos))
 }
 
 /// Whether the header names any of `names` among its collections, read without decoding it
 /// (a malformed header names none).
 pub(crate) fn in_any_collection(bytes: &[u8], names: &[&str]) -> bool {
-    if bytes.len() < 8 || bytes[0] != VERSION {
-        return false;
-    }
-    let count = u16::from_le_bytes([bytes[6], bytes[7]]) as usize;
-    let mut pos = 8;
-    for _ in 0..count {
-        let Some(&[a, b]) = bytes.get(pos..pos + 2) else {
-            return false;
-        };
-        let len = u16::from_le_bytes([a, b]) as usize;
-        pos += 2;
-        let Some(name) = bytes.get(pos..pos + len) else {
-            return false;
-        };
-        if names.iter().any(|n| n.as_bytes() == name) {
-            return true;
-        }
-        pos += len;
-    }
-    false
+    header_ok(bytes)
+        && Names::of(bytes)
+            .map_while(|name| name)
+            .any(|name| names.iter().any(|n| n.as_bytes() == name))
 }
 
 pub(crate) fn decode(uri: &str, bytes: &[u8]) -> Result<Document, StoreError> {
