@@ -76,33 +76,26 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Open everything, bind, and serve until `shutdown`. Calls `ready` with the bound address
-/// once the server accepts connections.
+/// Bind, open everything, and serve until `shutdown`. Calls `ready` with the bound address
+/// once the service is ready; until then every request gets a 503 (`/health` a 200 saying it
+/// is starting).
 pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()>,
     ready: impl FnOnce(&App, std::net::SocketAddr),
 ) -> Result<(), StartError> {
-    // A node whose log no longer holds what its store needs starts from the latest snapshot.
-    if config.cluster.is_some() {
-        let settings = cluster_settings(&config);
-        let dir = config.data_dir.clone();
-        tokio::task::spawn_blocking(move || crate::cluster::prepare(&settings, &dir))
-            .await
-            .map_err(|e| StartError::Cluster(e.to_string()))?
-            .map_err(|e| StartError::Cluster(e.to_string()))?;
-    }
-    // Opening reads the store and rebuilds the indexes: off the runtime's threads, which
-    // may be a single one.
-    let app = match tokio::task::spawn_blocking(move || App::open(config)).await {
-        Ok(opened) => opened?,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    // Bound first, so that clients and probes get answers while the service starts: `/health`
+    // says it is alive and starting, every other route 503 until it is ready.
+    let listener = Server::listen(&config)?;
+    let addr = listener.local_addr().unwrap_or(config.listen);
+    tracing::info!(%addr, "accepting connections: answering 503 until started");
+    let starting = open_app(config);
+    let answering = crate::http::answer_while_starting(&listener, std::time::Instant::now());
+    let app = tokio::select! {
+        app = starting => app?,
+        never = answering => match never {},
     };
-    if app.config.cluster.is_some() {
-        join_cluster(&app).await?;
-    }
-    let server = Server::bind(app.clone()).await?;
-    let addr = server.local_addr();
+    let server = Server::new(listener, app.clone());
     if let Some(cluster) = app.cluster.get() {
         cluster.set_http_address(addr.to_string());
     }
@@ -122,6 +115,30 @@ pub async fn serve(
     ready(&app, addr);
     server.run(shutdown).await;
     Ok(())
+}
+
+/// The service opened on `config`: in a cluster, prepared from a snapshot when its log
+/// needs it, then joined.
+async fn open_app(config: Config) -> Result<Arc<App>, StartError> {
+    // A node whose log no longer holds what its store needs starts from the latest snapshot.
+    if config.cluster.is_some() {
+        let settings = cluster_settings(&config);
+        let dir = config.data_dir.clone();
+        tokio::task::spawn_blocking(move || crate::cluster::prepare(&settings, &dir))
+            .await
+            .map_err(|e| StartError::Cluster(e.to_string()))?
+            .map_err(|e| StartError::Cluster(e.to_string()))?;
+    }
+    // Opening reads the store and rebuilds the indexes: off the runtime's threads, which
+    // may be a single one.
+    let app = match tokio::task::spawn_blocking(move || App::open(config)).await {
+        Ok(opened) => opened?,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    if app.config.cluster.is_some() {
+        join_cluster(&app).await?;
+    }
+    Ok(app)
 }
 
 /// The cluster settings of `config`, before its shards are known.

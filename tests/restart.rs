@@ -357,3 +357,68 @@ fn views_saved_while_writes_go_on_serve_the_start_after_a_sigkill() {
     );
     s.kill();
 }
+
+/// While a start builds its views, the server answers already: `/health` 200 (alive,
+/// starting), `/ready` and the contract's routes 503 in its error format with `Retry-After`,
+/// so that probes and clients meet answers instead of refused connections. Once started, it
+/// serves.
+#[test]
+fn a_start_answers_503_until_it_is_ready() {
+    let dir = temp_dir("restart-starting");
+    seed_users(&dir);
+    let real = data_dir().join("real");
+    load_offline(&dir, "Counties", &real.join("us-counties.geojson"));
+    load_offline(&dir, "Places", &real.join("geonames-cities1000.csv"));
+    // Without the saved views, so that the start builds them (seconds).
+    std::fs::remove_dir_all(dir.join("views")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args(["serve", "--listen", &addr.to_string(), "--data-dir"])
+        .arg(&*dir)
+        .env("GEOSHARD_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the server never accepted a connection"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut anon = Client::new(addr, Auth::None);
+    let health = anon.get("/health");
+    assert_eq!(health.status, 200, "{}", health.text());
+    assert_eq!(health.json()["status"], "starting", "{}", health.text());
+    let ready = anon.get("/ready");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.json()["status"], "starting");
+    assert_eq!(ready.header("retry-after"), Some("1"));
+    let mut admin = Client::new(addr, Auth::Digest(ADMIN.0.into(), ADMIN.1.into()));
+    let (_, body) = &queries()[0];
+    let r = admin.post_json("/v1/resources/geoQueryService", &body.to_string());
+    assert_eq!(r.status, 503, "{}", r.text());
+    let (_, code, message) = r.error();
+    assert_eq!(code, "RESTAPI-UNAVAILABLE");
+    assert!(message.contains("starting"), "{message}");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // The address is announced once the server is ready; then it serves.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert!(line.starts_with("geoshard listening on"), "{line}");
+    let ready = anon.get("/ready");
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    assert_eq!(anon.get("/health").json()["status"], "ok");
+    let r = admin.post_json("/v1/resources/geoQueryService", &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let _ = child.kill();
+    let _ = child.wait();
+}

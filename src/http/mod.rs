@@ -174,8 +174,8 @@ impl Server {
     /// Bind the listening socket with a queue of `listen_backlog` connections: a burst of
     /// new connections waits there for the accept loop (which answers each, a 503 past the
     /// limits) instead of having its SYNs dropped, which costs a client a second.
-    pub async fn bind(app: Arc<App>) -> Result<Server, StartError> {
-        let addr = app.config.listen;
+    pub fn listen(config: &Config) -> Result<TcpListener, StartError> {
+        let addr = config.listen;
         let listen = || -> std::io::Result<TcpListener> {
             let socket = if addr.is_ipv4() {
                 tokio::net::TcpSocket::new_v4()?
@@ -184,14 +184,14 @@ impl Server {
             };
             socket.set_reuseaddr(true)?;
             socket.bind(addr)?;
-            socket.listen(app.config.listen_backlog)
+            socket.listen(config.listen_backlog)
         };
-        let listener = listen().map_err(|source| StartError::Listen { addr, source })?;
-        Ok(Server { listener, app })
+        listen().map_err(|source| StartError::Listen { addr, source })
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or(self.app.config.listen)
+    /// The server of `app` on a socket from [`Server::listen`].
+    pub fn new(listener: TcpListener, app: Arc<App>) -> Server {
+        Server { listener, app }
     }
 
     /// Serve until `shutdown` resolves; then stop accepting, let in-flight requests finish
@@ -319,6 +319,82 @@ impl Server {
         }
         tracing::info!("stopped");
     }
+}
+
+/// Answer every connection on `listener` while the service starts (its store opening, its
+/// views building, its cluster joining): `/health` says it is alive and starting, `/ready`
+/// and every other route answer 503 with `Retry-After`, each on a connection of its own.
+/// Never ends: it stops when dropped, and the connections it has taken end by themselves.
+pub(crate) async fn answer_while_starting(listener: &TcpListener, since: Instant) -> Infallible {
+    let answering = Arc::new(Semaphore::new(MAX_SHEDDING));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        // Past the limit, closed without an answer, as past every limit later.
+        let Ok(slot) = answering.clone().try_acquire_owned() else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(async move {
+            let service = service_fn(
+                move |req: hyper::Request<hyper::body::Incoming>| async move {
+                    let path = req.uri().path().to_string();
+                    // Some of the body read and dropped, so that the client's system does not
+                    // reset the connection before it reads the answer.
+                    let mut body = req.into_body();
+                    let mut left: usize = 64 * 1024;
+                    while left > 0 {
+                        match http_body_util::BodyExt::frame(&mut body).await {
+                            Some(Ok(frame)) => {
+                                left = left.saturating_sub(frame.data_ref().map_or(0, |d| d.len()))
+                            }
+                            _ => break,
+                        }
+                    }
+                    Ok::<_, Infallible>(while_starting(&path, since))
+                },
+            );
+            let conn = http1::Builder::new()
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
+            drop(slot);
+        });
+    }
+}
+
+/// The answer to a request for `path` while the service starts.
+fn while_starting(path: &str, since: Instant) -> response::Resp {
+    let uptime = since.elapsed().as_secs();
+    let mut resp = match path {
+        "/health" => response::json_value(
+            200,
+            &serde_json::json!({
+                "status": "starting",
+                "version": env!("CARGO_PKG_VERSION"),
+                "uptimeSecs": uptime,
+            }),
+        ),
+        "/ready" => response::json_value(503, &serde_json::json!({"status": "starting"})),
+        _ => response::error(&ApiError::new(
+            ErrorCode::Unavailable,
+            "the server is starting (opening its store, building its views); retry shortly",
+        )),
+    };
+    let headers = resp.headers_mut();
+    if path != "/health" {
+        headers.insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("1"),
+        );
+    }
+    headers.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    resp
 }
 
 /// Connections being turned away at once; past it, one is closed without an answer.
