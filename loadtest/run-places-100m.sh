@@ -84,7 +84,8 @@ serve_timed() {
   while :; do
     code=$(curl -s --digest -u lt:lt -o /dev/null -w '%{http_code}' "http://$GS/v1/resources/modelService" || true)
     [ "$code" = 200 ] && break
-    case "$code" in 4*|5*) echo "modelService answered $code" >&2; exit 1 ;; esac
+    # 503: still starting.
+    case "$code" in 4*|50[0-24-9]) echo "modelService answered $code" >&2; exit 1 ;; esac
     kill -0 $GS_PID || { tail -20 "$WORK/geoshard.log"; exit 1; }
     sleep 0.05
   done
