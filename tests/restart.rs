@@ -28,6 +28,18 @@ fn load_offline(dir: &Path, service: &str, file: &Path) {
     );
 }
 
+/// A data directory with the users, US counties and GeoNames places loaded offline, and
+/// without the views the loads saved, so that the first start builds them.
+fn counties_and_places_unbuilt(tag: &str) -> TestDir {
+    let dir = temp_dir(tag);
+    seed_users(&dir);
+    let real = data_dir().join("real");
+    load_offline(&dir, "Counties", &real.join("us-counties.geojson"));
+    load_offline(&dir, "Places", &real.join("geonames-cities1000.csv"));
+    std::fs::remove_dir_all(dir.join("views")).unwrap();
+    dir
+}
+
 /// Every query kind's answer (without its clock), then the diagnostics.
 fn answers(c: &mut Client) -> Vec<Value> {
     let mut out = Vec::new();
@@ -75,13 +87,7 @@ fn assert_same(got: &[Value], want: &[Value], when: &str) {
 
 #[test]
 fn restarts_read_the_saved_views_and_answer_as_a_rebuild_does() {
-    let dir = temp_dir("restart");
-    seed_users(&dir);
-    let real = data_dir().join("real");
-    load_offline(&dir, "Counties", &real.join("us-counties.geojson"));
-    load_offline(&dir, "Places", &real.join("geonames-cities1000.csv"));
-    // Without the views the loads saved, so that the first start builds them.
-    std::fs::remove_dir_all(dir.join("views")).unwrap();
+    let dir = counties_and_places_unbuilt("restart");
 
     // The first start builds the views from the documents; its clean stop saves them.
     let s = ChildServer::start(&dir, &INFO);
@@ -237,13 +243,7 @@ fn wait_for_lines(s: &ChildServer, needle: &str, n: usize, secs: u64) -> Vec<Str
 
 #[test]
 fn views_saved_while_writes_go_on_serve_the_start_after_a_sigkill() {
-    let dir = temp_dir("restart-live");
-    seed_users(&dir);
-    let real = data_dir().join("real");
-    load_offline(&dir, "Counties", &real.join("us-counties.geojson"));
-    load_offline(&dir, "Places", &real.join("geonames-cities1000.csv"));
-    // Without the views the loads saved, so that the first start builds them.
-    std::fs::remove_dir_all(dir.join("views")).unwrap();
+    let dir = counties_and_places_unbuilt("restart-live");
     let env = [
         ("GEOSHARD_LOG", "info"),
         ("GEOSHARD_ACCESS_LOG", "off"),
@@ -364,13 +364,7 @@ fn views_saved_while_writes_go_on_serve_the_start_after_a_sigkill() {
 /// serves.
 #[test]
 fn a_start_answers_503_until_it_is_ready() {
-    let dir = temp_dir("restart-starting");
-    seed_users(&dir);
-    let real = data_dir().join("real");
-    load_offline(&dir, "Counties", &real.join("us-counties.geojson"));
-    load_offline(&dir, "Places", &real.join("geonames-cities1000.csv"));
-    // Without the saved views, so that the start builds them (seconds).
-    std::fs::remove_dir_all(dir.join("views")).unwrap();
+    let dir = counties_and_places_unbuilt("restart-starting");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
