@@ -277,6 +277,10 @@ fn demo(
 
 /// Exit 0 only when every record was loaded (or skips were allowed).
 fn load(args: &geoshard::load::LoadArgs) -> ExitCode {
+    // The store's and the views' warnings (a view not saved, and why) go to standard error,
+    // as the server's do; `GEOSHARD_LOG` sets the level.
+    let level = std::env::var("GEOSHARD_LOG").unwrap_or_else(|_| "warn".to_string());
+    service::init_logging(&level, geoshard::config::LogFormat::Text);
     match geoshard::load::run(args) {
         Ok(summary) => {
             print!("{}", summary.report(&args.service, args.layer));

@@ -624,6 +624,36 @@ fn csv_with_a_wkt_column() {
     srv.kill();
 }
 
+/// An offline load logs to standard error as the server does: warnings by default (none for
+/// a clean load), more with `GEOSHARD_LOG`. Its report's "see the log" points there.
+#[test]
+fn an_offline_load_logs_to_standard_error() {
+    let dir = temp_dir("load-log");
+    let run = |level: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_geoshard"));
+        cmd.args(["load", "--quiet", "--service", "Mollusks", "--data-dir"])
+            .arg(dir.join("d"))
+            .arg(mollusks_csv())
+            .env_remove("GEOSHARD_LOG")
+            .env_remove("RUST_LOG");
+        if let Some(level) = level {
+            cmd.env("GEOSHARD_LOG", level);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let quiet = run(None);
+    assert_eq!(quiet, "", "a clean load at the default level");
+    let info = run(Some("info"));
+    let saved: Vec<&str> = info.lines().filter(|l| l.contains("views saved")).collect();
+    assert_eq!(saved.len(), 1, "{info}");
+    assert!(
+        saved[0].contains("INFO") && saved[0].contains("views=1"),
+        "{info}"
+    );
+}
+
 /// What the server found wrong in loaded documents reaches the loader's report, by URI; and
 /// a load whose standard error is a log (not a terminal) prints progress lines there.
 #[test]
