@@ -89,8 +89,12 @@ pub async fn serve(
     let listener = Server::listen(&config)?;
     let addr = listener.local_addr().unwrap_or(config.listen);
     tracing::info!(%addr, "accepting connections: answering 503 until started");
+    let answering = crate::http::answer_while_starting(
+        &listener,
+        std::time::Instant::now(),
+        crate::http::pace(&config),
+    );
     let starting = open_app(config);
-    let answering = crate::http::answer_while_starting(&listener, std::time::Instant::now());
     let app = tokio::select! {
         app = starting => app?,
         never = answering => match never {},

@@ -325,7 +325,11 @@ impl Server {
 /// views building, its cluster joining): `/health` says it is alive and starting, `/ready`
 /// and every other route answer 503 with `Retry-After`, each on a connection of its own.
 /// Never ends: it stops when dropped, and the connections it has taken end by themselves.
-pub(crate) async fn answer_while_starting(listener: &TcpListener, since: Instant) -> Infallible {
+pub(crate) async fn answer_while_starting(
+    listener: &TcpListener,
+    since: Instant,
+    pace: conn::Pace,
+) -> Infallible {
     let answering = Arc::new(Semaphore::new(MAX_SHEDDING));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -343,16 +347,7 @@ pub(crate) async fn answer_while_starting(listener: &TcpListener, since: Instant
                     let path = req.uri().path().to_string();
                     // Some of the body read and dropped, so that the client's system does not
                     // reset the connection before it reads the answer.
-                    let mut body = req.into_body();
-                    let mut left: usize = 64 * 1024;
-                    while left > 0 {
-                        match http_body_util::BodyExt::frame(&mut body).await {
-                            Some(Ok(frame)) => {
-                                left = left.saturating_sub(frame.data_ref().map_or(0, |d| d.len()))
-                            }
-                            _ => break,
-                        }
-                    }
+                    conn::drain(req.into_body(), STARTING_DRAIN_BYTES, pace).await;
                     Ok::<_, Infallible>(while_starting(&path, since))
                 },
             );
@@ -364,6 +359,9 @@ pub(crate) async fn answer_while_starting(listener: &TcpListener, since: Instant
         });
     }
 }
+
+/// The most of a body read (and dropped) before a starting answer.
+const STARTING_DRAIN_BYTES: u64 = 64 * 1024;
 
 /// The answer to a request for `path` while the service starts.
 fn while_starting(path: &str, since: Instant) -> response::Resp {
@@ -538,7 +536,7 @@ where
         let sent = left.polled || !expects_continue;
         let keep = sent
             && resp.status() != hyper::StatusCode::REQUEST_TIMEOUT
-            && conn::drain(left.body, DRAIN_BYTES, pace(&app)).await;
+            && conn::drain(left.body, DRAIN_BYTES, pace(&app.config)).await;
         if !keep {
             resp.headers_mut().insert(
                 hyper::header::CONNECTION,
@@ -588,10 +586,10 @@ fn method_label(m: &hyper::Method) -> &'static str {
 
 /// How fast request bodies must arrive (`body_min_bytes_per_sec` after
 /// `header_timeout_secs`).
-fn pace(app: &App) -> conn::Pace {
+pub(crate) fn pace(config: &Config) -> conn::Pace {
     conn::Pace {
-        grace: Duration::from_secs(app.config.header_timeout_secs),
-        min_rate: app.config.body_min_bytes_per_sec,
+        grace: Duration::from_secs(config.header_timeout_secs),
+        min_rate: config.body_min_bytes_per_sec,
     }
 }
 
@@ -624,7 +622,7 @@ where
     // Frame by frame, without a list of buffers: a small body comes as one frame, which is
     // returned as it is, with no copy. Each frame must come by the pace's deadline.
     let mut body = body;
-    let pace = pace(app);
+    let pace = pace(&app.config);
     let start = tokio::time::Instant::now();
     let mut whole: Option<Bytes> = None;
     let mut joined: Vec<u8> = Vec::new();
