@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-/// A built-in role. The contract names these six; there are no user-defined roles.
+/// A built-in role. The contract names these seven; there are no user-defined roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Role {
@@ -17,16 +17,19 @@ pub enum Role {
     RestExtensionUser = 3,
     GeoReader = 4,
     GeoWriter = 5,
+    /// Writes and deletes templates (the TDE collection).
+    TdeAdmin = 6,
 }
 
 impl Role {
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::Admin,
         Role::RestReader,
         Role::RestWriter,
         Role::RestExtensionUser,
         Role::GeoReader,
         Role::GeoWriter,
+        Role::TdeAdmin,
     ];
 
     pub fn name(self) -> &'static str {
@@ -37,6 +40,7 @@ impl Role {
             Role::RestExtensionUser => "rest-extension-user",
             Role::GeoReader => "geo-data-services-reader",
             Role::GeoWriter => "geo-data-services-writer",
+            Role::TdeAdmin => "tde-admin",
         }
     }
 
@@ -52,6 +56,23 @@ impl Role {
 impl fmt::Display for Role {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The collection of templates (TDE): schema that only `tde-admin` (or `admin`) writes.
+pub const TEMPLATE_COLLECTION: &str = "http://marklogic.com/xdmp/tde";
+/// The collection of service descriptors: schema that only `geo-data-services-writer` (or
+/// `admin`) writes.
+pub const DESCRIPTOR_COLLECTION: &str = "http://marklogic.com/feature-services";
+
+/// The role (besides `admin`) that writing or deleting a document of `collection` needs,
+/// when that collection holds schema: templates and service descriptors change what every
+/// user's writes and queries mean, so `rest-writer` alone may not touch them.
+pub fn schema_role(collection: &str) -> Option<Role> {
+    match collection {
+        TEMPLATE_COLLECTION => Some(Role::TdeAdmin),
+        DESCRIPTOR_COLLECTION => Some(Role::GeoWriter),
+        _ => None,
     }
 }
 
@@ -311,6 +332,21 @@ mod tests {
                 (Role::GeoReader, Capability::Read),
                 (Role::GeoWriter, Capability::Update)
             ]
+        );
+    }
+
+    #[test]
+    fn schema_collections_name_their_roles() {
+        assert_eq!(schema_role(TEMPLATE_COLLECTION), Some(Role::TdeAdmin));
+        assert_eq!(schema_role(DESCRIPTOR_COLLECTION), Some(Role::GeoWriter));
+        assert_eq!(schema_role("places"), None);
+        // The new role survives the stored form of a role set.
+        let set = RoleSet::from_roles([Role::TdeAdmin, Role::RestWriter]);
+        assert_eq!(RoleSet::from_bits(set.bits()), set);
+        assert!(
+            RoleSet::from_roles([Role::Admin])
+                .effective()
+                .contains(Role::TdeAdmin)
         );
     }
 

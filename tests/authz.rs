@@ -326,3 +326,144 @@ fn every_endpoint_for_every_role() {
         wrong.join("\n")
     );
 }
+
+/// Templates and descriptors are schema (REFERENCE §5, Roles): writing or deleting one needs
+/// `tde-admin` or `geo-data-services-writer` (or `admin`), by any route; `rest-writer` alone
+/// writes plain documents only. A refused write is a 403 `SEC-PRIV` and changes nothing.
+#[test]
+fn schema_needs_its_role_by_every_write_route() {
+    let srv = TestServer::start();
+    let mut admin = srv.client(ADMIN);
+    let users: [(&str, &[&str]); 4] = [
+        ("s-rw", &["rest-writer"]),
+        ("s-tde", &["rest-writer", "tde-admin"]),
+        ("s-gw", &["rest-writer", "geo-data-services-writer"]),
+        (
+            "s-both",
+            &["rest-writer", "tde-admin", "geo-data-services-writer"],
+        ),
+    ];
+    for (name, roles) in users {
+        let r = admin.post_json(
+            "/manage/v2/users",
+            &json!({"user-name": name, "password": "pw", "role": roles}).to_string(),
+        );
+        assert_eq!(r.status, 201, "{name}: {}", r.text());
+    }
+    // Each template its own view: two templates may not define one.
+    let view = |schema: &str| {
+        json!({"template": {"context": "/", "collections": ["s"], "rows": [{
+            "schemaName": schema, "viewName": "v", "columns": [
+                {"name": "OBJECTID", "scalarType": "int", "val": "id"}]}]}})
+        .to_string()
+    };
+    let template = view("s");
+    let service = |name: &str| {
+        json!({"info": {"name": name, "description": "d"}, "layers": [{
+            "id": 0, "name": "v", "description": "d", "geometryType": "Point",
+            "schema": name, "view": "v",
+            "geometry": {"format": "geojson", "coordinateSystem": "wgs84", "xpath": "//geometry"}}]})
+        .to_string()
+    };
+    let exists = |admin: &mut Client, uri: &str| {
+        admin.get(&format!("/v1/documents?uri={uri}")).status == 200
+    };
+    // (user, may write templates, may write descriptors)
+    for (name, tde, gw) in [
+        ("s-rw", false, false),
+        ("s-tde", true, false),
+        ("s-gw", false, true),
+        ("s-both", true, true),
+    ] {
+        let mut c = srv.client((name, "pw"));
+        let t_uri = format!("/tde/{name}.json");
+        let template = view(name);
+        let r = c.put_json(
+            &format!("/v1/documents?uri={t_uri}&collection={}", enc(TDE)),
+            &template,
+        );
+        if tde {
+            assert_eq!(r.status, 201, "{name} template: {}", r.text());
+        } else {
+            assert_eq!(r.status, 403, "{name} template: {}", r.text());
+            let (_, code, message) = r.error();
+            assert_eq!(code, "SEC-PRIV", "{message}");
+            assert!(message.contains("tde-admin"), "{message}");
+            assert!(
+                !exists(&mut admin, &t_uri),
+                "{name}: a refused template was stored"
+            );
+        }
+        let d_uri = format!("/sd/{name}.json");
+        let r = c.put_json(
+            &format!("/v1/documents?uri={d_uri}&collection={}", enc(SERVICES)),
+            &service(name),
+        );
+        if gw {
+            assert_eq!(r.status, 201, "{name} descriptor: {}", r.text());
+        } else {
+            assert_eq!(r.status, 403, "{name} descriptor: {}", r.text());
+            assert!(
+                r.error().2.contains("geo-data-services-writer"),
+                "{}",
+                r.text()
+            );
+            assert!(!exists(&mut admin, &d_uri));
+        }
+        // A bulk write with a plain document and a template: all or nothing.
+        let bulk = format!(
+            "--b\r\nContent-Type: application/json\r\nContent-Disposition: inline; category=metadata\r\n\r\n\
+             {{\"collections\":[\"plain\"]}}\r\n\
+             --b\r\nContent-Type: application/json\r\nContent-Disposition: attachment; filename=\"/plain/{name}.json\"\r\n\r\n{{\"v\":1}}\r\n\
+             --b\r\nContent-Type: application/json\r\nContent-Disposition: inline; category=metadata\r\n\r\n\
+             {{\"collections\":[\"{TDE}\"]}}\r\n\
+             --b\r\nContent-Type: application/json\r\nContent-Disposition: attachment; filename=\"/tde/bulk-{name}.json\"\r\n\r\n{}\r\n--b--\r\n",
+            view(&format!("bulk-{name}"))
+        );
+        let r = c.request(
+            "POST",
+            "/v1/documents",
+            &[("Content-Type", "multipart/mixed; boundary=b")],
+            bulk.as_bytes(),
+        );
+        if tde {
+            assert_eq!(r.status, 200, "{name} bulk: {}", r.text());
+        } else {
+            assert_eq!(r.status, 403, "{name} bulk: {}", r.text());
+            assert!(
+                !exists(&mut admin, &format!("/plain/{name}.json")),
+                "{name}: half a refused bulk"
+            );
+            assert!(!exists(&mut admin, &format!("/tde/bulk-{name}.json")));
+        }
+    }
+    // The admin's template: a rest-writer can neither delete it, nor move it out of the TDE
+    // collection by replacing it, even though its permissions give rest-writer update.
+    let r = admin.put_json(
+        &format!("/v1/documents?uri=/tde/a.json&collection={}", enc(TDE)),
+        &view("a"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let mut rw = srv.client(("s-rw", "pw"));
+    let r = rw.delete("/v1/documents?uri=/tde/a.json");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.error().1, "SEC-PRIV");
+    let r = rw.put_json(
+        "/v1/documents?uri=/tde/a.json&collection=plain",
+        r#"{"v":1}"#,
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = admin.get("/v1/documents?uri=/tde/a.json&category=collections");
+    assert!(r.text().contains(TDE), "{}", r.text());
+    // The tde-admin may delete it.
+    let r = srv
+        .client(("s-tde", "pw"))
+        .delete("/v1/documents?uri=/tde/a.json");
+    assert_eq!(r.status, 204, "{}", r.text());
+    // A plain document is still the rest-writer's to write.
+    let r = rw.put_json("/v1/documents?uri=/plain/ok.json", r#"{"v":1}"#);
+    assert_eq!(r.status, 201, "{}", r.text());
+    // The role is listed and granted like any other.
+    let r = admin.get("/manage/v2/users/s-tde");
+    assert!(r.text().contains("tde-admin"), "{}", r.text());
+}

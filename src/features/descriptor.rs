@@ -8,7 +8,7 @@ use super::template::ViewKey;
 use crate::acl::Permissions;
 
 /// The collection that marks a document as a service descriptor.
-pub(crate) const DESCRIPTOR_COLLECTION: &str = "http://marklogic.com/feature-services";
+pub(crate) use crate::acl::DESCRIPTOR_COLLECTION;
 
 #[derive(Debug, Clone)]
 pub struct Layer {

@@ -9,7 +9,7 @@ use super::path::{ContextNode, Path, PathTooCostly};
 use crate::time::parse_datetime;
 
 /// The collection that marks a document as a template.
-pub(crate) const TEMPLATE_COLLECTION: &str = "http://marklogic.com/xdmp/tde";
+pub(crate) use crate::acl::TEMPLATE_COLLECTION;
 
 /// A column's declared type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -69,6 +69,13 @@ pub enum StoreError {
         capability: &'static str,
         uri: String,
     },
+    /// A write of schema (a template, a service descriptor) by a caller without its role.
+    #[error("user {user} needs the role {role} (or admin) to write or delete {uri}")]
+    SchemaPrivilege {
+        user: String,
+        role: &'static str,
+        uri: String,
+    },
     #[error("{0}")]
     Rejected(Rejection),
     #[error("the store is shutting down")]
@@ -109,6 +116,7 @@ impl From<StoreError> for ApiError {
             StoreError::Storage(_) => ErrorCode::Internal,
             StoreError::Corrupt(_) => ErrorCode::Internal,
             StoreError::Forbidden { .. } => ErrorCode::SecPermDenied,
+            StoreError::SchemaPrivilege { .. } => ErrorCode::SecPriv,
             StoreError::Rejected(_) => ErrorCode::InvalidRequest,
             StoreError::ShuttingDown => ErrorCode::Unavailable,
             StoreError::Internal(_) => ErrorCode::Internal,
@@ -1207,6 +1215,7 @@ fn plan_request(
                                 uri: put.uri,
                             });
                         }
+                        may_write_schema(caller, &put.uri, &colls)?;
                         (
                             put.permissions.unwrap_or(perms),
                             put.collections.unwrap_or(colls),
@@ -1228,6 +1237,9 @@ fn plan_request(
                         )
                     }
                 };
+                // Schema is checked on both sides: what the document was (above), and what it
+                // becomes.
+                may_write_schema(caller, &put.uri, &collections)?;
                 let doc = Document {
                     uri: put.uri,
                     format: put.format,
@@ -1268,7 +1280,7 @@ fn plan_request(
                     {
                         outcomes.push(Outcome::Absent)
                     }
-                    Some((perms, _)) => {
+                    Some((perms, colls)) => {
                         if !caller.may(&perms, Capability::Update) {
                             return Err(StoreError::Forbidden {
                                 user: caller.name().to_string(),
@@ -1276,6 +1288,7 @@ fn plan_request(
                                 uri,
                             });
                         }
+                        may_write_schema(caller, &uri, &colls)?;
                         if repeats {
                             overlay.insert(uri.clone(), None);
                         }
@@ -1326,6 +1339,24 @@ fn plan_request(
 /// Creating a document needs `rest-writer`; replacing or deleting one needs `update` on it.
 fn may_create(caller: &Caller) -> bool {
     caller.has(Role::RestWriter) || caller.has(Role::Admin)
+}
+
+/// A document in a schema collection (templates, descriptors) is written or deleted only by a
+/// caller with that collection's role, or an admin (`acl::schema_role`).
+fn may_write_schema(caller: &Caller, uri: &str, collections: &[String]) -> Result<(), StoreError> {
+    for role in collections
+        .iter()
+        .filter_map(|c| crate::acl::schema_role(c))
+    {
+        if !caller.has(role) && !caller.has(Role::Admin) {
+            return Err(StoreError::SchemaPrivilege {
+                user: caller.name().to_string(),
+                role: role.name(),
+                uri: uri.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The service's own tables are written by the service (system caller) or an admin; traces

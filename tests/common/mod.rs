@@ -78,6 +78,7 @@ pub fn seed_users(dir: &Path) {
                 "geo-data-services-writer",
                 "rest-extension-user",
                 "rest-writer",
+                "tde-admin",
             ],
         ),
         (
@@ -493,9 +494,15 @@ impl ChildServer {
     /// `geoshard serve` on `dir`, port 0, with `GEOSHARD_*` settings from `env`; waits until
     /// it announces its address.
     pub fn start(dir: &Path, env: &[(&str, &str)]) -> ChildServer {
+        ChildServer::start_at(dir, "127.0.0.1:0", env)
+    }
+
+    /// [`ChildServer::start`] listening on `listen` (a restart on the address a client
+    /// knows).
+    pub fn start_at(dir: &Path, listen: &str, env: &[(&str, &str)]) -> ChildServer {
         use std::process::{Command, Stdio};
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_geoshard"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        cmd.args(["serve", "--listen", listen, "--data-dir"])
             .arg(dir)
             .env("GEOSHARD_LOG", "warn")
             .stdout(Stdio::piped())
