@@ -317,6 +317,16 @@ pub struct ViewData {
     /// Geometry of each row, per layer geometry path.
     pub geometries: crate::FastMap<String, Geometries>,
     rows: usize,
+    /// Live rows per set of readers (a handful of sets per view): whether a caller may read
+    /// every row, which lets it see the index's own extent.
+    reader_sets: Vec<(RoleSet, usize)>,
+    /// Bumped by every change of rows, and again once the indexes have followed it
+    /// ([`ViewData::release`]): what a cached extent was computed at.
+    version: u64,
+    /// Extents of the rows some set of roles may read, by geometry path and role bits, at
+    /// the version they were computed at: for callers who may read only some of the rows.
+    extents:
+        parking_lot::Mutex<crate::FastMap<(String, u8), (u64, Option<crate::spatial::pip::BBox>)>>,
 }
 
 /// One geometry path's geometries, by slot.
@@ -353,6 +363,9 @@ impl ViewData {
             free: Vec::new(),
             geometries: crate::FastMap::default(),
             rows: 0,
+            reader_sets: Vec::new(),
+            version: 0,
+            extents: Default::default(),
         }
     }
 
@@ -365,6 +378,10 @@ impl ViewData {
         geometries: crate::FastMap<String, Geometries>,
     ) -> ViewData {
         let rows = readers.len();
+        let mut reader_sets: Vec<(RoleSet, usize)> = Vec::new();
+        for r in &readers {
+            count_readers(&mut reader_sets, *r, 1);
+        }
         ViewData {
             def,
             columns,
@@ -374,7 +391,42 @@ impl ViewData {
             free: Vec::new(),
             geometries,
             rows,
+            reader_sets,
+            version: 0,
+            extents: Default::default(),
         }
+    }
+
+    /// Whether `caller` may read every live row.
+    pub(crate) fn all_readable_by(&self, caller: &Caller) -> bool {
+        self.reader_sets
+            .iter()
+            .all(|&(r, n)| n == 0 || Permissions::readable_by(r, caller.roles()))
+    }
+
+    /// The extent of the rows `caller` may read at geometry path `path`, from `index`: the
+    /// index's own when every row is readable, else a walk of the readable rows' entries,
+    /// kept until the rows change.
+    pub(crate) fn readable_extent(
+        &self,
+        caller: &Caller,
+        path: &str,
+        index: &crate::spatial::Engine,
+    ) -> Option<crate::spatial::pip::BBox> {
+        if self.all_readable_by(caller) {
+            return index.extent();
+        }
+        let key = (path.to_string(), caller.roles().bits());
+        if let Some(&(at, extent)) = self.extents.lock().get(&key)
+            && at == self.version
+        {
+            return extent;
+        }
+        let extent = index.extent_admitted(&|slot| self.readable(caller, slot));
+        let mut cache = self.extents.lock();
+        // Role bits are seven: at most 128 sets a path.
+        cache.insert(key, (self.version, extent));
+        extent
     }
 
     pub fn len(&self) -> usize {
@@ -428,6 +480,8 @@ impl ViewData {
             self.rows += 1;
             slots.push(slot);
         }
+        count_readers(&mut self.reader_sets, readers, slots.len() as isize);
+        self.version += 1;
         let mut all: Vec<u32> = self.slots_of(uri).to_vec();
         all.extend(&slots);
         self.docs.set(uri, &all);
@@ -438,8 +492,13 @@ impl ViewData {
     /// then hand back with [`ViewData::release`]).
     pub(crate) fn kill_rows(&mut self, uri: &str) -> Vec<u32> {
         let slots = self.docs.remove(uri);
+        self.version += 1;
         for &s in slots.iter() {
             let s = s as usize;
+            if self.live.get(s) {
+                let r = self.readers[s];
+                count_readers(&mut self.reader_sets, r, -1);
+            }
             self.live.set(s, false);
             for col in &mut self.columns {
                 col.set(s, None);
@@ -455,6 +514,8 @@ impl ViewData {
     /// Slots that no index refers to any more may be reused.
     pub fn release(&mut self, slots: &[u32]) {
         self.free.extend_from_slice(slots);
+        // The indexes have followed the last change: extents computed before are stale.
+        self.version += 1;
     }
 
     /// The id (OBJECTID) of a row.
@@ -546,6 +607,15 @@ impl Row for RowRef<'_> {
     #[inline]
     fn get(&self, column: usize) -> Datum<'_> {
         self.view.columns[column].get(self.slot as usize)
+    }
+}
+
+/// Add `n` (may be negative) rows to the count of rows read by `readers`.
+fn count_readers(sets: &mut Vec<(RoleSet, usize)>, readers: RoleSet, n: isize) {
+    match sets.iter_mut().find(|(r, _)| *r == readers) {
+        Some((_, count)) => *count = count.saturating_add_signed(n),
+        None if n > 0 => sets.push((readers, n as usize)),
+        None => {}
     }
 }
 

@@ -383,7 +383,7 @@ fn collection(
     });
     let extent = match extents {
         Some(e) => e.get(&layer.id).copied(),
-        None => app.features.layer_extent(layer),
+        None => app.features.layer_extent(layer, &ctx.caller),
     };
     if let Some([xmin, ymin, xmax, ymax]) = extent {
         c["extent"] = json!({"spatial": {"bbox": [[xmin, ymin, xmax, ymax]], "crs": CRS84}});

@@ -104,7 +104,7 @@ async fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError>
     });
     let bounds = match super::spread::layer_extents(app, ctx, &d.name).await? {
         Some(extents) => extents.get(&layer.id).copied(),
-        None => app.features.layer_extent(layer),
+        None => app.features.layer_extent(layer, &ctx.caller),
     };
     if let Some(b) = bounds {
         doc["bounds"] = json!(b);

@@ -200,6 +200,10 @@ struct Built {
     envelopes: Vec<(usize, PartEntry)>,
 }
 
+/// Which ids a query may consider at all (a caller's readable rows): asked before any
+/// exact test.
+pub type Admit<'a> = &'a (dyn Fn(FeatureId) -> bool + Sync);
+
 pub struct Engine {
     partitioner: Partitioner,
     shards: Box<[RwLock<ShardIndex>]>,
@@ -239,6 +243,34 @@ impl Engine {
             .iter()
             .filter_map(|s| s.read().bounds())
             .reduce(super::entry::union)
+    }
+
+    /// A box holding every feature that `admit` takes, or `None` when there is none: a walk
+    /// of every entry, for callers who may read only some of the features.
+    pub fn extent_admitted(&self, admit: Admit<'_>) -> Option<super::pip::BBox> {
+        self.shards
+            .par_iter()
+            .filter_map(|s| {
+                let idx = s.read();
+                // Every entry of the shard lies within its bounds.
+                let all = idx.bounds()?;
+                let mut out: Option<super::pip::BBox> = None;
+                let mut add = |b: super::pip::BBox| {
+                    out = Some(out.map_or(b, |o| super::entry::union(o, b)));
+                };
+                idx.points_in(&all, |e| {
+                    if admit(e.id) {
+                        add([e.xy[0], e.xy[1], e.xy[0], e.xy[1]]);
+                    }
+                });
+                idx.parts_in(&all, true, |e| {
+                    if admit(e.id) {
+                        add(e.shape.bbox);
+                    }
+                });
+                out
+            })
+            .reduce_with(super::entry::union)
     }
 
     /// Entries per shard: (points, parts, envelopes).
@@ -453,22 +485,53 @@ impl Engine {
         rel: Relation,
         deadline: Option<Instant>,
     ) -> Result<Vec<FeatureId>, PastDeadline> {
-        if let Some((x, y)) = q.as_point() {
-            return Ok(self.query_point(q, x, y, rel));
-        }
-        self.query_region(q, rel, deadline)
+        self.query_admitted(q, rel, deadline, &|_| true)
     }
 
-    fn query_point(&self, q: &Query, x: f64, y: f64, rel: Relation) -> Vec<FeatureId> {
+    /// [`Engine::query_within`] over the ids `admit` takes only: the others are left out
+    /// before any exact test, so a feature the caller may not see costs no more than its
+    /// box's lookup.
+    pub fn query_admitted(
+        &self,
+        q: &Query,
+        rel: Relation,
+        deadline: Option<Instant>,
+        admit: Admit<'_>,
+    ) -> Result<Vec<FeatureId>, PastDeadline> {
+        if let Some((x, y)) = q.as_point() {
+            return Ok(self.query_point(q, x, y, rel, admit));
+        }
+        self.query_region(q, rel, deadline, admit)
+    }
+
+    fn query_point(
+        &self,
+        q: &Query,
+        x: f64,
+        y: f64,
+        rel: Relation,
+        admit: Admit<'_>,
+    ) -> Vec<FeatureId> {
         let shard = self.shards[self.partitioner.shard_of_point(x, y)].read();
         let mut out = Vec::new();
-        shard.points_at(x, y, |id| out.push(id));
+        shard.points_at(x, y, |id| {
+            if admit(id) {
+                out.push(id)
+            }
+        });
         if rel == Relation::EnvelopeIntersects {
-            shard.parts_in(&[x, y, x, y], true, |e| out.push(e.id));
+            shard.parts_in(&[x, y, x, y], true, |e| {
+                if admit(e.id) {
+                    out.push(e.id)
+                }
+            });
         } else {
             // Candidates of one id arrive as several parts; combine their locations.
             let mut cands: Vec<(FeatureId, Location, &PartEntry)> = Vec::new();
             shard.parts_at(x, y, |id, e, known| {
+                if !admit(id) {
+                    return;
+                }
                 let loc = known.unwrap_or_else(|| {
                     if e.part == WHOLE {
                         e.shape.locate(x, y)
@@ -503,6 +566,7 @@ impl Engine {
         q: &Query,
         rel: Relation,
         deadline: Option<Instant>,
+        admit: Admit<'_>,
     ) -> Result<Vec<FeatureId>, PastDeadline> {
         let bbox = *q.bbox();
         if bbox[0] > bbox[2] {
@@ -530,12 +594,16 @@ impl Engine {
                 let idx = self.shards[s].read();
                 let mut ids = Vec::new();
                 idx.points_in(&bbox, |e| {
-                    if q.matches_point(e.xy[0], e.xy[1], rel) {
+                    if admit(e.id) && q.matches_point(e.xy[0], e.xy[1], rel) {
                         ids.push(e.id);
                     }
                 });
                 let mut shapes: Vec<(FeatureId, Arc<Shape>)> = Vec::new();
-                idx.parts_in(&bbox, envelopes, |e| shapes.push((e.id, e.shape.clone())));
+                idx.parts_in(&bbox, envelopes, |e| {
+                    if admit(e.id) {
+                        shapes.push((e.id, e.shape.clone()))
+                    }
+                });
                 (ids, shapes)
             })
             .collect();
@@ -593,6 +661,18 @@ impl Engine {
         meters: f64,
         deadline: Option<Instant>,
     ) -> Result<Vec<FeatureId>, PastDeadline> {
+        self.query_distance_admitted(q, meters, deadline, &|_| true)
+    }
+
+    /// [`Engine::query_distance`] over the ids `admit` takes only, as in
+    /// [`Engine::query_admitted`].
+    pub fn query_distance_admitted(
+        &self,
+        q: &Query,
+        meters: f64,
+        deadline: Option<Instant>,
+        admit: Admit<'_>,
+    ) -> Result<Vec<FeatureId>, PastDeadline> {
         let qb = *q.bbox();
         if qb[0] > qb[2] {
             return Ok(Vec::new());
@@ -602,8 +682,16 @@ impl Engine {
         let mut shapes: Vec<(FeatureId, Arc<Shape>)> = Vec::new();
         for s in self.partitioner.shards_for_bbox(&bbox).iter() {
             let idx = self.shards[s].read();
-            idx.points_in(&bbox, |e| points.push((e.id, e.xy)));
-            idx.parts_in(&bbox, true, |e| shapes.push((e.id, e.shape.clone())));
+            idx.points_in(&bbox, |e| {
+                if admit(e.id) {
+                    points.push((e.id, e.xy))
+                }
+            });
+            idx.parts_in(&bbox, true, |e| {
+                if admit(e.id) {
+                    shapes.push((e.id, e.shape.clone()))
+                }
+            });
         }
         shapes.sort_unstable_by_key(|c| c.0);
         shapes.dedup_by_key(|c| c.0);
@@ -660,6 +748,81 @@ mod tests {
 
     /// A region query past its deadline gives up; before it, or without one, it answers as
     /// `query` does; a point query always answers.
+    /// Ids left out by `admit` never reach an exact test, and the answer is the unfiltered
+    /// one less those ids, for points, regions, envelopes and distances.
+    #[test]
+    fn admitted_queries_leave_out_what_admit_refuses_before_testing_it() {
+        let e = Engine::new(EngineConfig {
+            shards: 4,
+            resolution: 3,
+        })
+        .unwrap();
+        let mut items: Vec<(FeatureId, Geometry<f64>)> = (0..100u32)
+            .map(|i| {
+                let (x, y) = (f64::from(i % 10), f64::from(i / 10));
+                let p = polygon![(x: x, y: y), (x: x + 0.9, y: y), (x: x + 0.9, y: y + 0.9), (x: x, y: y + 0.9), (x: x, y: y)];
+                (i, Geometry::Polygon(p))
+            })
+            .collect();
+        items.extend((101..201u32).map(|i| {
+            let (x, y) = (
+                f64::from((i - 101) % 10) + 0.5,
+                f64::from((i - 101) / 10) + 0.5,
+            );
+            (i, Geometry::Point(point!(x: x, y: y)))
+        }));
+        e.bulk_load(items);
+        let odd = |id: FeatureId| id % 2 == 1;
+        let region = Query::new(Geometry::Polygon(
+            polygon![(x: -1., y: -1.), (x: 4.2, y: -1.), (x: 4.2, y: 4.2), (x: -1., y: 4.2), (x: -1., y: -1.)],
+        ));
+        for rel in [
+            Relation::Intersects,
+            Relation::EnvelopeIntersects,
+            Relation::Contains,
+        ] {
+            for q in [&region, &Query::point(3.5, 2.5)] {
+                let all = e.query(q, rel);
+                let want: Vec<FeatureId> = all.iter().copied().filter(|i| odd(*i)).collect();
+                assert!(!want.is_empty(), "{rel:?}");
+                assert_eq!(
+                    e.query_admitted(q, rel, None, &odd).unwrap(),
+                    want,
+                    "{rel:?}"
+                );
+            }
+        }
+        assert!(e.query(&region, Relation::Intersects).len() > 30);
+        let all = e
+            .query_distance(&Query::point(2.0, 2.0), 200_000.0, None)
+            .unwrap();
+        let want: Vec<FeatureId> = all.iter().copied().filter(|i| odd(*i)).collect();
+        assert!(!want.is_empty() && want.len() < all.len());
+        assert_eq!(
+            e.query_distance_admitted(&Query::point(2.0, 2.0), 200_000.0, None, &odd)
+                .unwrap(),
+            want
+        );
+        // Nothing admitted: nothing tested, nothing found.
+        let tested = std::sync::atomic::AtomicUsize::new(0);
+        let none = |_: FeatureId| {
+            tested.fetch_add(1, Ordering::Relaxed);
+            false
+        };
+        assert!(
+            e.query_admitted(&region, Relation::Intersects, None, &none)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(tested.load(Ordering::Relaxed) > 0);
+        // The extent of the admitted features only: the squares with ids below 12 span
+        // x 0..9.9 and y 0..1.9; every feature, 0..9.9 by 0..9.9.
+        assert_eq!(e.extent_admitted(&|_| true), Some([0.0, 0.0, 9.9, 9.9]));
+        assert_eq!(e.extent_admitted(&|i| i < 12), Some([0.0, 0.0, 9.9, 1.9]));
+        assert_eq!(e.extent_admitted(&|i| i == 151), Some([0.5, 5.5, 0.5, 5.5]));
+        assert_eq!(e.extent_admitted(&|_| false), None);
+    }
+
     #[test]
     fn a_region_query_stops_at_its_deadline() {
         let e = Engine::new(EngineConfig {

@@ -50,16 +50,16 @@ impl Features {
             .as_deref()
             .is_some_and(|m| m.eq_ignore_ascii_case("query"));
         match (resolved, is_query) {
-            (None, _) => Ok(self.service_description(&descriptor)),
-            (Some(resolved), false) => Ok(self.layer_description(&resolved)),
+            (None, _) => Ok(self.service_description(caller, &descriptor)),
+            (Some(resolved), false) => Ok(self.layer_description(caller, &resolved)),
             (Some(resolved), true) => self.run_query(caller, req, &descriptor, &resolved, limit),
         }
     }
 
     /// The service descriptor as Koop reads it for `/FeatureServer` (REFERENCE §5): the
     /// info's members, `maxRecordCount`, and each layer's metadata in ascending id order.
-    pub(super) fn service_description(&self, d: &Descriptor) -> Vec<u8> {
-        self.service_description_with(d, &|layer| self.layer_extent(layer))
+    pub(super) fn service_description(&self, caller: &Caller, d: &Descriptor) -> Vec<u8> {
+        self.service_description_with(d, &|layer| self.layer_extent(layer, caller))
     }
 
     /// [`Features::service_description`], with each layer's data extent from `extent_of`.
@@ -112,8 +112,8 @@ impl Features {
     }
 
     /// The layer descriptor: `{"metadata": {…}}`.
-    pub(super) fn layer_description(&self, resolved: &Resolved<'_>) -> Vec<u8> {
-        self.layer_description_with(resolved, &|layer| self.layer_extent(layer))
+    pub(super) fn layer_description(&self, caller: &Caller, resolved: &Resolved<'_>) -> Vec<u8> {
+        self.layer_description_with(resolved, &|layer| self.layer_extent(layer, caller))
     }
 
     /// [`Features::layer_description`], with the layer's data extent from `extent_of`.
@@ -184,8 +184,12 @@ impl Features {
         };
         let def = &view.def;
         let plan = Plan::new(def, resolved.layer, q, &self.settings)?;
-        let candidates = candidates(view, resolved.layer, q, deadline).map_err(|_| past_limit())?;
+        // The rows first: the index asks them which candidates the caller may read before
+        // any exact test, so unreadable rows cost nothing but their box lookup.
         let data = view.data.read();
+        let readable = |slot: u32| data.readable(caller, slot);
+        let candidates =
+            candidates(view, resolved.layer, q, deadline, &readable).map_err(|_| past_limit())?;
         let mut rows =
             matching_rows(&data, caller, candidates, &plan, q, deadline).ok_or_else(past_limit)?;
         Ok(match plan.output {
@@ -222,19 +226,22 @@ impl Features {
 }
 
 impl Features {
-    /// The box `[xmin, ymin, xmax, ymax]` of a layer's features (none without features).
-    pub(crate) fn layer_extent(&self, layer: &Layer) -> Option<crate::spatial::pip::BBox> {
-        data_extent(layer, self.view(&layer.view).as_deref())
+    /// The box `[xmin, ymin, xmax, ymax]` of the layer's features that `caller` may read
+    /// (none without such features): a row the caller may not read never widens it.
+    pub(crate) fn layer_extent(
+        &self,
+        layer: &Layer,
+        caller: &Caller,
+    ) -> Option<crate::spatial::pip::BBox> {
+        let view = self.view(&layer.view)?;
+        let index = view
+            .indexes
+            .read()
+            .get(layer.geometry_path.text())
+            .cloned()?;
+        let data = view.data.read();
+        data.readable_extent(caller, layer.geometry_path.text(), &index)
     }
-}
-
-/// The box of a layer's features, from its index (none without features).
-fn data_extent(layer: &Layer, view: Option<&ViewState>) -> Option<crate::spatial::pip::BBox> {
-    view?
-        .indexes
-        .read()
-        .get(layer.geometry_path.text())?
-        .extent()
 }
 
 /// An extent as the geo data services write it, in WGS84.
@@ -391,21 +398,24 @@ impl Plan {
     }
 }
 
-/// The rows the spatial index gives for the query's geometry (and distance), or `None` for
-/// every row when there is no geometry.
+/// The rows the spatial index gives for the query's geometry (and distance) among those
+/// `admit` takes, or `None` for every row when there is no geometry.
 pub(super) fn candidates(
     view: &ViewState,
     layer: &Layer,
     q: &QuerySpec,
     deadline: Option<std::time::Instant>,
+    admit: crate::spatial::engine::Admit<'_>,
 ) -> Result<Option<Vec<u32>>, crate::spatial::PastDeadline> {
     let Some((query, rel)) = &q.geometry else {
         return Ok(None);
     };
     let index = view.indexes.read().get(layer.geometry_path.text()).cloned();
     Ok(Some(match (index, q.distance) {
-        (Some(engine), Some(meters)) => engine.query_distance(query, meters, deadline)?,
-        (Some(engine), None) => engine.query_within(query, *rel, deadline)?,
+        (Some(engine), Some(meters)) => {
+            engine.query_distance_admitted(query, meters, deadline, admit)?
+        }
+        (Some(engine), None) => engine.query_admitted(query, *rel, deadline, admit)?,
         (None, _) => Vec::new(),
     }))
 }

@@ -333,7 +333,7 @@ impl Features {
                 descriptor
                     .layers
                     .iter()
-                    .map(|l| (l.id, self.layer_extent(l)))
+                    .map(|l| (l.id, self.layer_extent(l, caller)))
                     .collect(),
             ));
         };
@@ -344,8 +344,10 @@ impl Features {
         let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
         let q = &req.query;
         let plan = Plan::new(&view.def, resolved.layer, q, &self.settings)?;
-        let candidates = candidates(view, resolved.layer, q, deadline).map_err(|_| past_limit())?;
         let data = view.data.read();
+        let readable = |slot: u32| data.readable(caller, slot);
+        let candidates =
+            candidates(view, resolved.layer, q, deadline, &readable).map_err(|_| past_limit())?;
         let mut rows =
             matching_rows(&data, caller, candidates, &plan, q, deadline).ok_or_else(past_limit)?;
         if let (Some(shards), Some(placement)) = (shards, self.placement()) {

@@ -1,0 +1,282 @@
+//! What a caller learns of rows it may not read (issue 53): extents over the caller's
+//! readable rows only, in every place one is given (both descriptors, the OGC collections,
+//! TileJSON), and unreadable rows that cost a query no exact geometry test. The expected
+//! extents are the readable documents' own coordinates, written here.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const TDE: &str = "http://marklogic.com/xdmp/tde";
+const SERVICES: &str = "http://marklogic.com/feature-services";
+const GEO_READ: &str = "&perm:geo-data-services-reader=read&perm:geo-data-services-writer=update";
+const ADMIN_ONLY: &str = "&perm:admin=read";
+
+fn define(admin: &mut Client, service: &str, collection: &str, kind: &str) {
+    let template = json!({"template": {"context": "/", "collections": [collection], "rows": [{
+        "schemaName": service, "viewName": "v", "columns": [
+            {"name": "OBJECTID", "scalarType": "int", "val": "id"}]}]}});
+    let r = admin.put_json(
+        &format!(
+            "/v1/documents?uri=/tde/{service}.json&collection={}",
+            enc(TDE)
+        ),
+        &template.to_string(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let descriptor = json!({"info": {"name": service, "description": "d"}, "layers": [{
+        "id": 0, "name": "v", "description": "d", "geometryType": kind,
+        "schema": service, "view": "v",
+        "geometry": {"format": "geojson", "coordinateSystem": "wgs84", "xpath": "//geometry"}}]});
+    let r = admin.put_json(
+        &format!(
+            "/v1/documents?uri=/sd/{service}.json&collection={}",
+            enc(SERVICES)
+        ),
+        &descriptor.to_string(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+fn put(admin: &mut Client, collection: &str, id: i64, geometry: &Value, perms: &str) {
+    let doc = json!({"id": id, "geometry": geometry});
+    let r = admin.put_json(
+        &format!("/v1/documents?uri=/{collection}/{id}.json&collection={collection}{perms}"),
+        &doc.to_string(),
+    );
+    assert!(r.status == 201 || r.status == 204, "{}", r.text());
+}
+
+fn point(x: f64, y: f64) -> Value {
+    json!({"type": "Point", "coordinates": [x, y]})
+}
+
+fn geo_query(c: &mut Client, body: Value) -> Value {
+    let r = c.post_json("/v1/resources/geoQueryService", &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// `[xmin, ymin, xmax, ymax]` of an `extent` member, or `None` without one.
+fn esri_extent(e: &Value) -> Option<[f64; 4]> {
+    Some([
+        e.get("xmin")?.as_f64()?,
+        e["ymin"].as_f64()?,
+        e["xmax"].as_f64()?,
+        e["ymax"].as_f64()?,
+    ])
+}
+
+fn box_of(v: &Value) -> Option<[f64; 4]> {
+    let a = v.as_array()?;
+    Some([
+        a[0].as_f64()?,
+        a[1].as_f64()?,
+        a[2].as_f64()?,
+        a[3].as_f64()?,
+    ])
+}
+
+/// Every extent the server gives for layer 0 of `service`, as `who` sees it.
+fn extents(srv: &TestServer, who: (&str, &str), service: &str) -> Vec<(String, Option<[f64; 4]>)> {
+    let mut c = srv.client(who);
+    let svc = geo_query(&mut c, json!({"params": {"id": service}}));
+    let layer = geo_query(&mut c, json!({"params": {"id": service, "layer": 0}}));
+    let collection = srv.client(who).get(&format!(
+        "/ogc/collections/{}",
+        enc(&format!("{service}.0"))
+    ));
+    assert_eq!(collection.status, 200, "{}", collection.text());
+    let collections = srv.client(who).get("/ogc/collections").json();
+    let listed = collections["collections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == format!("{service}.0"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{service}.0 not listed: {collections}"));
+    let tilejson = srv
+        .client(who)
+        .get(&format!("/tiles/{}.json", enc(&format!("{service}.0"))));
+    assert_eq!(tilejson.status, 200, "{}", tilejson.text());
+    vec![
+        ("service extent".into(), esri_extent(&svc["extent"])),
+        (
+            "service layer extent".into(),
+            esri_extent(&svc["layers"][0]["metadata"]["extent"]),
+        ),
+        (
+            "layer extent".into(),
+            esri_extent(&layer["metadata"]["extent"]),
+        ),
+        (
+            "OGC collection".into(),
+            box_of(&collection.json()["extent"]["spatial"]["bbox"][0]),
+        ),
+        (
+            "OGC collections".into(),
+            box_of(&listed["extent"]["spatial"]["bbox"][0]),
+        ),
+        ("TileJSON bounds".into(), box_of(&tilejson.json()["bounds"])),
+    ]
+}
+
+/// Each extent is `want` (to a micrometre: an index's own box may be padded by 1e-9).
+fn assert_all(got: &[(String, Option<[f64; 4]>)], want: Option<[f64; 4]>, who: &str) {
+    for (place, e) in got {
+        let close = match (e, want) {
+            (Some(a), Some(b)) => a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        assert!(close, "{place} as {who}: {e:?}, want {want:?}");
+    }
+}
+
+/// Issue 53 finding 2: one admin-only document far away widened every extent a non-admin
+/// saw. Now each place gives the extent of what the caller may read; an admin still sees all,
+/// and a write or a delete changes it at once.
+#[test]
+fn extents_cover_only_what_the_caller_may_read() {
+    let srv = TestServer::start();
+    let mut admin = srv.client(ADMIN);
+    define(&mut admin, "Spots", "spots", "Point");
+    put(&mut admin, "spots", 1, &point(10.0, 10.0), GEO_READ);
+    put(&mut admin, "spots", 2, &point(11.0, 12.0), GEO_READ);
+    put(&mut admin, "spots", 3, &point(12.0, 11.0), GEO_READ);
+    put(&mut admin, "spots", 4, &point(-120.0, -40.0), ADMIN_ONLY);
+    // A polygon layer of one admin-only feature: nothing for the geo user, so no extent.
+    define(&mut admin, "Hidden", "hidden", "Polygon");
+    let square = json!({"type": "Polygon", "coordinates": [[[50, 50], [51, 50], [51, 51], [50, 51], [50, 50]]]});
+    put(&mut admin, "hidden", 1, &square, ADMIN_ONLY);
+
+    assert_all(
+        &extents(&srv, GEO, "Spots"),
+        Some([10.0, 10.0, 12.0, 12.0]),
+        "geo",
+    );
+    assert_all(
+        &extents(&srv, ADMIN, "Spots"),
+        Some([-120.0, -40.0, 12.0, 12.0]),
+        "admin",
+    );
+    assert_all(&extents(&srv, GEO, "Hidden"), None, "geo");
+    assert_all(
+        &extents(&srv, ADMIN, "Hidden"),
+        Some([50.0, 50.0, 51.0, 51.0]),
+        "admin",
+    );
+
+    // A readable write widens the geo user's extent at once, and its delete narrows it back.
+    put(&mut admin, "spots", 5, &point(20.0, 5.0), GEO_READ);
+    assert_all(
+        &extents(&srv, GEO, "Spots"),
+        Some([10.0, 5.0, 20.0, 12.0]),
+        "geo after a write",
+    );
+    let r = admin.delete("/v1/documents?uri=/spots/5.json");
+    assert_eq!(r.status, 204);
+    assert_all(
+        &extents(&srv, GEO, "Spots"),
+        Some([10.0, 10.0, 12.0, 12.0]),
+        "geo after a delete",
+    );
+    // The admin-only document made readable: now it counts.
+    put(&mut admin, "hidden", 1, &square, GEO_READ);
+    assert_all(
+        &extents(&srv, GEO, "Hidden"),
+        Some([50.0, 50.0, 51.0, 51.0]),
+        "geo, readable",
+    );
+}
+
+/// A polygon of `n` vertices on a circle of radius `r` around `(cx, cy)`.
+fn ring(cx: f64, cy: f64, r: f64, n: usize) -> Value {
+    let mut pts: Vec<[f64; 2]> = (0..n)
+        .map(|i| {
+            let a = i as f64 / n as f64 * std::f64::consts::TAU;
+            [cx + r * a.cos(), cy + r * a.sin()]
+        })
+        .collect();
+    pts.push(pts[0]);
+    json!({"type": "Polygon", "coordinates": [pts]})
+}
+
+/// The least time of `n` runs of `f`.
+fn least(n: usize, mut f: impl FnMut()) -> Duration {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .min()
+        .unwrap()
+}
+
+/// Issue 53 finding 3: a count over a box of admin-only polygons of 200k vertices cost the
+/// geo user their exact tests (about 250 ms) though it may read none of them. Now it costs
+/// what a count over an empty box does, and the admin's count still tests them.
+#[test]
+fn unreadable_rows_cost_no_exact_test() {
+    let srv = TestServer::start();
+    let mut admin = srv.client(ADMIN);
+    define(&mut admin, "Big", "big", "Polygon");
+    for (i, cx) in [0.0, 3.0, 6.0].into_iter().enumerate() {
+        put(
+            &mut admin,
+            "big",
+            i as i64 + 1,
+            &ring(cx, 0.0, 1.0, 200_000),
+            ADMIN_ONLY,
+        );
+    }
+    // The query: a thin diagonal polygon crossing every disc's box, so that the exact test
+    // cannot be answered from the boxes alone.
+    let over = json!({"type": "Polygon", "coordinates": [[[-1.2, -1.2], [7.2, 1.1], [7.2, 1.2], [-1.2, -1.1], [-1.2, -1.2]]]});
+    let empty = json!({"type": "Polygon", "coordinates": [[[100, 60], [101, 60], [101, 61], [100, 61], [100, 60]]]});
+    let count = |who: (&str, &str), g: &Value| -> i64 {
+        let body = json!({"params": {"id": "Big", "layer": 0, "method": "query"},
+            "query": {"returnCountOnly": true,
+                      "extension": {"geometry": g, "spatialRel": "esriSpatialRelIntersects"}}});
+        let mut c = srv.client(who);
+        geo_query(&mut c, body)["count"].as_i64().unwrap()
+    };
+    assert_eq!(count(ADMIN, &over), 3);
+    assert_eq!(count(GEO, &over), 0);
+    assert_eq!(count(GEO, &empty), 0);
+    // One client each, so the least of several runs measures the query, not the handshake.
+    let mut geo = srv.client(GEO);
+    let mut admin = srv.client(ADMIN);
+    let body = |g: &Value| {
+        json!({"params": {"id": "Big", "layer": 0, "method": "query"},
+            "query": {"returnCountOnly": true,
+                      "extension": {"geometry": g, "spatialRel": "esriSpatialRelIntersects"}}})
+        .to_string()
+    };
+    let (over_body, empty_body) = (body(&over), body(&empty));
+    let time = |c: &mut Client, b: &str, runs: usize| {
+        least(runs, || {
+            let r = c.post_json("/v1/resources/geoQueryService", b);
+            assert_eq!(r.status, 200);
+        })
+    };
+    let geo_over = time(&mut geo, &over_body, 7);
+    let geo_empty = time(&mut geo, &empty_body, 7);
+    let admin_over = time(&mut admin, &over_body, 1);
+    eprintln!(
+        "least of 7: geo over {geo_over:?}, geo empty {geo_empty:?}; admin over {admin_over:?}"
+    );
+    // The unreadable polygons cost the geo user no more than an empty box, give or take
+    // the machine's noise; the admin's count, which tests them, shows what that would be.
+    assert!(
+        geo_over <= geo_empty * 3 + Duration::from_millis(5),
+        "geo over {geo_over:?}, empty {geo_empty:?}"
+    );
+    assert!(
+        admin_over > geo_over,
+        "the admin's exact tests ({admin_over:?}) should cost more than none ({geo_over:?})"
+    );
+}
