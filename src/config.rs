@@ -164,7 +164,8 @@ pub struct Config {
     pub access_log: bool,
     /// Record the Prometheus metrics served at `/metrics`.
     pub metrics: bool,
-    /// `/metrics` asks for credentials (any authenticated user) instead of answering anyone.
+    /// `/metrics` asks for credentials (any user; only an admin sees the per-layer gauges);
+    /// `false` answers anyone, without them.
     pub metrics_auth: bool,
 }
 
@@ -234,7 +235,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             access_log: true,
             metrics: true,
-            metrics_auth: false,
+            metrics_auth: true,
         }
     }
 }
@@ -698,7 +699,7 @@ mod tests {
             ("log_format", "json"),
             ("access_log", "off"),
             ("metrics", "false"),
-            ("metrics_auth", "true"),
+            ("metrics_auth", "false"),
         ];
         assert_eq!(samples.len(), KEYS.len());
         let mut c = Config::default();
@@ -713,7 +714,7 @@ mod tests {
         assert!(!c.pin_io_threads);
         assert_eq!(c.io_poll_us, 0);
         assert_eq!(c.log_format, LogFormat::Json);
-        assert!(!c.access_log && !c.metrics && c.metrics_auth);
+        assert!(!c.access_log && !c.metrics && !c.metrics_auth);
         assert!(!c.store_quick_repair);
         assert!(c.set("log_format", "xml").is_err());
     }

@@ -59,7 +59,8 @@ fn metrics_move_by_what_was_done() {
             concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/project"),
         )],
     );
-    let mut anon = Client::new(srv.addr, Auth::None);
+    // Scrapes need credentials by default; the per-layer gauges are an admin's.
+    let mut anon = srv.client(ADMIN);
     let mut geo = srv.client(GEO);
     let mut w = srv.client(WRITER);
     load_counties(&mut geo);
@@ -223,17 +224,38 @@ fn request_ids_are_echoed_and_logged_as_json() {
 fn liveness_readiness_and_guarded_metrics() {
     let dir = temp_dir("ops-ready");
     seed_users(&dir);
-    let srv = ChildServer::start(dir.path(), &[("GEOSHARD_METRICS_AUTH", "true")]);
+    let project = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/project");
+    // The default: metrics_auth.
+    let srv = ChildServer::start(dir.path(), &[("GEOSHARD_PROJECT", project)]);
     let mut anon = Client::new(srv.addr, Auth::None);
     assert_eq!(anon.get("/health").status, 200);
     let ready = anon.get("/ready");
     assert_eq!(ready.status, 200, "{}", ready.text());
     assert_eq!(ready.json()["status"], "ready");
-    // metrics_auth: anonymous scrapes are challenged, any user may scrape.
+    // Readiness names no path of the machine.
+    assert!(ready.json().get("project").is_none(), "{}", ready.text());
+    assert!(!ready.text().contains("fixtures"), "{}", ready.text());
+    load_counties(&mut srv.client(GEO));
+    // Anonymous scrapes are challenged; any user may scrape, and only an admin sees the
+    // services, views and their row counts.
     assert_eq!(anon.get("/metrics").status, 401);
-    let mut reader = srv.client(READER);
-    let r = reader.get("/metrics");
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert!(r.text().contains("geoshard_http_requests_total"));
+    let reader = srv.client(READER).get("/metrics");
+    assert_eq!(reader.status, 200, "{}", reader.text());
+    assert!(reader.text().contains("geoshard_http_requests_total"));
+    assert!(!reader.text().contains("Counties"), "{}", reader.text());
+    assert!(!reader.text().contains("geoshard_layer_features{"));
+    let admin = srv.client(ADMIN).get("/metrics").text();
+    assert!(
+        admin.contains("geoshard_layer_features{layer=\"0\",service=\"Counties\"} 3231"),
+        "{admin}"
+    );
+    srv.kill();
+    // metrics_auth = false: anyone may scrape, and the page names no service or view.
+    let srv = ChildServer::start(dir.path(), &[("GEOSHARD_METRICS_AUTH", "false")]);
+    let open = Client::new(srv.addr, Auth::None).get("/metrics");
+    assert_eq!(open.status, 200, "{}", open.text());
+    assert!(open.text().contains("geoshard_process_resident_memory_bytes"));
+    assert!(!open.text().contains("Counties"), "{}", open.text());
+    assert!(!open.text().contains("shard_features{"), "{}", open.text());
     srv.kill();
 }

@@ -276,7 +276,7 @@ where
     let method = parts.method;
     let result = match route {
         Route::Health | Route::Ready | Route::NotFound => unreachable_route(),
-        Route::Metrics => Ok(metrics(app)),
+        Route::Metrics => Ok(metrics(app, ctx.caller.has(crate::acl::Role::Admin))),
         Route::OpenApi => Ok(response::json_bytes(
             200,
             Bytes::from_static(OPENAPI.as_bytes()),
@@ -352,7 +352,7 @@ pub(super) fn label(path: &str) -> &'static str {
 fn unauthenticated(app: &App, route: &Route) -> Resp {
     match route {
         Route::Ready => ready(app),
-        Route::Metrics => metrics(app),
+        Route::Metrics => metrics(app, false),
         _ => health(app),
     }
 }
@@ -366,7 +366,6 @@ fn ready(app: &App) -> Resp {
         "status": "ready",
         "store": "open",
         "layers": layers.len(),
-        "project": app.config.project.as_ref().map(|p| p.display().to_string()),
     });
     let mut status = 200;
     if let Some(c) = app.cluster.get() {
@@ -383,21 +382,29 @@ fn ready(app: &App) -> Resp {
     response::json_value(status, &body)
 }
 
-/// The Prometheus text format, with the gauges read now.
-fn metrics(app: &App) -> Resp {
-    let (layers, shards) = app.features.sizes();
+/// The Prometheus text format, with the gauges read now. The gauges labelled with service and
+/// view names, and their row counts over every row, are on the page only for an admin
+/// (`data`): anyone else, anonymous scrapes included, learns nothing of what is stored.
+fn metrics(app: &App, data: bool) -> Resp {
+    // One page at a time: the labelled gauges are filled for an admin's page and emptied for
+    // another's, in one registry.
+    static PAGE: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    let _page = PAGE.lock();
     let m = &crate::metrics::METRICS;
     m.features.reset();
-    for (service, layer, rows) in layers {
-        m.features
-            .with_label_values(&[service.as_str(), layer.to_string().as_str()])
-            .set(rows as i64);
-    }
     m.shard_features.reset();
-    for (view, shard, n) in shards {
-        m.shard_features
-            .with_label_values(&[view.as_str(), shard.to_string().as_str()])
-            .set(n as i64);
+    if data {
+        let (layers, shards) = app.features.sizes();
+        for (service, layer, rows) in layers {
+            m.features
+                .with_label_values(&[service.as_str(), layer.to_string().as_str()])
+                .set(rows as i64);
+        }
+        for (view, shard, n) in shards {
+            m.shard_features
+                .with_label_values(&[view.as_str(), shard.to_string().as_str()])
+                .set(n as i64);
+        }
     }
     if let Some(rss) = crate::metrics::resident_bytes() {
         m.resident_bytes.set(rss);
