@@ -63,11 +63,14 @@ pub struct Config {
     /// How long an issued Digest nonce may wait for its first use; after it, the client gets
     /// `stale=true` and a new one.
     pub nonce_ttl_secs: u64,
-    /// How long a Digest nonce in use stays valid without being used (a client that keeps
-    /// using its nonce keeps it); at least `nonce_ttl_secs`.
+    /// How long a Digest nonce in use stays in memory without being used; then its highest
+    /// `nc` goes to the store, and it stays valid; at least `nonce_ttl_secs`.
     pub nonce_idle_secs: u64,
-    /// Most Digest nonces tracked for replay checks, over all users. A nonce dropped to stay
-    /// within it is stale from then on, never new again.
+    /// How long a Digest nonce is valid from its issue, however it is used, across restarts
+    /// and nodes; then `stale=true`. At least `nonce_idle_secs`.
+    pub nonce_lifetime_secs: u64,
+    /// Most Digest nonces tracked in memory for replay checks, over all users. A nonce pushed
+    /// out keeps its highest `nc` in the store (ten times this many are kept there).
     pub nonce_capacity: usize,
     /// Most Digest nonces tracked for one user, so that one user's clients cannot push
     /// another's nonces out; past it the user's least recently used goes.
@@ -193,6 +196,7 @@ impl Default for Config {
             realm: "public".to_string(),
             nonce_ttl_secs: 300,
             nonce_idle_secs: 3600,
+            nonce_lifetime_secs: 365 * 86_400,
             nonce_capacity: 100_000,
             nonce_per_user: 1024,
             commit_batch_max: 2048,
@@ -256,6 +260,7 @@ pub const KEYS: &[&str] = &[
     "realm",
     "nonce_ttl_secs",
     "nonce_idle_secs",
+    "nonce_lifetime_secs",
     "nonce_capacity",
     "nonce_per_user",
     "commit_batch_max",
@@ -389,6 +394,11 @@ impl Config {
     }
 
     /// `io_threads`, with 0 resolved to the core count.
+    /// Most nonce states kept in the store: ten times those held in memory.
+    pub(crate) fn nonce_records(&self) -> usize {
+        self.nonce_capacity.saturating_mul(10)
+    }
+
     pub(crate) fn io_thread_count(&self) -> usize {
         match self.io_threads {
             0 => std::thread::available_parallelism()
@@ -417,6 +427,7 @@ impl Config {
             "realm" => self.realm = text.to_string(),
             "nonce_ttl_secs" => self.nonce_ttl_secs = parse(key, text)?,
             "nonce_idle_secs" => self.nonce_idle_secs = parse(key, text)?,
+            "nonce_lifetime_secs" => self.nonce_lifetime_secs = parse(key, text)?,
             "nonce_capacity" => self.nonce_capacity = positive(key, parse(key, text)?)?,
             "nonce_per_user" => self.nonce_per_user = positive(key, parse(key, text)?)?,
             "commit_batch_max" => self.commit_batch_max = positive(key, parse(key, text)?)?,
@@ -661,6 +672,7 @@ mod tests {
             ("realm", "r"),
             ("nonce_ttl_secs", "5"),
             ("nonce_idle_secs", "50"),
+            ("nonce_lifetime_secs", "500"),
             ("nonce_capacity", "5"),
             ("nonce_per_user", "2"),
             ("commit_batch_max", "5"),

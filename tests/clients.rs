@@ -691,3 +691,56 @@ fn a_node_client_keeps_calling_past_the_nonce_limits() {
     assert_eq!(out["errors"], serde_json::json!([]), "{out}");
     assert!(out["calls"].as_u64().unwrap() >= 20, "{out}");
 }
+
+/// Issue 53 finding 6: the Node.js client (and Koop, which holds one for its whole life) never
+/// asks for a new nonce, so after a geoshard restart, or a quiet spell past the idle limit,
+/// every call was a 401 until the client itself restarted. One client, kept across a clean
+/// restart, a crash and a quiet spell, gets an answer every time.
+#[test]
+fn a_node_client_keeps_its_nonce_across_restarts_and_quiet_spells() {
+    use std::io::{BufRead, BufReader, Write};
+    setup();
+    let dir = temp_dir("node-restarts");
+    seed_users(dir.path());
+    let env = [("GEOSHARD_NONCE_IDLE_SECS", "2"), ("GEOSHARD_NONCE_TTL_SECS", "2")];
+    let srv = ChildServer::start(dir.path(), &env);
+    let listen = srv.addr.to_string();
+    let mut node = Command::new("node")
+        .arg(root().join("tests/clients/node/across_restarts.js"))
+        .args([
+            srv.addr.ip().to_string(),
+            srv.addr.port().to_string(),
+            READER.0.into(),
+            READER.1.into(),
+        ])
+        .current_dir(root().join("tests/clients"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node");
+    let mut input = node.stdin.take().unwrap();
+    let mut output = BufReader::new(node.stdout.take().unwrap()).lines();
+    let mut call = |when: &str| {
+        writeln!(input, "call").unwrap();
+        let line = output.next().expect("an answer line").unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["ok"], true, "{when}: {v}");
+    };
+    call("first");
+    call("second");
+    // A clean restart on the same address.
+    assert!(srv.stop().success());
+    let srv = ChildServer::start_at(dir.path(), &listen, &env);
+    call("after a clean restart");
+    // A crash and a restart.
+    srv.kill();
+    let srv = ChildServer::start_at(dir.path(), &listen, &env);
+    call("after a crash");
+    call("after a crash, again");
+    // A quiet spell past the idle limit (and the first-use limit).
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    call("after a quiet spell");
+    drop(input);
+    let _ = node.wait();
+    srv.kill();
+}

@@ -108,6 +108,7 @@ impl App {
             crate::security::NonceLimits {
                 ttl_secs: config.nonce_ttl_secs,
                 idle_secs: config.nonce_idle_secs,
+                lifetime_secs: config.nonce_lifetime_secs,
                 capacity: config.nonce_capacity,
                 per_user: config.nonce_per_user,
             },
@@ -222,6 +223,25 @@ impl Server {
             app.features.clone(),
             Duration::from_secs(app.config.view_save_secs),
         );
+        // Nonce states that left memory go to the store every second, those in use every
+        // minute (what a crash can lose).
+        let nonce_saver = {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let mut tick = 0u64;
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tick += 1;
+                    app.security
+                        .save_nonces(
+                            &app.store,
+                            tick.is_multiple_of(60),
+                            app.config.nonce_records(),
+                        )
+                        .await;
+                }
+            })
+        };
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -309,6 +329,16 @@ impl Server {
             tracing::warn!("grace period over; closing remaining connections");
         }
         let _ = tokio::task::spawn_blocking(move || saver.stop()).await;
+        nonce_saver.abort();
+        let saving = app
+            .security
+            .save_all_nonces(&app.store, app.config.nonce_records());
+        if tokio::time::timeout(Duration::from_secs(10), saving)
+            .await
+            .is_err()
+        {
+            tracing::warn!("nonce states not saved in 10 s; clients may retry their nonces");
+        }
         app.store.shutdown().await;
         // Every write is in: the views as they stand are the store's last commit's.
         let features = app.features.clone();

@@ -21,6 +21,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
 use thiserror::Error;
 
 use crate::acl::{Caller, Role, RoleSet};
@@ -28,7 +29,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::store::{Op, Store, StoreError, Table};
 
 pub use digest::{DigestResponse, HeaderCache, expected_response, ha1, parse_digest};
-pub use nonce::{NonceCheck, NonceLimits, NonceTable};
+pub use nonce::{NonceCheck, NonceKey, NonceLimits, NonceTable, NonceVault, SavedNonce};
 pub use throttle::{Throttle, ThrottleLimits};
 
 #[derive(Debug, Error)]
@@ -141,6 +142,49 @@ pub fn load_users(store: &Store) -> Result<Vec<UserRecord>, SecurityError> {
     Ok(out)
 }
 
+/// The record of a nonce key in the store's `nonces` table.
+fn key_record(id: [u8; 4]) -> String {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    format!("key/{hex}")
+}
+
+/// The nonce key every node and run agrees on: the stored key of the lowest id.
+fn stored_key(store: &Store) -> Result<Option<NonceKey>, SecurityError> {
+    Ok(store
+        .records(Table::Nonces, "key/")?
+        .into_iter()
+        .find_map(|(name, value)| key_of(&name, &value)))
+}
+
+fn key_of(name: &str, value: &[u8]) -> Option<NonceKey> {
+    let hex = name.strip_prefix("key/")?;
+    let id = u32::from_str_radix(hex, 16).ok()?.to_be_bytes();
+    Some((id, value.try_into().ok()?))
+}
+
+/// Nonce state beyond memory, in the store: keys (a cluster's other nodes' arrive through
+/// its log) and the highest `nc` of nonces that left memory.
+struct StoreVault(Arc<Store>);
+
+impl NonceVault for StoreVault {
+    fn key(&self, id: [u8; 4]) -> Option<[u8; 32]> {
+        let name = key_record(id);
+        let value = self.0.get_record(Table::Nonces, &name).ok()??;
+        key_of(&name, &value).map(|k| k.1)
+    }
+
+    fn saved(&self, user: &str, id: &[u8; 12]) -> Option<(u64, u64)> {
+        let value = self
+            .0
+            .get_record(Table::Nonces, &SavedNonce::record_key(user, id))
+            .ok()??;
+        SavedNonce::parse_value(&value)
+    }
+}
+
+/// Saved nonce states are pruned at most this often.
+const PRUNE_EVERY_SECS: u64 = 3600;
+
 fn record_op(rec: &UserRecord) -> Op {
     Op::PutRecord {
         table: Table::Users,
@@ -187,10 +231,14 @@ fn now_secs() -> u64 {
 /// Users in memory plus the Digest state. One per service.
 pub struct Security {
     realm: String,
-    /// Echoed by clients; random per process.
+    /// Echoed by clients; the realm's, on every node and run.
     opaque: String,
     users: RwLock<crate::FastMap<String, Arc<UserEntry>>>,
     nonces: NonceTable,
+    /// This run's nonce key when the store has none yet: saved with the next nonce states.
+    unsaved_key: parking_lot::Mutex<Option<NonceKey>>,
+    /// When saved nonce states were last pruned (seconds since the epoch).
+    pruned: std::sync::atomic::AtomicU64,
     throttle: Throttle,
     /// Held across a user change's check and write, so that two changes cannot each leave
     /// the other's admin as the last one and then both remove it.
@@ -200,18 +248,29 @@ pub struct Security {
 impl Security {
     /// Load the users from the store.
     pub fn open(
-        store: &Store,
+        store: &Arc<Store>,
         realm: &str,
         nonces: NonceLimits,
         throttle: ThrottleLimits,
     ) -> Result<Security, SecurityError> {
-        let mut opaque = [0u8; 16];
-        rand::fill(&mut opaque);
+        // The opaque value is the realm's, so that it is the same after a restart and on
+        // every node (clients echo it for the life of their nonce); nonces carry the secret.
+        let (key, unsaved) = match stored_key(store)? {
+            Some(key) => (key, None),
+            None => {
+                let key = nonce::new_key();
+                (key, Some(key))
+            }
+        };
+        let opaque =
+            sha2::Sha256::digest([b"geoshard opaque:".as_slice(), realm.as_bytes()].concat());
         let sec = Security {
             realm: realm.to_string(),
-            opaque: opaque.iter().map(|b| format!("{b:02x}")).collect(),
+            opaque: opaque[..16].iter().map(|b| format!("{b:02x}")).collect(),
             users: RwLock::new(crate::FastMap::default()),
-            nonces: NonceTable::new(nonces),
+            nonces: NonceTable::with_key(nonces, key, Box::new(StoreVault(store.clone()))),
+            unsaved_key: parking_lot::Mutex::new(unsaved),
+            pruned: std::sync::atomic::AtomicU64::new(0),
             throttle: Throttle::new(throttle),
             user_changes: tokio::sync::Mutex::new(()),
         };
@@ -244,6 +303,87 @@ impl Security {
 
     pub fn realm(&self) -> &str {
         &self.realm
+    }
+
+    /// Write the nonce states that left memory (and this run's nonce key, the first time) to
+    /// the store, so that a restart, another node or a later use after a quiet night knows
+    /// their `nc`; `checkpoint` also saves the `nc` of nonces in use. Past a nonce's lifetime
+    /// its state is pruned, and at most `keep` states are kept (the newest).
+    pub async fn save_nonces(&self, store: &Store, checkpoint: bool, keep: usize) {
+        if checkpoint {
+            self.nonces.checkpoint();
+        }
+        let saves = self.nonces.take_saves();
+        let key = *self.unsaved_key.lock();
+        let mut ops: Vec<Op> = saves
+            .iter()
+            .map(|s| Op::PutRecord {
+                table: Table::Nonces,
+                key: SavedNonce::record_key(&s.user, &s.id),
+                value: s.value(),
+            })
+            .collect();
+        if let Some((id, k)) = key {
+            ops.push(Op::PutRecord {
+                table: Table::Nonces,
+                key: key_record(id),
+                value: k.to_vec(),
+            });
+        }
+        let now = now_secs();
+        let last = self.pruned.load(std::sync::atomic::Ordering::Relaxed);
+        if now >= last + PRUNE_EVERY_SECS {
+            self.pruned.store(now, std::sync::atomic::Ordering::Relaxed);
+            ops.extend(self.prune_ops(store, now, keep));
+        }
+        if ops.is_empty() {
+            return;
+        }
+        match store.write(&Caller::system(), ops).await {
+            Ok(_) => {
+                self.nonces.stored(&saves);
+                if key.is_some() {
+                    *self.unsaved_key.lock() = None;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "nonce states not saved; kept for the next try"),
+        }
+    }
+
+    /// Deletes of saved nonce states past their lifetime, and of the oldest past `keep`.
+    fn prune_ops(&self, store: &Store, now: u64, keep: usize) -> Vec<Op> {
+        let Ok(records) = store.records(Table::Nonces, "nc/") else {
+            return Vec::new();
+        };
+        let lifetime = self.nonces.lifetime_secs();
+        let mut live: Vec<(u64, String)> = Vec::new();
+        let mut ops = Vec::new();
+        for (name, value) in records {
+            match SavedNonce::parse_value(&value) {
+                Some((issued, _)) if now < issued.saturating_add(lifetime) => {
+                    live.push((issued, name))
+                }
+                _ => ops.push(Op::DeleteRecord {
+                    table: Table::Nonces,
+                    key: name,
+                }),
+            }
+        }
+        if live.len() > keep {
+            live.sort_unstable();
+            let over = live.len() - keep;
+            ops.extend(live.drain(..over).map(|(_, name)| Op::DeleteRecord {
+                table: Table::Nonces,
+                key: name,
+            }));
+        }
+        ops
+    }
+
+    /// At a clean stop: every tracked nonce's state to the store.
+    pub async fn save_all_nonces(&self, store: &Store, keep: usize) {
+        self.nonces.save_all();
+        self.save_nonces(store, false, keep).await;
     }
 
     /// The two `WWW-Authenticate` values of a 401, Digest first.
@@ -538,6 +678,7 @@ mod tests {
         NonceLimits {
             ttl_secs: 60,
             idle_secs: 60,
+            lifetime_secs: 3600,
             capacity: 100,
             per_user: 10,
         }
@@ -592,7 +733,7 @@ mod tests {
     #[test]
     fn a_connections_kept_header_still_checks_every_request() {
         let dir = crate::store::tests::tempdir();
-        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        let store = Arc::new(Store::open(&dir, StoreOptions::default()).unwrap());
         put_user_offline(&store, "ann", "secret", &["rest-reader".into()], "public").unwrap();
         put_user_offline(&store, "bob", "hidden", &["rest-writer".into()], "public").unwrap();
         let sec = Security::open(&store, "public", test_limits(), no_throttle()).unwrap();
@@ -623,7 +764,7 @@ mod tests {
     #[test]
     fn digest_basic_and_password_change() {
         let dir = crate::store::tests::tempdir();
-        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        let store = Arc::new(Store::open(&dir, StoreOptions::default()).unwrap());
         put_user_offline(&store, "ann", "secret", &["rest-reader".into()], "public").unwrap();
         let sec = Security::open(&store, "public", test_limits(), no_throttle()).unwrap();
         let ch = sec.challenges(false);

@@ -28,6 +28,7 @@ fn table_byte(t: Table) -> u8 {
         Table::Meta => 1,
         Table::Flows => 2,
         Table::Traces => 3,
+        Table::Nonces => 4,
     }
 }
 
@@ -37,6 +38,7 @@ fn table_of(b: u8) -> Option<Table> {
         1 => Table::Meta,
         2 => Table::Flows,
         3 => Table::Traces,
+        4 => Table::Nonces,
         _ => return None,
     })
 }

@@ -44,6 +44,20 @@ pub enum Table {
     Flows,
     /// `job-id/trace-id` -> trace record.
     Traces,
+    /// Digest nonce state that outlives a process: the keys nonces are signed with
+    /// (`key/…`) and the highest `nc` of nonces no longer held in memory (`nc/…`).
+    Nonces,
+}
+
+impl Table {
+    /// Every table, for those that walk them all.
+    pub const ALL: [Table; 5] = [
+        Table::Users,
+        Table::Meta,
+        Table::Flows,
+        Table::Traces,
+        Table::Nonces,
+    ];
 }
 
 impl Table {
@@ -53,6 +67,7 @@ impl Table {
             Table::Meta => TableDefinition::new("meta"),
             Table::Flows => TableDefinition::new("flows"),
             Table::Traces => TableDefinition::new("traces"),
+            Table::Nonces => TableDefinition::new("nonces"),
         }
     }
 }
@@ -486,7 +501,7 @@ impl Store {
         txn.set_quick_repair(options.quick_repair);
         {
             txn.open_table(DOCUMENTS).map_err(storage)?;
-            for t in [Table::Users, Table::Meta, Table::Flows, Table::Traces] {
+            for t in Table::ALL {
                 txn.open_table(t.definition()).map_err(storage)?;
             }
             txn.open_table(changes::CHANGES).map_err(storage)?;

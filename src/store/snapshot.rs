@@ -30,7 +30,7 @@ impl Store {
         let read = self.db.begin_read().map_err(storage)?;
         let out = Database::builder().create(path).map_err(storage)?;
         copy_table(&read, &out, DOCUMENTS)?;
-        for t in [Table::Users, Table::Meta, Table::Flows, Table::Traces] {
+        for t in Table::ALL {
             copy_table(&read, &out, t.definition())?;
         }
         copy_table(&read, &out, changes::CHANGES)?;
