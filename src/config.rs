@@ -119,6 +119,10 @@ pub struct Config {
     pub flow_tracing: bool,
     /// A project directory deployed when the server starts.
     pub project: Option<PathBuf>,
+    /// The URL clients reach this server at (`https://maps.example.org`), for the absolute
+    /// links of OGC API and TileJSON; `None`: `http://` and the request's `Host`, when it is
+    /// a plain host and port.
+    pub public_url: Option<String>,
     /// Cluster mode: the NATS server(s) holding the write log, comma-separated URLs. `None`:
     /// a single node on its embedded store.
     pub cluster: Option<String>,
@@ -217,6 +221,7 @@ impl Default for Config {
             view_save_secs: 60,
             flow_tracing: false,
             project: None,
+            public_url: None,
             cluster: None,
             node: default_node_name(),
             cluster_name: "geoshard".to_string(),
@@ -279,6 +284,7 @@ pub const KEYS: &[&str] = &[
     "view_save_secs",
     "flow_tracing",
     "project",
+    "public_url",
     "cluster",
     "node",
     "cluster_name",
@@ -318,6 +324,54 @@ fn default_node_name() -> String {
 }
 
 /// A name that goes into NATS subjects, stream and bucket names: letters, digits, `-`, `_`.
+/// An `http://` or `https://` URL without a path, query or fragment (a trailing `/` is
+/// dropped); empty for none.
+fn public_url(key: &str, text: &str) -> Result<Option<String>, ConfigError> {
+    let t = text.trim().trim_end_matches('/');
+    if t.is_empty() {
+        return Ok(None);
+    }
+    let rest = t
+        .strip_prefix("http://")
+        .or_else(|| t.strip_prefix("https://"));
+    match rest {
+        Some(authority) if authority_ok(authority) => Ok(Some(t.to_string())),
+        _ => Err(ConfigError::BadValue {
+            key: key.to_string(),
+            message: format!("{text:?}: an http:// or https:// URL of a host (and port), no path"),
+        }),
+    }
+}
+
+/// Whether `s` is a plain URL authority: a host name or IPv4 address of letters, digits, `.`
+/// and `-`, or a bracketed IPv6 address, then at most a `:port`. Nothing else goes into a
+/// link made from a request's `Host`.
+pub fn authority_ok(s: &str) -> bool {
+    let (host, port) = match s.rsplit_once(':') {
+        Some((h, _)) if !h.ends_with(']') && h.contains(':') => (s, None),
+        Some((h, p)) => (h, Some(p)),
+        None => (s, None),
+    };
+    let port_ok =
+        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => {
+            !v6.is_empty()
+                && v6
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        }
+        None => {
+            !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        }
+    };
+    port_ok && host_ok
+}
+
 fn cluster_token(key: &str, text: &str) -> Result<String, ConfigError> {
     let t = text.trim();
     if t.is_empty()
@@ -463,6 +517,7 @@ impl Config {
                     Some(PathBuf::from(text))
                 }
             }
+            "public_url" => self.public_url = public_url(key, text)?,
             "cluster" => self.cluster = (!text.trim().is_empty()).then(|| text.trim().to_string()),
             "node" => self.node = cluster_token(key, text)?,
             "cluster_name" => self.cluster_name = cluster_token(key, text)?,
@@ -691,6 +746,7 @@ mod tests {
             ("view_save_secs", "0"),
             ("flow_tracing", "on"),
             ("project", "/p"),
+            ("public_url", "https://maps.example.org/"),
             ("cluster", "nats://127.0.0.1:4222"),
             ("node", "n-1"),
             ("cluster_name", "test"),
@@ -723,6 +779,9 @@ mod tests {
         assert_eq!((c.cluster_shards, c.cluster_resolution), (8, 2));
         assert_eq!(c.cluster_snapshot_entries, 50);
         assert_eq!(c.hold, [1, 5, 7]);
+        assert_eq!(c.public_url.as_deref(), Some("https://maps.example.org"));
+        assert!(c.set("public_url", "https://evil.org/path").is_err());
+        assert!(c.set("public_url", "ftp://x").is_err());
         assert!(!c.pin_io_threads);
         assert_eq!(c.io_poll_us, 0);
         assert_eq!(c.log_format, LogFormat::Json);
@@ -756,5 +815,33 @@ mod tests {
             c.apply_env([("GEOSHARD_SHARDZ".into(), "1".into())]),
             Err(ConfigError::UnknownKey(_))
         ));
+    }
+
+    #[test]
+    fn authorities_are_plain_hosts_and_ports() {
+        for ok in [
+            "localhost",
+            "127.0.0.1:8011",
+            "maps.example.org",
+            "[::1]:80",
+            "[::1]",
+            "a-b.c:1",
+        ] {
+            assert!(authority_ok(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.org/x",
+            "a b",
+            "h:",
+            "h:123456",
+            "h:8a",
+            "user@h",
+            "h\"x",
+            "[]:1",
+            "a:b:c",
+        ] {
+            assert!(!authority_ok(bad), "{bad}");
+        }
     }
 }

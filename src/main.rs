@@ -109,7 +109,8 @@ enum UserCommand {
         data_dir: PathBuf,
         #[arg(long)]
         name: String,
-        #[arg(long)]
+        /// Taken as it is, even when it begins with `-`.
+        #[arg(long, allow_hyphen_values = true)]
         password: String,
         /// A role; repeat for several.
         #[arg(long = "role")]

@@ -702,7 +702,10 @@ fn a_node_client_keeps_its_nonce_across_restarts_and_quiet_spells() {
     setup();
     let dir = temp_dir("node-restarts");
     seed_users(dir.path());
-    let env = [("GEOSHARD_NONCE_IDLE_SECS", "2"), ("GEOSHARD_NONCE_TTL_SECS", "2")];
+    let env = [
+        ("GEOSHARD_NONCE_IDLE_SECS", "2"),
+        ("GEOSHARD_NONCE_TTL_SECS", "2"),
+    ];
     let srv = ChildServer::start(dir.path(), &env);
     let listen = srv.addr.to_string();
     let mut node = Command::new("node")

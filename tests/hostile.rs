@@ -575,3 +575,122 @@ fn a_datetime_split_inside_a_character_is_an_invalid_value() {
     assert_eq!(d["problems"][0]["rowsSkipped"], true);
     srv.kill();
 }
+
+/// Issue 53's nits: numbers in paths are digits only, links never carry a client's odd `Host`
+/// (and follow `public_url`), a `bbox` out of the world is the caller's 400 naming `bbox`,
+/// and `user add` takes a password that begins with `-`.
+#[test]
+fn paths_hosts_and_boxes_are_checked_as_written() {
+    let srv = TestServer::start();
+    let mut c = srv.client(GEO);
+    polygon_layer(&mut c, "N", "n");
+    let square =
+        json!({"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1], [0, 0]]]});
+    let doc = json!({"id": 1, "name": "one", "geometry": square});
+    assert_eq!(put(&mut c, "/n/1.json", "&collection=n", &doc).status, 201);
+    assert_eq!(c.get("/tiles/N.0/0/0/0.mvt").status, 200);
+    for tile in [
+        "/tiles/N.0/+0/0/0.mvt",
+        "/tiles/N.0/0/-0/0.mvt",
+        "/tiles/N.0/0/0/+0.mvt",
+    ] {
+        let r = c.get(tile);
+        assert_eq!(r.status, 400, "{tile}: {}", r.text());
+    }
+    assert_eq!(c.get("/ogc/collections/N.0").status, 200);
+    for id in ["N.-0", "N.+0", "N.%200", "N.00x"] {
+        let r = c.get(&format!("/ogc/collections/{id}"));
+        assert_eq!(r.status, 404, "{id}: {}", r.text());
+    }
+    // A bbox beyond the world: the caller's mistake, named as such.
+    for bbox in ["-1e308,0,1e308,1", "-181,0,1,1", "0,0,180.5,1"] {
+        let r = c.get(&format!("/ogc/collections/N.0/items?bbox={bbox}"));
+        assert_eq!(r.status, 400, "{bbox}: {}", r.text());
+        let message = r.error().2;
+        assert!(message.starts_with("bbox"), "{message}");
+        assert!(!message.contains("extension"), "{message}");
+    }
+    // A Host that is not a plain host and port never reaches a link.
+    let mut answered = 0;
+    for host in ["evil.org/x?", "user@evil.org", "a b", "x\"y"] {
+        let r = c.request("GET", "/ogc", &[("Host", host)], b"");
+        if r.status == 200 {
+            answered += 1;
+            assert!(
+                !r.text().contains("evil") && !r.text().contains("a b"),
+                "{}",
+                r.text()
+            );
+            assert!(r.text().contains("http://localhost/ogc"), "{}", r.text());
+        }
+    }
+    assert!(
+        answered >= 2,
+        "the odd hosts were refused before a link was made"
+    );
+    let r = c.request(
+        "GET",
+        "/tiles/N.0.json",
+        &[("Host", "maps.example.org:8080")],
+        b"",
+    );
+    assert!(
+        r.json()["tiles"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("http://maps.example.org:8080/tiles/"),
+        "{}",
+        r.text()
+    );
+    drop(srv);
+    // public_url wins over any Host.
+    let srv = TestServer::start_with(|c| c.public_url = Some("https://maps.example.org".into()));
+    let mut c = srv.client(GEO);
+    polygon_layer(&mut c, "N", "n");
+    let r = c.request("GET", "/ogc", &[("Host", "evil.org")], b"");
+    assert!(
+        r.text().contains("https://maps.example.org/ogc"),
+        "{}",
+        r.text()
+    );
+    assert!(!r.text().contains("evil.org"), "{}", r.text());
+    let r = c.request("GET", "/tiles/N.0.json", &[("Host", "evil.org")], b"");
+    assert!(
+        r.json()["tiles"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("https://maps.example.org/tiles/"),
+        "{}",
+        r.text()
+    );
+    drop(srv);
+    // `user add --password -x`: the password, not an option.
+    let dir = temp_dir("hyphen-password");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_geoshard"))
+        .args([
+            "user",
+            "add",
+            "--name",
+            "dash",
+            "--password",
+            "-starts-with-a-dash",
+            "--role",
+            "rest-reader",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let srv = TestServer::start_in(dir.path(), |_| {});
+    assert_eq!(
+        srv.client(("dash", "-starts-with-a-dash"))
+            .get("/v1/ping")
+            .status,
+        204
+    );
+}

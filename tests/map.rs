@@ -204,7 +204,9 @@ fn a_real_browser_draws_the_layers_and_finds_denver() {
     let out = Command::new("node")
         .arg(root().join("tests/clients/node/map_page.js"))
         .args([
-            format!("http://{}", srv.addr),
+            // The credentials in the page's URL too, as a user may type them (issue 53: the
+            // page's requests failed, since fetch refuses URLs that carry credentials).
+            format!("http://{}:{}@{}", GEO.0, GEO.1, srv.addr),
             GEO.0.to_string(),
             GEO.1.to_string(),
             format!("8/{}/{}", DENVER.1, DENVER.0),

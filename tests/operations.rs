@@ -254,7 +254,10 @@ fn liveness_readiness_and_guarded_metrics() {
     let srv = ChildServer::start(dir.path(), &[("GEOSHARD_METRICS_AUTH", "false")]);
     let open = Client::new(srv.addr, Auth::None).get("/metrics");
     assert_eq!(open.status, 200, "{}", open.text());
-    assert!(open.text().contains("geoshard_process_resident_memory_bytes"));
+    assert!(
+        open.text()
+            .contains("geoshard_process_resident_memory_bytes")
+    );
     assert!(!open.text().contains("Counties"), "{}", open.text());
     assert!(!open.text().contains("shard_features{"), "{}", open.text());
     srv.kill();

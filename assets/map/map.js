@@ -22,8 +22,11 @@ function el(tag, attrs = {}, ...children) {
   return e;
 }
 
+// Every request's URL is built from location.origin: a page opened at
+// http://user:password@host/ resolves relative URLs with those credentials, and fetch refuses
+// such URLs.
 async function getJson(url, init) {
-  const r = await fetch(url, init);
+  const r = await fetch(new URL(url, location.origin), init);
   const body = await r.json().catch(() => null);
   if (!r.ok) throw new Error(body?.errorResponse?.message ?? `${url} answered ${r.status}`);
   return body;
@@ -223,7 +226,16 @@ async function main() {
   window.geoshard = {map, layers: list};
 }
 
-main().catch(e => {
+// A page opened at http://user:password@host/ is opened again without them (the browser keeps
+// them for the site): the map's address bar updates and fetch both refuse such URLs. Chromium
+// hides them from location.href; document.URL has them.
+const here = new URL(document.URL);
+if (here.username || here.password) {
+  const clean = here;
+  clean.username = '';
+  clean.password = '';
+  location.replace(clean.href);
+} else main().catch(e => {
   status.className = 'error';
   status.textContent = e.message;
   document.body.dataset.state = 'failed';

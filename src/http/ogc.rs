@@ -52,14 +52,25 @@ fn link(href: String, rel: &str, kind: &str, title: &str) -> Value {
     json!({"href": href, "rel": rel, "type": kind, "title": title})
 }
 
-/// `http://host` of the request, for absolute links.
-fn base(ctx: &Ctx) -> String {
+/// The OGC API's root URL, for absolute links.
+fn base(app: &App, ctx: &Ctx) -> String {
+    format!("{}/ogc", origin(app, ctx))
+}
+
+/// Where clients reach this server, for absolute links: `public_url` when set, else
+/// `http://` and the request's `Host` when it is a plain host and port (never anything else
+/// a client put there), else `http://localhost`.
+pub(super) fn origin(app: &App, ctx: &Ctx) -> String {
+    if let Some(url) = &app.config.public_url {
+        return url.clone();
+    }
     let host = ctx
         .headers
         .get(hyper::header::HOST)
         .and_then(|h| h.to_str().ok())
+        .filter(|h| crate::config::authority_ok(h))
         .unwrap_or("localhost");
-    format!("http://{host}/ogc")
+    format!("http://{host}")
 }
 
 pub(super) fn enc(s: &str) -> String {
@@ -86,7 +97,7 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
         .filter(|p| !p.is_empty())
         .collect();
     match parts.as_slice() {
-        [] => landing(ctx),
+        [] => landing(app, ctx),
         ["conformance"] => {
             let mut classes = vec![CORE, OAS30, GEOJSON];
             classes.extend(FILTERING);
@@ -119,8 +130,8 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
     }
 }
 
-fn landing(ctx: &Ctx) -> Result<Resp, ApiError> {
-    let b = base(ctx);
+fn landing(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
+    let b = base(app, ctx);
     Ok(response::json_value(
         200,
         &json!({
@@ -239,7 +250,7 @@ fn queryables(app: &App, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
         .collect();
     let href = format!(
         "{}/collections/{}/queryables",
-        base(ctx),
+        base(app, ctx),
         enc(&collection_id(&d, layer))
     );
     let mut r = response::json_value(
@@ -314,7 +325,9 @@ pub(super) fn find(app: &App, ctx: &Ctx, id: &str) -> Result<(Arc<Descriptor>, i
     let id = percent_decode(id);
     let missing = || not_found(format!("Collection {id} not found"));
     let (service, layer) = id.rsplit_once('.').ok_or_else(missing)?;
-    let layer: i64 = layer.parse().map_err(|_| missing())?;
+    let layer = super::params::digits(layer)
+        .and_then(|n| i64::try_from(n).ok())
+        .ok_or_else(missing)?;
     let d = app
         .features
         .descriptor(service, ctx.caller.roles())
@@ -368,7 +381,7 @@ fn collection(
         return Value::Null;
     };
     let id = collection_id(d, layer);
-    let href = format!("{}/collections/{}", base(ctx), enc(&id));
+    let href = format!("{}/collections/{}", base(app, ctx), enc(&id));
     let mut c = json!({
         "id": id,
         "title": layer.name,
@@ -392,7 +405,7 @@ fn collection(
 }
 
 async fn collections(app: &Arc<App>, ctx: &Ctx) -> Result<Resp, ApiError> {
-    let b = base(ctx);
+    let b = base(app, ctx);
     let mut list = Vec::new();
     for d in app.features.descriptors(ctx.caller.roles()) {
         let extents = super::spread::layer_extents(app, ctx, &d.name).await?;
@@ -447,6 +460,11 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
                 if b.iter().any(|x| !x.is_finite()) || b[1] > b[3] || b[1] < -90.0 || b[3] > 90.0 {
                     return Err(bad(format!(
                         "bbox {v:?}: latitudes must be within -90..90, the lower first"
+                    )));
+                }
+                if [b[0], b[2]].iter().any(|x| !(-180.0..=180.0).contains(x)) {
+                    return Err(bad(format!(
+                        "bbox {v:?}: longitudes must be within -180..180"
                     )));
                 }
                 q.bbox = Some(b);
@@ -638,7 +656,7 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
 
     let href = format!(
         "{}/collections/{}/items",
-        base(ctx),
+        base(app, ctx),
         enc(&collection_id(&d, layer))
     );
     let with = |offset: usize| {
@@ -681,7 +699,7 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
     links.push(link(
         format!(
             "{}/collections/{}",
-            base(ctx),
+            base(app, ctx),
             enc(&collection_id(&d, layer))
         ),
         "collection",
@@ -738,7 +756,7 @@ async fn item(app: &Arc<App>, ctx: &Ctx, id: &str, fid: &str) -> Result<Resp, Ap
         .ok_or_else(missing)?;
     let collection = format!(
         "{}/collections/{}",
-        base(ctx),
+        base(app, ctx),
         enc(&collection_id(&d, layer))
     );
     let mut item = item_of(f);

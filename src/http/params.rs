@@ -80,6 +80,15 @@ impl Params {
     }
 }
 
+/// A number written as decimal digits only: no sign, no space, at most 19 digits (`+0`,
+/// `-0` and ` 1` are not numbers in a path).
+pub(crate) fn digits(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +109,23 @@ mod tests {
         let e = p.only("/v1/documents", |k| k == "uri").unwrap_err();
         assert_eq!(e.code, ErrorCode::UnsupportedParam);
         assert!(e.message.contains("collection"), "{}", e.message);
+    }
+
+    #[test]
+    fn digits_are_digits_only() {
+        assert_eq!(super::digits("0"), Some(0));
+        assert_eq!(super::digits("0042"), Some(42));
+        for bad in [
+            "",
+            "+0",
+            "-0",
+            " 1",
+            "1 ",
+            "0x1",
+            "1e3",
+            "99999999999999999999",
+        ] {
+            assert_eq!(super::digits(bad), None, "{bad:?}");
+        }
     }
 }

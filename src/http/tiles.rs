@@ -45,8 +45,9 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
         [name] if name.ends_with(".json") => tilejson(app, ctx, &name[..name.len() - 5]).await,
         [id, z, x, y] if y.ends_with(".mvt") => {
             let n = |s: &str| {
-                s.parse::<u32>()
-                    .map_err(|_| bad(format!("{s:?} is not a tile number")))
+                super::params::digits(s)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| bad(format!("{s:?} is not a tile number")))
             };
             let (z, x, y) = (n(z)?, n(x)?, n(&y[..y.len() - 4])?);
             if z > MAX_ZOOM || u64::from(x) >= 1u64 << z || u64::from(y) >= 1u64 << z {
@@ -75,11 +76,6 @@ async fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError>
             format!("Collection {id} not found"),
         )
     })?;
-    let host = ctx
-        .headers
-        .get(hyper::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
     let collection = ogc::collection_id(&d, layer);
     let fields: serde_json::Map<String, Value> = app
         .features
@@ -97,7 +93,7 @@ async fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError>
         "name": layer.name,
         "description": layer.description,
         "scheme": "xyz",
-        "tiles": [format!("http://{host}/tiles/{}/{{z}}/{{x}}/{{y}}.mvt", ogc::enc(&collection))],
+        "tiles": [format!("{}/tiles/{}/{{z}}/{{x}}/{{y}}.mvt", ogc::origin(app, ctx), ogc::enc(&collection))],
         "minzoom": 0,
         "maxzoom": MAX_ZOOM,
         "vector_layers": [{"id": collection, "fields": fields}],

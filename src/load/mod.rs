@@ -84,7 +84,8 @@ pub struct LoadArgs {
         long,
         env = "GEOSHARD_PASSWORD",
         default_value = "",
-        hide_env_values = true
+        hide_env_values = true,
+        allow_hyphen_values = true
     )]
     pub password: String,
     /// Parallel connections to the server.

@@ -385,7 +385,8 @@ impl Client {
         panic!("authentication did not settle");
     }
 
-    /// Send exactly these headers (plus Host and Content-Length) and read the reply.
+    /// Send exactly these headers (plus Host, unless they have one, and Content-Length) and
+    /// read the reply.
     pub fn send(
         &mut self,
         method: &str,
@@ -393,7 +394,10 @@ impl Client {
         headers: &[(String, String)],
         body: &[u8],
     ) -> Response {
-        let mut head = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\n", self.addr);
+        let mut head = format!("{method} {target} HTTP/1.1\r\n");
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            head.push_str(&format!("Host: {}\r\n", self.addr));
+        }
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
