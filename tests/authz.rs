@@ -357,7 +357,6 @@ fn schema_needs_its_role_by_every_write_route() {
                 {"name": "OBJECTID", "scalarType": "int", "val": "id"}]}]}})
         .to_string()
     };
-    let template = view("s");
     let service = |name: &str| {
         json!({"info": {"name": name, "description": "d"}, "layers": [{
             "id": 0, "name": "v", "description": "d", "geometryType": "Point",

@@ -325,8 +325,7 @@ pub struct ViewData {
     version: u64,
     /// Extents of the rows some set of roles may read, by geometry path and role bits, at
     /// the version they were computed at: for callers who may read only some of the rows.
-    extents:
-        parking_lot::Mutex<crate::FastMap<(String, u8), (u64, Option<crate::spatial::pip::BBox>)>>,
+    extents: parking_lot::Mutex<ExtentCache>,
 }
 
 /// One geometry path's geometries, by slot.
@@ -609,6 +608,9 @@ impl Row for RowRef<'_> {
         self.view.columns[column].get(self.slot as usize)
     }
 }
+
+/// Extents by geometry path and role bits, with the version each was computed at.
+type ExtentCache = crate::FastMap<(String, u8), (u64, Option<crate::spatial::pip::BBox>)>;
 
 /// Add `n` (may be negative) rows to the count of rows read by `readers`.
 fn count_readers(sets: &mut Vec<(RoleSet, usize)>, readers: RoleSet, n: isize) {

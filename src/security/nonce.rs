@@ -313,8 +313,11 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// A nonce's parts: issue time, serial, key id, MAC.
-fn decode(nonce: &str) -> Option<([u8; RAW_LEN], u64, u64, [u8; 4], [u8; MAC_LEN])> {
+/// A nonce's bytes, issue time, serial, key id and MAC.
+type Parts = ([u8; RAW_LEN], u64, u64, [u8; 4], [u8; MAC_LEN]);
+
+/// A nonce's parts.
+fn decode(nonce: &str) -> Option<Parts> {
     let mut raw = [0u8; RAW_LEN];
     let n = URL_SAFE_NO_PAD.decode_slice(nonce, &mut raw).ok()?;
     if n != RAW_LEN {
@@ -648,9 +651,12 @@ mod tests {
         }
     }
 
+    /// Keys, and saved states by record key.
+    type Held = (Vec<NonceKey>, crate::FastMap<String, Vec<u8>>);
+
     /// A vault over a map, as the store is: keys and saved states.
     #[derive(Default, Clone)]
-    struct MapVault(std::sync::Arc<Mutex<(Vec<NonceKey>, crate::FastMap<String, Vec<u8>>)>>);
+    struct MapVault(std::sync::Arc<Mutex<Held>>);
 
     impl MapVault {
         fn store(&self, t: &NonceTable) {
