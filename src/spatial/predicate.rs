@@ -292,6 +292,9 @@ impl PreparedQuery<'_> {
         {
             return answer;
         }
+        if let (QueryKind::Rect, Relation::Intersects) = (&q.kind, rel) {
+            return rect_intersects(&q.bbox, f);
+        }
         let graph = self.graph.get_or_init(|| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 geo::PreparedGeometry::from(&q.geometry)
@@ -303,6 +306,91 @@ impl PreparedQuery<'_> {
             None => relate_holds(&f.geometry, &q.geometry, rel),
         }
     }
+}
+
+/// Whether the closed rectangle `r` meets a line or polygon feature, in time linear in its
+/// vertices (a box query, a map tile's bounds): the feature's box within `r`; a corner of `r`
+/// in or on the feature (its polygon index); a vertex of the feature in `r`; or an edge of
+/// the feature crossing `r`. One of these holds exactly when they meet.
+fn rect_intersects(r: &BBox, f: &Shape) -> bool {
+    use geo::CoordsIter;
+    if f.bbox[0] >= r[0] && f.bbox[1] >= r[1] && f.bbox[2] <= r[2] && f.bbox[3] <= r[3] {
+        return true;
+    }
+    let areal = matches!(f.geometry, Geometry::Polygon(_) | Geometry::MultiPolygon(_));
+    if areal
+        && [(r[0], r[1]), (r[2], r[1]), (r[2], r[3]), (r[0], r[3])]
+            .iter()
+            .any(|&(x, y)| f.locate(x, y) != Location::Exterior)
+    {
+        return true;
+    }
+    if f.geometry
+        .coords_iter()
+        .any(|c| c.x >= r[0] && c.x <= r[2] && c.y >= r[1] && c.y <= r[3])
+    {
+        return true;
+    }
+    let lines: Vec<&LineString<f64>> = match &f.geometry {
+        Geometry::LineString(l) => vec![l],
+        Geometry::MultiLineString(m) => m.0.iter().collect(),
+        Geometry::Polygon(p) => std::iter::once(p.exterior()).chain(p.interiors()).collect(),
+        Geometry::MultiPolygon(m) => {
+            m.0.iter()
+                .flat_map(|p| std::iter::once(p.exterior()).chain(p.interiors()))
+                .collect()
+        }
+        // Nothing else is a shape; should it be, the full relate decides.
+        other => {
+            return relate_holds(
+                other,
+                &Geometry::Polygon(rect_polygon(r)),
+                Relation::Intersects,
+            );
+        }
+    };
+    lines
+        .iter()
+        .any(|l| l.0.windows(2).any(|w| segment_meets_rect(w[0], w[1], r)))
+}
+
+fn rect_polygon(r: &BBox) -> Polygon<f64> {
+    Polygon::new(
+        LineString::from(vec![
+            (r[0], r[1]),
+            (r[2], r[1]),
+            (r[2], r[3]),
+            (r[0], r[3]),
+            (r[0], r[1]),
+        ]),
+        vec![],
+    )
+}
+
+/// Whether segment `p`-`q` meets the closed rectangle `r` (Liang-Barsky).
+fn segment_meets_rect(p: Coord<f64>, q: Coord<f64>, r: &BBox) -> bool {
+    let (dx, dy) = (q.x - p.x, q.y - p.y);
+    let (mut t0, mut t1) = (0.0f64, 1.0f64);
+    for (pv, qv) in [
+        (-dx, p.x - r[0]),
+        (dx, r[2] - p.x),
+        (-dy, p.y - r[1]),
+        (dy, r[3] - p.y),
+    ] {
+        if pv == 0.0 {
+            if qv < 0.0 {
+                return false;
+            }
+        } else {
+            let t = qv / pv;
+            if pv < 0.0 {
+                t0 = t0.max(t);
+            } else {
+                t1 = t1.min(t);
+            }
+        }
+    }
+    t0 <= t1
 }
 
 /// The relation of a shape to a query point, from the point's location, where that decides.
@@ -446,5 +534,61 @@ mod tests {
             polygon![(x: 0., y: 0.), (x: 1., y: 0.), (x: 0., y: 1.), (x: 0., y: 0.)],
         );
         assert!(matches!(Query::new(tri).kind, QueryKind::Shape(_)));
+    }
+
+    /// A rectangle meets a line or polygon exactly when geo's relate says they intersect:
+    /// rectangles inside, around, across, touching and apart, over a polygon with a hole, a
+    /// concave polygon, a multipolygon and a line.
+    #[test]
+    fn rect_intersects_agrees_with_relate() {
+        let ring = |pts: &[(f64, f64)]| geo::LineString::from(pts.to_vec());
+        let holed = Geometry::Polygon(geo::Polygon::new(
+            ring(&[(0., 0.), (10., 0.), (10., 10.), (0., 10.), (0., 0.)]),
+            vec![ring(&[(3., 3.), (7., 3.), (7., 7.), (3., 7.), (3., 3.)])],
+        ));
+        let concave = Geometry::Polygon(geo::Polygon::new(
+            ring(&[
+                (0., 0.),
+                (10., 0.),
+                (10., 10.),
+                (8., 10.),
+                (8., 2.),
+                (2., 2.),
+                (2., 10.),
+                (0., 10.),
+                (0., 0.),
+            ]),
+            vec![],
+        ));
+        let multi = Geometry::MultiPolygon(geo::MultiPolygon(vec![
+            geo::Polygon::new(
+                ring(&[(0., 0.), (2., 0.), (2., 2.), (0., 2.), (0., 0.)]),
+                vec![],
+            ),
+            geo::Polygon::new(
+                ring(&[(8., 8.), (10., 8.), (10., 10.), (8., 10.), (8., 8.)]),
+                vec![],
+            ),
+        ]));
+        let line = Geometry::LineString(ring(&[(0., 0.), (10., 10.), (10., 0.)]));
+        let mut checked = 0;
+        for g in [holed, concave, multi, line] {
+            let f = Shape::new(g.clone()).unwrap();
+            for x0 in [-2.0, 0.0, 1.0, 3.5, 4.0, 8.5, 10.0, 11.0] {
+                for y0 in [-2.0, 0.0, 1.0, 3.5, 4.0, 8.5, 10.0, 11.0] {
+                    for (w, h) in [(0.5, 0.5), (1.0, 3.0), (6.0, 1.0), (14.0, 14.0)] {
+                        let q = Query::new(sq(x0, y0, x0 + w, y0 + h));
+                        let want = relate_holds(&g, q.geometry(), Relation::Intersects);
+                        assert_eq!(
+                            q.matches_shape(&f, Relation::Intersects),
+                            want,
+                            "{g:?} and the box at ({x0}, {y0}) {w} by {h}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 4 * 8 * 8 * 4);
     }
 }
