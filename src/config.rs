@@ -94,6 +94,12 @@ pub struct Config {
     pub h3_resolution: u8,
     /// Largest page of features a query returns (`maxRecordCount`).
     pub max_record_count: usize,
+    /// Largest answer of features a query may make (geoQueryService, OGC API items), in
+    /// bytes: a larger one is a 413 asking for a smaller page.
+    pub max_answer_bytes: usize,
+    /// Memory for the simplified geometries tiles draw at low zooms, made once per feature
+    /// and zoom band.
+    pub tile_cache_bytes: usize,
     /// Longest `where` clause, in bytes; longer is a 400. Parsing and evaluating a clause
     /// cost time linear in its length for every row.
     pub max_where_bytes: usize,
@@ -213,6 +219,8 @@ impl Default for Config {
                 .unwrap_or(2),
             h3_resolution: 3,
             max_record_count: 5000,
+            max_answer_bytes: 256 * 1024 * 1024,
+            tile_cache_bytes: 64 * 1024 * 1024,
             max_where_bytes: 128 * 1024,
             max_where_depth: 64,
             max_query_vertices: 100_000,
@@ -276,6 +284,8 @@ pub const KEYS: &[&str] = &[
     "shards",
     "h3_resolution",
     "max_record_count",
+    "max_answer_bytes",
+    "tile_cache_bytes",
     "max_where_bytes",
     "max_where_depth",
     "max_query_vertices",
@@ -437,6 +447,7 @@ impl Config {
                 resolution: self.h3_resolution,
             },
             max_record_count: self.max_record_count,
+            max_answer_bytes: self.max_answer_bytes,
             where_limits: crate::features::where_clause::WhereLimits {
                 max_bytes: self.max_where_bytes,
                 max_depth: self.max_where_depth,
@@ -447,12 +458,12 @@ impl Config {
         }
     }
 
-    /// `io_threads`, with 0 resolved to the core count.
     /// Most nonce states kept in the store: ten times those held in memory.
     pub(crate) fn nonce_records(&self) -> usize {
         self.nonce_capacity.saturating_mul(10)
     }
 
+    /// `io_threads`, with 0 resolved to the core count.
     pub(crate) fn io_thread_count(&self) -> usize {
         match self.io_threads {
             0 => std::thread::available_parallelism()
@@ -501,6 +512,8 @@ impl Config {
                 self.h3_resolution = r;
             }
             "max_record_count" => self.max_record_count = positive(key, parse(key, text)?)?,
+            "max_answer_bytes" => self.max_answer_bytes = positive(key, parse(key, text)?)?,
+            "tile_cache_bytes" => self.tile_cache_bytes = parse(key, text)?,
             "max_where_bytes" => self.max_where_bytes = positive(key, parse(key, text)?)?,
             "max_where_depth" => self.max_where_depth = positive(key, parse(key, text)?)?,
             "max_query_vertices" => self.max_query_vertices = positive(key, parse(key, text)?)?,
@@ -738,6 +751,8 @@ mod tests {
             ("shards", "3"),
             ("h3_resolution", "5"),
             ("max_record_count", "10"),
+            ("max_answer_bytes", "1000000"),
+            ("tile_cache_bytes", "0"),
             ("max_where_bytes", "100"),
             ("max_where_depth", "8"),
             ("max_query_vertices", "1000"),

@@ -47,6 +47,8 @@ pub use query::{FeatureError, FeatureRequest};
 pub struct FeatureSettings {
     pub engine: EngineConfig,
     pub max_record_count: usize,
+    /// Largest answer of features, in bytes (`max_answer_bytes`).
+    pub max_answer_bytes: usize,
     /// Bounds of a `where` clause.
     pub where_limits: WhereLimits,
     /// Most positions in a query geometry.

@@ -9,7 +9,8 @@
 //!
 //! - `request`: the model and its readers (`fast_reader`, serde, `esri`), the prepared-body cache;
 //! - `execute`: resolving the layer, the descriptors, and running a query;
-//! - `geojson`: the response writer.
+//! - `geojson`: the response writer;
+//! - `typed`: the in-process readers' answers (OGC API items, tiles), with no JSON between.
 //!
 //! The submodules share this module's imports and each other's items through `super::*`.
 
@@ -40,6 +41,7 @@ mod execute;
 mod geojson;
 mod partial;
 mod request;
+mod typed;
 
 use execute::*;
 use geojson::*;
@@ -49,6 +51,7 @@ pub use request::{
     Coercible, DEFAULT_MAX_QUERY_VERTICES, EsriError, FeatureRequest, QuerySpec, RequestError,
     StatKind, StatSpec, TimeWindow,
 };
+pub use typed::{Attr, ItemsHead, ItemsPage, TileFeature, TileGeometry, TilePage};
 
 #[derive(Debug, Error)]
 pub enum FeatureError {
@@ -62,6 +65,12 @@ pub enum FeatureError {
     Where(#[from] WhereError),
     #[error("the query ran longer than query_time_limit_ms ({0} ms)")]
     TimeLimit(u64),
+    /// A page of features larger than `max_answer_bytes`.
+    #[error(
+        "the answer would be about {bytes} bytes, more than max_answer_bytes ({limit}); ask for \
+         fewer features a page (a smaller resultRecordCount or limit)"
+    )]
+    AnswerTooLarge { bytes: usize, limit: usize },
     /// A fault of ours (parts of a spread query that do not fit together).
     #[error("{0}")]
     Internal(String),
@@ -75,6 +84,7 @@ impl From<FeatureError> for ApiError {
             }
             FeatureError::Request(_) | FeatureError::Where(_) => ErrorCode::ExtensionInvalid,
             FeatureError::TimeLimit(_) => ErrorCode::TimeLimit,
+            FeatureError::AnswerTooLarge { .. } => ErrorCode::PayloadTooLarge,
             FeatureError::Internal(_) => ErrorCode::Internal,
         };
         ApiError::new(code, e.to_string())

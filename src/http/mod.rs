@@ -59,6 +59,8 @@ pub struct App {
     pub started: Instant,
     /// Cluster mode: this node's membership (set once, after the views are built).
     pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// The low zooms' simplified geometries, for tiles (`tile_cache_bytes`).
+    pub(crate) simplified: tiles::Simplified,
 }
 
 /// What every handler gets besides the body (made by the router, read by the handlers).
@@ -154,6 +156,7 @@ impl App {
             },
         )?;
         Ok(Arc::new(App {
+            simplified: tiles::Simplified::new(config.tile_cache_bytes),
             config,
             store,
             security,

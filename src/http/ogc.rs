@@ -17,6 +17,7 @@ use super::{App, Ctx, require_any};
 use crate::acl::Role;
 use crate::error::{ApiError, ErrorCode};
 use crate::features::descriptor::{Descriptor, Layer};
+use crate::features::query::ItemsPage;
 use crate::features::template::Kind;
 use crate::features::{FeatureRequest, ViewState};
 use crate::spatial::pip::BBox;
@@ -77,15 +78,6 @@ pub(super) fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes())
         .collect::<String>()
         .replace('+', "%20")
-}
-
-fn geojson(status: u16, v: &Value) -> Resp {
-    let mut r = response::json_value(status, v);
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/geo+json"),
-    );
-    r
 }
 
 /// `GET /ogc…`: `rest` is the path after `/ogc`.
@@ -429,7 +421,10 @@ struct ItemsQuery {
     bbox: Option<[f64; 4]>,
     limit: usize,
     offset: usize,
+    /// `datetime` as geoQueryService's `time` text (a routed query's).
     time: Option<String>,
+    /// `datetime` as milliseconds (the typed query's).
+    time_window: Option<crate::features::query::TimeWindow>,
     filters: Vec<(String, String)>,
     /// `filter` (CQL2-text), as a where clause.
     filter: Option<String>,
@@ -441,6 +436,7 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
         limit: DEFAULT_LIMIT,
         offset: 0,
         time: None,
+        time_window: None,
         filters: Vec::new(),
         filter: None,
     };
@@ -487,7 +483,10 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
                 if layer.time_fields.is_none() {
                     return Err(bad("datetime: this collection has no time field"));
                 }
-                q.time = Some(interval(v)?);
+                let text = interval(v)?;
+                let ms = |t: &str| t.parse::<i64>().ok();
+                q.time_window = text.split_once(',').map(|(a, b)| (ms(a), ms(b)));
+                q.time = Some(text);
             }
             "f" => {
                 if v != "json" && v != "geojson" {
@@ -619,40 +618,142 @@ fn query_body(service: &str, layer: i64, q: &ItemsQuery) -> Value {
     json!({"params": {"id": service, "layer": layer, "method": "query"}, "query": query})
 }
 
+/// The query of an items request, built directly: its where clause, time, box and page, in
+/// OBJECTID order, every column and the geometry.
+fn items_request(service: &str, layer: i64, q: &ItemsQuery, id_column: &str) -> FeatureRequest {
+    let clause: Vec<String> = q
+        .filter
+        .iter()
+        .map(|f| format!("({f})"))
+        .chain(q.filters.iter().map(|(c, v)| format!("{c} = {v}")))
+        .collect();
+    let geometry = q.bbox.map(|[xmin, ymin, xmax, ymax]| {
+        let rect = |a: f64, b: f64| {
+            geo::Polygon::new(
+                geo::LineString::from(vec![(a, ymin), (b, ymin), (b, ymax), (a, ymax), (a, ymin)]),
+                vec![],
+            )
+        };
+        // A box across the antimeridian (xmin > xmax) is its two halves.
+        let g = if xmin <= xmax {
+            geo::Geometry::Polygon(rect(xmin, xmax))
+        } else {
+            geo::Geometry::MultiPolygon(geo::MultiPolygon(vec![
+                rect(xmin, 180.0),
+                rect(-180.0, xmax),
+            ]))
+        };
+        (
+            Arc::new(crate::spatial::Query::new(g)),
+            crate::spatial::Relation::Intersects,
+        )
+    });
+    FeatureRequest {
+        service: service.to_string(),
+        layer: Some(layer),
+        layer_text: Some(layer.to_string()),
+        method: Some("query".into()),
+        query: crate::features::query::QuerySpec {
+            where_text: (!clause.is_empty()).then(|| clause.join(" AND ")),
+            time: q.time_window,
+            geometry,
+            return_geometry: true,
+            order_by: Some(id_column.to_string()),
+            offset: q.offset,
+            limit: Some(q.limit),
+            ..Default::default()
+        },
+    }
+}
+
+/// The time limit of a query starting now (`query_time_limit_ms`).
+fn time_limit(app: &App) -> Option<(std::time::Instant, u64)> {
+    let ms = app.config.query_time_limit_ms;
+    (ms > 0).then(|| {
+        (
+            std::time::Instant::now() + std::time::Duration::from_millis(ms),
+            ms,
+        )
+    })
+}
+
+/// A page of items: typed and in-process on a node that holds every shard, else routed over
+/// the cluster as geoQueryService queries (a count and a page) and written as items.
+async fn items_page(
+    app: &Arc<App>,
+    ctx: &Ctx,
+    d: &Descriptor,
+    layer_id: i64,
+    q: &ItemsQuery,
+    id_column: &str,
+    head: Arc<dyn Fn(usize, usize) -> Vec<u8> + Send + Sync>,
+) -> Result<ItemsPage, ApiError> {
+    let filter_error = |e: ApiError| match (&q.filter, e.status()) {
+        // The where parser's refusal of a filter: say which parameter it was.
+        (Some(_), 400) => bad(format!("filter: {}", e.message)),
+        _ => e,
+    };
+    if super::spread::cluster_of(app).is_none() {
+        let request = items_request(&d.name, layer_id, q, id_column);
+        let (features, caller, limit) = (app.features.clone(), ctx.caller.clone(), time_limit(app));
+        let page = crate::cpu::run_cpu_intensive(move || {
+            features.items_page(&caller, &request, limit, &*head)
+        })
+        .await
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))?;
+        return page.map_err(|e| filter_error(ApiError::from(e)));
+    }
+    let mut count = query_body(&d.name, layer_id, q);
+    count["query"]["returnCountOnly"] = json!(true);
+    let matched = run(app, ctx, count).await.map_err(filter_error)?["count"]
+        .as_u64()
+        .unwrap_or(0) as usize;
+    let mut page = query_body(&d.name, layer_id, q);
+    page["query"]["outFields"] = json!("*");
+    page["query"]["returnGeometry"] = json!(true);
+    page["query"]["orderByFields"] = json!(id_column);
+    page["query"]["resultOffset"] = json!(q.offset);
+    page["query"]["resultRecordCount"] = json!(q.limit);
+    let answer = run(app, ctx, page).await?;
+    let features = answer["features"]
+        .as_array()
+        .map_or(&[][..], |a| a.as_slice());
+    let mut out = ItemsPage {
+        matched,
+        returned: features.len(),
+        features: head(matched, features.len()),
+    };
+    for (i, f) in features.iter().enumerate() {
+        if i > 0 {
+            out.features.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut out.features, &item_of(f));
+    }
+    Ok(out)
+}
+
 async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
     let (d, at, view) = find_view(app, ctx, id)?;
     let layer = &d.layers[at];
     let layer_id = layer.id;
-    let q = items_query(ctx, layer, &view)?;
+    let mut q = items_query(ctx, layer, &view)?;
     let max = app.features.settings().max_record_count.max(1);
     let limit = q.limit.min(max);
-
-    let mut count = query_body(&d.name, layer_id, &q);
-    count["query"]["returnCountOnly"] = json!(true);
-    let matched = run(app, ctx, count)
-        .await
-        .map_err(|e| match (&q.filter, e.status()) {
-            // The where parser's refusal of a filter: say which parameter it was.
-            (Some(_), 400) => bad(format!("filter: {}", e.message)),
-            _ => e,
-        })?["count"]
-        .as_u64()
-        .unwrap_or(0);
-
-    let mut page = query_body(&d.name, layer_id, &q);
-    page["query"]["outFields"] = json!("*");
-    page["query"]["returnGeometry"] = json!(true);
-    page["query"]["orderByFields"] = json!(view.def.columns[view.def.id_column].name);
-    page["query"]["resultOffset"] = json!(q.offset);
-    page["query"]["resultRecordCount"] = json!(limit);
-    let answer = run(app, ctx, page).await?;
-    let features: Vec<Value> = answer["features"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .map(item_of)
-        .collect();
+    q.limit = limit;
+    let id_column = view.def.columns[view.def.id_column].name.to_string();
+    // The envelope is written first, the features after it in the same buffer.
+    let head = Arc::new(|matched: usize, returned: usize| {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"{\"type\":\"FeatureCollection\",\"timeStamp\":");
+        let _ = serde_json::to_writer(&mut out, &crate::time::format_datetime(now_ms()));
+        out.extend_from_slice(
+            format!(",\"numberMatched\":{matched},\"numberReturned\":{returned},\"features\":[")
+                .as_bytes(),
+        );
+        out
+    });
+    let page = items_page(app, ctx, &d, layer_id, &q, &id_column, head).await?;
+    let matched = page.matched;
 
     let href = format!(
         "{}/collections/{}/items",
@@ -680,7 +781,7 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
         "application/geo+json",
         "this page",
     )];
-    if q.offset.saturating_add(features.len()) < matched as usize && !features.is_empty() {
+    if q.offset.saturating_add(page.returned) < matched && page.returned > 0 {
         links.push(link(
             with(q.offset.saturating_add(limit)),
             "next",
@@ -706,17 +807,23 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
         "application/json",
         "the collection",
     ));
-    Ok(geojson(
-        200,
-        &json!({
-            "type": "FeatureCollection",
-            "timeStamp": crate::time::format_datetime(now_ms()),
-            "numberMatched": matched,
-            "numberReturned": features.len(),
-            "features": features,
-            "links": links,
-        }),
-    ))
+    // The envelope's head and the features are written; the links close it. No tree of the
+    // page is made, and the answer is not copied.
+    let mut out = page.features;
+    out.extend_from_slice(b"],\"links\":");
+    let _ = serde_json::to_writer(&mut out, &links);
+    out.push(b'}');
+    Ok(geojson_bytes(out))
+}
+
+/// An answer of GeoJSON bytes.
+fn geojson_bytes(body: Vec<u8>) -> Resp {
+    let mut r = response::json_bytes(200, body);
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/geo+json"),
+    );
+    r
 }
 
 fn now_ms() -> i64 {
@@ -727,7 +834,7 @@ fn now_ms() -> i64 {
 }
 
 /// A geoQueryService feature as an OGC item: `type`, `id`, `geometry`, `properties`.
-fn item_of(f: Value) -> Value {
+fn item_of(f: &Value) -> Value {
     json!({
         "type": "Feature",
         "id": f["id"],
@@ -737,30 +844,45 @@ fn item_of(f: Value) -> Value {
 }
 
 async fn item(app: &Arc<App>, ctx: &Ctx, id: &str, fid: &str) -> Result<Resp, ApiError> {
-    let (d, layer_id) = find(app, ctx, id)?;
+    let (d, at, view) = find_view(app, ctx, id)?;
+    let layer = &d.layers[at];
     let missing = || not_found(format!("Feature {fid} not found in collection {id}"));
-    let oid: i64 = fid.parse().map_err(|_| missing())?;
-    let body = json!({
-        "params": {"id": d.name, "layer": layer_id, "method": "query"},
-        "query": {"objectIds": [oid], "outFields": "*", "returnGeometry": true},
-    });
-    let answer = run(app, ctx, body).await?;
-    let f = answer["features"]
-        .as_array()
-        .and_then(|a| a.first().cloned())
+    let oid = super::params::digits(fid)
+        .and_then(|n| i64::try_from(n).ok())
         .ok_or_else(missing)?;
-    let layer = d
-        .layers
-        .iter()
-        .find(|l| l.id == layer_id)
-        .ok_or_else(missing)?;
+    let q = ItemsQuery {
+        bbox: None,
+        limit: 1,
+        offset: 0,
+        time: None,
+        time_window: None,
+        filters: vec![(
+            view.def.columns[view.def.id_column].name.to_string(),
+            oid.to_string(),
+        )],
+        filter: None,
+    };
+    let id_column = view.def.columns[view.def.id_column].name.to_string();
+    let page = items_page(
+        app,
+        ctx,
+        &d,
+        layer.id,
+        &q,
+        &id_column,
+        Arc::new(|_, _| Vec::new()),
+    )
+    .await?;
+    // One feature, written: its closing brace gives way to its links.
+    let Some(feature) = page.features.strip_suffix(b"}") else {
+        return Err(missing());
+    };
     let collection = format!(
         "{}/collections/{}",
         base(app, ctx),
         enc(&collection_id(&d, layer))
     );
-    let mut item = item_of(f);
-    item["links"] = json!([
+    let links = json!([
         link(
             format!("{collection}/items/{oid}"),
             "self",
@@ -774,7 +896,12 @@ async fn item(app: &Arc<App>, ctx: &Ctx, id: &str, fid: &str) -> Result<Resp, Ap
             "the collection"
         ),
     ]);
-    Ok(geojson(200, &item))
+    let mut out = Vec::with_capacity(feature.len() + 512);
+    out.extend_from_slice(feature);
+    out.extend_from_slice(b",\"links\":");
+    let _ = serde_json::to_writer(&mut out, &links);
+    out.push(b'}');
+    Ok(geojson_bytes(out))
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ enum Reply {
     Whole(Vec<u8>),
     Part(Partial),
     /// A refusal of the request, as [`FeatureError`] kinds: 0 not found, 1 invalid, 2 time
-    /// limit, 3 not caught up, 4 internal.
+    /// limit, 3 not caught up, 4 internal, 5 answer too large.
     Refused(u8, String),
 }
 
@@ -60,6 +60,7 @@ fn refusal(e: &FeatureError) -> Reply {
         FeatureError::Request(_) | FeatureError::Where(_) => 1,
         FeatureError::TimeLimit(_) => 2,
         FeatureError::Internal(_) => 4,
+        FeatureError::AnswerTooLarge { .. } => 5,
     };
     Reply::Refused(kind, e.to_string())
 }
@@ -70,6 +71,7 @@ fn refused_error(kind: u8, message: String) -> ApiError {
         1 => ErrorCode::ExtensionInvalid,
         2 => ErrorCode::TimeLimit,
         4 => ErrorCode::Internal,
+        5 => ErrorCode::PayloadTooLarge,
         _ => ErrorCode::Unavailable,
     };
     ApiError::new(code, message)

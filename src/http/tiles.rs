@@ -25,6 +25,10 @@ use super::response::{self, Resp};
 use super::{App, Ctx, require_any};
 use crate::acl::Role;
 use crate::error::{ApiError, ErrorCode};
+use crate::features::FeatureRequest;
+use crate::features::query::{Attr, QuerySpec, TileGeometry, TilePage};
+use crate::spatial::engine::Indexed;
+use crate::spatial::{Query, Relation, Shape};
 
 /// Tile units across a tile, and the buffer around it in those units.
 const EXTENT: u32 = 4096;
@@ -150,18 +154,6 @@ async fn tile(
     let (west, south) = to_lon_lat(clip.0.max(-HALF), clip.1.max(-HALF));
     let (east, north) = to_lon_lat(clip.2.min(HALF), clip.3.min(HALF));
     let limit = app.features.settings().max_record_count.max(1);
-    let body = json!({
-        "params": {"id": d.name, "layer": layer_id, "method": "query"},
-        "query": {
-            "outFields": "*",
-            "returnGeometry": true,
-            "resultRecordCount": limit,
-            "extension": {"geometry": {"type": "Polygon", "coordinates": [[
-                [west, south], [east, south], [east, north], [west, north], [west, south]
-            ]]}},
-        },
-    });
-    let answer = ogc::run_bytes(app, ctx, body, true).await?;
     let name = ogc::collection_id(
         &d,
         d.layers.iter().find(|l| l.id == layer_id).ok_or_else(|| {
@@ -171,16 +163,214 @@ async fn tile(
             )
         })?,
     );
+    let time_limit = {
+        let ms = app.config.query_time_limit_ms;
+        (ms > 0).then(|| {
+            (
+                std::time::Instant::now() + std::time::Duration::from_millis(ms),
+                ms,
+            )
+        })
+    };
+    let area = [
+        [west, south],
+        [east, south],
+        [east, north],
+        [west, north],
+        [west, south],
+    ];
+    let tile = Frame {
+        bounds: (left, bottom, right, top),
+        clip,
+        unit,
+        band: band_of(z),
+        deadline: time_limit,
+    };
+    if super::spread::cluster_of(app).is_some() {
+        // A node with some shards only: the query is routed, its answer read back.
+        let body = json!({
+            "params": {"id": d.name, "layer": layer_id, "method": "query"},
+            "query": {
+                "outFields": "*",
+                "returnGeometry": true,
+                "resultRecordCount": limit,
+                "extension": {"geometry": {"type": "Polygon", "coordinates": [area]}},
+            },
+        });
+        let answer = ogc::run_bytes(app, ctx, body, true).await?;
+        let encoded = crate::cpu::run_cpu_intensive(move || {
+            let features = match serde_json::from_slice::<Answer<'_>>(&answer) {
+                Ok(a) => a.features,
+                Err(_) => Vec::new(),
+            };
+            encode(&name, &features, tile.bounds, tile.clip, tile.unit)
+        })
+        .await
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the tile failed"))?;
+        return Ok(Bytes::from(encoded));
+    }
+    let request = FeatureRequest {
+        service: d.name.clone(),
+        layer: Some(layer_id),
+        layer_text: Some(layer_id.to_string()),
+        method: Some("query".into()),
+        query: QuerySpec {
+            return_geometry: true,
+            limit: Some(limit),
+            spread: true,
+            geometry: Some((
+                Arc::new(Query::new(Geometry::Polygon(Polygon::new(
+                    LineString::from(area.iter().map(|p| (p[0], p[1])).collect::<Vec<_>>()),
+                    vec![],
+                )))),
+                Relation::Intersects,
+            )),
+            ..QuerySpec::default()
+        },
+    };
+    let (features, caller, app2) = (app.features.clone(), ctx.caller.clone(), app.clone());
     let encoded = crate::cpu::run_cpu_intensive(move || {
-        let features = match serde_json::from_slice::<Answer<'_>>(&answer) {
-            Ok(a) => a.features,
-            Err(_) => Vec::new(),
-        };
-        encode(&name, &features, (left, bottom, right, top), clip, unit)
+        let page = features.tile_page(&caller, &request, time_limit)?;
+        encode_page(&name, &page, &tile, &app2.simplified)
     })
     .await
-    .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the tile failed"))?;
+    .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the tile failed"))??;
     Ok(Bytes::from(encoded))
+}
+
+/// Where a tile is and what bounds its work.
+#[derive(Clone, Copy)]
+struct Frame {
+    /// (left, bottom, right, top) in Web Mercator metres.
+    bounds: (f64, f64, f64, f64),
+    /// The bounds with the buffer.
+    clip: (f64, f64, f64, f64),
+    /// A tile unit, in metres.
+    unit: f64,
+    /// The zoom band whose simplified geometries the tile may draw from.
+    band: Option<u8>,
+    deadline: Option<(std::time::Instant, u64)>,
+}
+
+/// Zoom bands of four zooms each (0-3, 4-7, 8-11); past them, a tile draws each geometry as
+/// it is (clipped to the tile, it is small).
+const BANDS: u32 = 3;
+
+fn band_of(z: u32) -> Option<u8> {
+    (z < 4 * BANDS).then_some((z / 4) as u8)
+}
+
+/// The simplification of a band: half a tile unit of its finest zoom, so that every zoom of
+/// the band draws at least the detail it would have drawn from the full geometry.
+fn band_epsilon(band: u8) -> f64 {
+    let z = 4 * u32::from(band) + 3;
+    2.0 * HALF / f64::from(1u32 << z) / f64::from(EXTENT) / 2.0
+}
+
+/// Simplified geometries for the low zooms, in Web Mercator: made once per shape and zoom
+/// band on first use, kept within a budget of bytes (past it, all are dropped and made
+/// again as tiles ask). A shape is known by its address and a weak reference, so a shape
+/// that was replaced or deleted is never served, and is not kept alive by the cache.
+pub struct Simplified {
+    budget: usize,
+    inner: parking_lot::Mutex<SimplifiedInner>,
+}
+
+/// A shape, weakly, and its simplified copy.
+type Kept = (std::sync::Weak<Shape>, Arc<Geometry<f64>>);
+
+#[derive(Default)]
+struct SimplifiedInner {
+    by_shape: crate::FastMap<(usize, u8), Kept>,
+    bytes: usize,
+}
+
+impl Simplified {
+    pub fn new(budget: usize) -> Simplified {
+        Simplified {
+            budget,
+            inner: Default::default(),
+        }
+    }
+
+    /// `shape` in Web Mercator, simplified for `band`.
+    fn get(&self, shape: &Arc<Shape>, band: u8) -> Arc<Geometry<f64>> {
+        let key = (Arc::as_ptr(shape) as usize, band);
+        if let Some((weak, g)) = self.inner.lock().by_shape.get(&key)
+            && weak.upgrade().is_some_and(|s| Arc::ptr_eq(&s, shape))
+        {
+            return g.clone();
+        }
+        let g = Arc::new(simplify(
+            shape.geometry.map_coords(to_mercator),
+            band_epsilon(band),
+        ));
+        let bytes = 64 + 16 * geo::CoordsIter::coords_count(g.as_ref());
+        if bytes <= self.budget {
+            let mut inner = self.inner.lock();
+            if inner.bytes + bytes > self.budget {
+                inner.by_shape.clear();
+                inner.bytes = 0;
+            }
+            inner.bytes += bytes;
+            if let Some((_, old)) = inner
+                .by_shape
+                .insert(key, (Arc::downgrade(shape), g.clone()))
+            {
+                inner.bytes -= 64 + 16 * geo::CoordsIter::coords_count(old.as_ref());
+            }
+        }
+        g
+    }
+}
+
+/// Encode a typed page as one MVT layer named `name`; its geometries come from the zoom
+/// band's simplified ones where the tile has a band. Stops at the deadline.
+fn encode_page(
+    name: &str,
+    page: &TilePage,
+    tile: &Frame,
+    simplified: &Simplified,
+) -> Result<Vec<u8>, ApiError> {
+    let mut items = Vec::with_capacity(page.features.len());
+    for f in &page.features {
+        if let Some((deadline, ms)) = tile.deadline
+            && std::time::Instant::now() >= deadline
+        {
+            return Err(crate::features::FeatureError::TimeLimit(ms).into());
+        }
+        let mercator = match &f.geometry {
+            TileGeometry::Point(x, y) => {
+                Geometry::Point(to_mercator(Coord { x: *x, y: *y }).into())
+            }
+            TileGeometry::Indexed(Indexed::Points(points)) => Geometry::MultiPoint(
+                points
+                    .iter()
+                    .map(|[x, y]| geo::Point::from(to_mercator(Coord { x: *x, y: *y })))
+                    .collect(),
+            ),
+            TileGeometry::Indexed(Indexed::Shape(shape)) => match tile.band {
+                Some(band) => simplified.get(shape, band).as_ref().clone(),
+                None => shape.geometry.map_coords(to_mercator),
+            },
+        };
+        let props: Vec<(&str, TileValue)> = page
+            .columns
+            .iter()
+            .zip(&f.attrs)
+            .filter_map(|(k, v)| {
+                let value = match v.as_ref()? {
+                    Attr::Text(s) => TileValue::Str(s.clone()),
+                    Attr::Bool(b) => TileValue::Bool(*b),
+                    Attr::Int(i) => TileValue::Sint(*i),
+                    Attr::Float(x) => TileValue::Double(*x),
+                };
+                Some((k.as_str(), value))
+            })
+            .collect();
+        items.push((u64::try_from(f.id).ok(), props, mercator));
+    }
+    Ok(encode_items(name, items, tile.bounds, tile.clip, tile.unit))
 }
 
 /// The features of a geoQueryService answer, read without building a tree of the whole:
@@ -262,18 +452,50 @@ pub enum Property<'a> {
 pub fn encode(
     name: &str,
     features: &[AnswerFeature<'_>],
+    bounds: (f64, f64, f64, f64),
+    clip: (f64, f64, f64, f64),
+    unit: f64,
+) -> Vec<u8> {
+    let items = features
+        .iter()
+        .filter_map(|f| {
+            let g = read_geometry(f.geometry?.get())?;
+            let props: Vec<(&str, TileValue)> = f
+                .properties
+                .iter()
+                .filter_map(|(k, v)| {
+                    let value = match v {
+                        Property::Text(s) => TileValue::Str(s.to_string()),
+                        Property::Bool(b) => TileValue::Bool(*b),
+                        Property::Int(i) => TileValue::Sint(*i),
+                        Property::Float(x) => TileValue::Double(*x),
+                        Property::Other(_) => return None,
+                    };
+                    Some((k.as_ref(), value))
+                })
+                .collect();
+            Some((f.id, props, g.map_coords(to_mercator)))
+        })
+        .collect();
+    encode_items(name, items, bounds, clip, unit)
+}
+
+/// A feature to encode: its id, properties, and geometry in Web Mercator.
+type Item<'a> = (Option<u64>, Vec<(&'a str, TileValue)>, Geometry<f64>);
+
+/// Encode features (id, properties, geometry in Web Mercator) as one MVT layer: each
+/// geometry simplified for the zoom, clipped to the buffer, wound as MVT wants and rid of
+/// what collapses in whole tile units.
+fn encode_items(
+    name: &str,
+    items: Vec<Item<'_>>,
     (left, bottom, right, top): (f64, f64, f64, f64),
     clip: (f64, f64, f64, f64),
     unit: f64,
 ) -> Vec<u8> {
     let mut tags = TagsBuilder::new();
-    let mut out = Vec::with_capacity(features.len());
-    for f in features {
-        let Some(raw) = f.geometry else { continue };
-        let Some(g) = read_geometry(raw.get()) else {
-            continue;
-        };
-        let projected = g.map_coords(to_mercator);
+    let mut out = Vec::with_capacity(items.len());
+    for (id, props, projected) in items {
         let Some(clipped) = clip_geometry(simplify(projected, unit / 2.0), clip) else {
             continue;
         };
@@ -290,15 +512,8 @@ pub fn encode(
         let Ok(mut feature) = clipped.to_mvt(EXTENT, left, bottom, right, top) else {
             continue;
         };
-        feature.id = f.id;
-        for (k, v) in &f.properties {
-            let value = match v {
-                Property::Text(s) => TileValue::Str(s.to_string()),
-                Property::Bool(b) => TileValue::Bool(*b),
-                Property::Int(i) => TileValue::Sint(*i),
-                Property::Float(x) => TileValue::Double(*x),
-                Property::Other(_) => continue,
-            };
+        feature.id = id;
+        for (k, value) in props {
             let (ki, vi) = tags.insert_ref(k, value);
             feature.tags.push(ki);
             feature.tags.push(vi);

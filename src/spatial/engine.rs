@@ -200,6 +200,13 @@ struct Built {
     envelopes: Vec<(usize, PartEntry)>,
 }
 
+/// A feature's geometry as the index holds it, shared.
+#[derive(Debug, Clone)]
+pub enum Indexed {
+    Shape(Arc<Shape>),
+    Points(Arc<[[f64; 2]]>),
+}
+
 /// Which ids a query may consider at all (a caller's readable rows): asked before any
 /// exact test.
 pub type Admit<'a> = &'a (dyn Fn(FeatureId) -> bool + Sync);
@@ -271,6 +278,16 @@ impl Engine {
                 out
             })
             .reduce_with(super::entry::union)
+    }
+
+    /// What is indexed for `id` when it is not a single point: its prepared shape, or a
+    /// multipoint's positions (a point's coordinates are its view's).
+    pub fn indexed(&self, id: FeatureId) -> Option<Indexed> {
+        match self.registry.lock().others.get(&id)? {
+            Slot::Shape(shape) => Some(Indexed::Shape(shape.clone())),
+            Slot::MultiPoint(points) => Some(Indexed::Points(points.clone())),
+            Slot::Point(_) | Slot::Empty => None,
+        }
     }
 
     /// Entries per shard: (points, parts, envelopes).

@@ -211,6 +211,16 @@ impl Features {
                 } else {
                     rows[start..end].iter().map(|r| r.1).collect()
                 };
+                let geometries = q
+                    .return_geometry
+                    .then(|| data.geometry_column(resolved.layer.geometry_path.text()));
+                let bytes = super::typed::answer_bytes(&page, geometries, plan.out.len());
+                if bytes > self.settings.max_answer_bytes {
+                    return Err(FeatureError::AnswerTooLarge {
+                        bytes,
+                        limit: self.settings.max_answer_bytes,
+                    });
+                }
                 self.write_features(
                     descriptor,
                     resolved,
