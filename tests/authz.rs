@@ -466,3 +466,43 @@ fn schema_needs_its_role_by_every_write_route() {
     let r = admin.get("/manage/v2/users/s-tde");
     assert!(r.text().contains("tde-admin"), "{}", r.text());
 }
+
+/// A flow's output lands where the request says: into the TDE collection it is a template
+/// write like any other, and needs tde-admin.
+#[test]
+fn a_flows_output_into_the_schema_needs_its_role() {
+    let project = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/project");
+    let srv = TestServer::start_with(|c| c.project = Some(project));
+    let flow = |c: &mut Client, uri: &str, collection: &str| {
+        c.request(
+            "PUT",
+            &format!(
+                "/v1/documents?uri={uri}&collection={}&transform=svc:sjsInputFlow\
+                 &trans:entity-name=Default&trans:flow-name=Json",
+                enc(collection)
+            ),
+            &[("Content-Type", "application/json")],
+            br#"{"testing": 1}"#,
+        )
+    };
+    let mut writer = srv.client(WRITER);
+    let r = flow(&mut writer, "/flowed/plain.json", "plain");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = flow(&mut writer, "/flowed/tde.json", TDE);
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.error().1, "SEC-PRIV");
+    let r = flow(&mut writer, "/flowed/sd.json", SERVICES);
+    assert_eq!(r.status, 403, "{}", r.text());
+    let mut admin = srv.client(ADMIN);
+    for uri in ["/flowed/tde.json", "/flowed/sd.json"] {
+        assert_eq!(
+            admin.get(&format!("/v1/documents?uri={uri}")).status,
+            404,
+            "{uri}"
+        );
+    }
+    assert_eq!(
+        admin.get("/v1/documents?uri=/flowed/plain.json").status,
+        200
+    );
+}

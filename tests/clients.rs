@@ -747,3 +747,33 @@ fn a_node_client_keeps_its_nonce_across_restarts_and_quiet_spells() {
     let _ = node.wait();
     srv.kill();
 }
+
+/// Issue 53 finding 6, as ArcGIS users met it: Koop in front of geoshard answered 401 to every
+/// request after a geoshard restart, until Koop itself was restarted. One Koop, kept across a
+/// clean restart and a crash of the server behind it, answers every query.
+#[test]
+fn koop_keeps_answering_across_geoshard_restarts() {
+    let dir = temp_dir("koop-restarts");
+    seed_users(dir.path());
+    let srv = ChildServer::start(dir.path(), &[]);
+    let listen = srv.addr.to_string();
+    let all = load_counties(&mut srv.client(GEO));
+    let mut want: Vec<i64> = all
+        .iter()
+        .filter(|(_, _, d)| d["name"] == "Washington")
+        .map(|(id, _, _)| *id)
+        .collect();
+    want.sort_unstable();
+    assert!(want.len() > 10);
+    let mut koop = Koop::start(srv.addr, GEO);
+    let washington = [("where", "name = 'Washington'".to_string())];
+    assert_eq!(koop.ids(&washington), want, "before");
+    assert!(srv.stop().success());
+    let srv = ChildServer::start_at(dir.path(), &listen, &[]);
+    assert_eq!(koop.ids(&washington), want, "after a clean restart");
+    srv.kill();
+    let srv = ChildServer::start_at(dir.path(), &listen, &[]);
+    assert_eq!(koop.ids(&washington), want, "after a crash");
+    assert_eq!(koop.ids(&washington), want, "after a crash, again");
+    drop(srv);
+}

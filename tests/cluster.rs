@@ -345,6 +345,75 @@ fn three_nodes_answer_every_query_as_one_node_does() {
         assert_eq!(r.json()["type"], "Feature");
     }
 
+    // Schema needs its role on every node (issue 53): a rest-writer's template is refused
+    // where the log's entry is applied, and stored nowhere.
+    let tde = enc("http://marklogic.com/xdmp/tde");
+    let refused = nodes[1].client(WRITER).put_json(
+        &format!("/v1/documents?uri=/evil/tde.json&collection={tde}"),
+        r#"{"template": {"context": "/", "collections": ["Places"], "rows": [{"schemaName": "evil", "viewName": "v", "columns": [{"name": "OBJECTID", "scalarType": "int", "val": "x"}]}]}}"#,
+    );
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    assert_eq!(refused.error().1, "SEC-PRIV");
+    let seq = sequence(&made).max(sequence(
+        &nodes[0]
+            .client(ADMIN)
+            .put_json("/v1/documents?uri=/mark.json", "{}"),
+    ));
+    for n in &nodes {
+        let r = n.client(ADMIN).request(
+            "GET",
+            "/v1/documents?uri=/evil/tde.json",
+            &[("X-Geoshard-After", &seq.to_string())],
+            b"",
+        );
+        assert_eq!(r.status, 404, "{}", r.text());
+    }
+
+    // One Digest nonce, from one node, is good on every node (a client behind a balancer
+    // that never asks for a new one): each nc once, anywhere.
+    let challenge = {
+        let r = nodes[0].anonymous().get("/v1/ping");
+        let h = r
+            .headers_named("www-authenticate")
+            .into_iter()
+            .find(|v| v.starts_with("Digest"))
+            .unwrap()
+            .to_string();
+        digest_auth::parse(&h).unwrap()
+    };
+    let mut challenge = challenge;
+    let mut sent = Vec::new();
+    for round in 0..2 {
+        for (i, n) in nodes.iter().enumerate() {
+            let ctx = digest_auth::AuthContext::new_with_method(
+                READER.0,
+                READER.1,
+                "/v1/ping",
+                Option::<&[u8]>::None,
+                digest_auth::HttpMethod("GET".into()),
+            );
+            let auth = challenge.respond(&ctx).unwrap().to_header_string();
+            let r = n.anonymous().send(
+                "GET",
+                "/v1/ping",
+                &[("Authorization".into(), auth.clone())],
+                b"",
+            );
+            assert_eq!(r.status, 204, "round {round}, node {i}: {}", r.text());
+            sent.push((i, auth));
+        }
+    }
+    // A replay of a request one node answered, to the same node, is refused.
+    for (i, auth) in sent.iter().skip(3) {
+        let r = nodes[*i].anonymous().send(
+            "GET",
+            "/v1/ping",
+            &[("Authorization".into(), auth.clone())],
+            b"",
+        );
+        assert_eq!(r.status, 401, "a replay to node {i} passed");
+    }
+
     // A read-your-writes header a node cannot meet in time is a 503, not a stale answer.
     let r = clients[0].request(
         "GET",

@@ -564,6 +564,10 @@ impl ChildServer {
         Client::new(self.addr, Auth::Digest(user.0.into(), user.1.into()))
     }
 
+    pub fn anonymous(&self) -> Client {
+        Client::new(self.addr, Auth::None)
+    }
+
     /// The server's resident memory, in MiB, from its `/proc/<pid>/status`.
     pub fn rss_mib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
