@@ -307,8 +307,10 @@ fn over_http_into_a_running_server() {
     );
     assert_eq!(r.code, 0, "{}", r.report);
     assert_eq!(count(&mut c, "counties", json!({})), 3231);
-    // A plain rest-writer may load (the geo roles are for querying), and bad credentials stop
-    // the load before anything is read, with exit 2.
+    // A plain rest-writer may not define the layer (issue 53: templates need tde-admin,
+    // descriptors geo-data-services-writer): the load stops before any record, naming the
+    // role, and nothing is stored. With the schema roles it loads. Bad credentials stop the
+    // load before anything is read, with exit 2.
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/load/counties-tx-co.geojson");
     let url = format!("http://{}", srv.addr);
@@ -324,6 +326,22 @@ fn over_http_into_a_running_server() {
         WRITER.1,
     ];
     let r = load(&as_writer);
+    assert_ne!(r.code, 0, "{}", r.report);
+    assert!(r.report.contains("tde-admin"), "{}", r.report);
+    assert!(r.report.contains("403"), "{}", r.report);
+    let models = c.get("/v1/resources/modelService").json();
+    assert!(!models.to_string().contains("by-writer"), "{models}");
+    let r = srv.client(ADMIN).post_json(
+        "/manage/v2/users",
+        &json!({"user-name": "loader", "password": "loader-pw",
+                "role": ["rest-writer", "tde-admin", "geo-data-services-writer"]})
+        .to_string(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let mut as_loader = as_writer;
+    as_loader[6] = "loader";
+    as_loader[8] = "loader-pw";
+    let r = load(&as_loader);
     assert_eq!(r.code, 0, "{}", r.report);
     assert_eq!(count(&mut c, "by-writer", json!({})), 318);
     let mut wrong = as_writer;
