@@ -692,10 +692,9 @@ fn a_node_client_keeps_calling_past_the_nonce_limits() {
     assert!(out["calls"].as_u64().unwrap() >= 20, "{out}");
 }
 
-/// Issue 53 finding 6: the Node.js client (and Koop, which holds one for its whole life) never
-/// asks for a new nonce, so after a geoshard restart, or a quiet spell past the idle limit,
-/// every call was a 401 until the client itself restarted. One client, kept across a clean
-/// restart, a crash and a quiet spell, gets an answer every time.
+/// The official Node.js client (and Koop, which holds one for its life) never asks for a new
+/// nonce and takes a 401 as an error: one client, kept across a clean restart, a crash and a
+/// quiet spell past the idle limit, gets an answer every time.
 #[test]
 fn a_node_client_keeps_its_nonce_across_restarts_and_quiet_spells() {
     use std::io::{BufRead, BufReader, Write};
@@ -748,9 +747,8 @@ fn a_node_client_keeps_its_nonce_across_restarts_and_quiet_spells() {
     srv.kill();
 }
 
-/// Issue 53 finding 6, as ArcGIS users met it: Koop in front of geoshard answered 401 to every
-/// request after a geoshard restart, until Koop itself was restarted. One Koop, kept across a
-/// clean restart and a crash of the server behind it, answers every query.
+/// One Koop, kept across a clean restart and a crash of the geoshard behind it, answers every
+/// query: its client keeps its first nonce, and that nonce stays good.
 #[test]
 fn koop_keeps_answering_across_geoshard_restarts() {
     let dir = temp_dir("koop-restarts");

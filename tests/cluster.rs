@@ -345,7 +345,7 @@ fn three_nodes_answer_every_query_as_one_node_does() {
         assert_eq!(r.json()["type"], "Feature");
     }
 
-    // Schema needs its role on every node (issue 53): a rest-writer's template is refused
+    // Schema needs its role on every node: a rest-writer's template is refused
     // where the log's entry is applied, and stored nowhere.
     let tde = enc("http://marklogic.com/xdmp/tde");
     let refused = nodes[1].client(WRITER).put_json(

@@ -576,7 +576,7 @@ fn a_datetime_split_inside_a_character_is_an_invalid_value() {
     srv.kill();
 }
 
-/// Issue 53's nits: numbers in paths are digits only, links never carry a client's odd `Host`
+/// Numbers in paths are digits only, links never carry a client's odd `Host`
 /// (and follow `public_url`), a `bbox` out of the world is the caller's 400 naming `bbox`,
 /// and `user add` takes a password that begins with `-`.
 #[test]

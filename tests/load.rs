@@ -307,7 +307,7 @@ fn over_http_into_a_running_server() {
     );
     assert_eq!(r.code, 0, "{}", r.report);
     assert_eq!(count(&mut c, "counties", json!({})), 3231);
-    // A plain rest-writer may not define the layer (issue 53: templates need tde-admin,
+    // A plain rest-writer may not define the layer (templates need tde-admin,
     // descriptors geo-data-services-writer): the load stops before any record, naming the
     // role, and nothing is stored. With the schema roles it loads. Bad credentials stop the
     // load before anything is read, with exit 2.

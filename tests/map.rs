@@ -204,7 +204,7 @@ fn a_real_browser_draws_the_layers_and_finds_denver() {
     let out = Command::new("node")
         .arg(root().join("tests/clients/node/map_page.js"))
         .args([
-            // The credentials in the page's URL too, as a user may type them (issue 53: the
+            // The credentials in the page's URL too, as a user may type them (the
             // page's requests failed, since fetch refuses URLs that carry credentials).
             format!("http://{}:{}@{}", GEO.0, GEO.1, srv.addr),
             GEO.0.to_string(),

@@ -1,4 +1,4 @@
-//! The read paths of issue 53: extents over the caller's readable rows only, in every place
+//! What a caller may read and what a read costs: extents over the caller's readable rows only, in every place
 //! one is given (both descriptors, the OGC collections, TileJSON); unreadable rows that cost a
 //! query no exact geometry test; OGC items and tiles over huge polygons within a memory bound
 //! read from the server's `/proc`, a time limit, and `max_answer_bytes`. The expected extents
@@ -138,9 +138,8 @@ fn assert_all(got: &[(String, Option<[f64; 4]>)], want: Option<[f64; 4]>, who: &
     }
 }
 
-/// Issue 53 finding 2: one admin-only document far away widened every extent a non-admin
-/// saw. Now each place gives the extent of what the caller may read; an admin still sees all,
-/// and a write or a delete changes it at once.
+/// Every extent a caller is given covers only what it may read: an admin-only document far
+/// away widens the admin's extents, not a geo user's; a write or a delete changes them at once.
 #[test]
 fn extents_cover_only_what_the_caller_may_read() {
     let srv = TestServer::start();
@@ -219,9 +218,8 @@ fn least(n: usize, mut f: impl FnMut()) -> Duration {
         .unwrap()
 }
 
-/// Issue 53 finding 3: a count over a box of admin-only polygons of 200k vertices cost the
-/// geo user their exact tests (about 250 ms) though it may read none of them. Now it costs
-/// what a count over an empty box does, and the admin's count still tests them.
+/// A count over a box of admin-only polygons of 200k vertices costs a geo user, who may read
+/// none of them, what a count over an empty box does; the admin's count tests them.
 #[test]
 fn unreadable_rows_cost_no_exact_test() {
     let srv = TestServer::start();
@@ -304,11 +302,9 @@ fn big_polygons(env: &[(&str, &str)]) -> (TestDir, ChildServer) {
     (dir, srv)
 }
 
-/// Issue 53 finding 4: OGC items over six polygons of 200k vertices answered 29 MiB and took
-/// the server up by about 980 MiB (the answer parsed into a tree, cloned, written again); a
-/// zoom-0 tile over them took seconds every time. Now a page grows the server by at most
-/// eight times its size (at least 256 MiB of room), the same page twice costs no more, and the
-/// zoom-0 tile is made from simplified geometries kept after its first drawing.
+/// OGC items over six polygons of 200k vertices: a page grows the server by at most eight
+/// times its size (at least 256 MiB of room), and that memory is given back; a zoom-0 tile
+/// over them is drawn from simplified geometries kept after its first drawing.
 #[test]
 fn items_and_tiles_over_huge_polygons_stay_within_memory() {
     let (_dir, srv) = big_polygons(&[]);

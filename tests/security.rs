@@ -86,7 +86,7 @@ fn nonce_eviction_replay() {
     }
     replay(&mut raw);
     // The admin's own other clients push the nonce out of the admin's places: its highest
-    // nc goes with it (issue 53), so the replay is still refused, and not as stale (a client
+    // nc goes with it, so the replay is still refused, and not as stale (a client
     // would only retry it).
     for _ in 0..10 {
         let mut ch = challenge(&mut raw);

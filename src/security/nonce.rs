@@ -705,7 +705,7 @@ mod tests {
     /// The finding of issue 33: a nonce evicted from a full table came back as a first use,
     /// so a captured request could be replayed. Now its highest nc goes to the saves when
     /// it is pushed out: the captured request is still a replay, and the client's next nc
-    /// still passes (issue 53: a client that never renegotiates keeps working).
+    /// still passes (a client that never asks for a new nonce keeps working).
     #[test]
     fn an_evicted_nonce_keeps_its_nc() {
         let t = NonceTable::new(limits(10_000, 4));
