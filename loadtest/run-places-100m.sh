@@ -71,7 +71,7 @@ fi
 load_s=$(echo "$(date +%s.%N) - $start" | bc)
 note "geoshard load FILE --service 'LT Places' --collection lt-places --data-dir DIR --quiet"
 "$BIN/geoshard" user add --data-dir "$DATA" --name lt --password lt \
-  --role rest-writer --role geo-data-services-writer > /dev/null
+  --role rest-writer --role tde-admin --role geo-data-services-writer > /dev/null
 
 # serve_timed: start on the loaded directory; sets GS_PID and $took (exec to the first
 # answered query).

@@ -33,7 +33,7 @@ cd "$ROOT"
 cargo build --release -p geoshard -p geoshard-loadtest
 note "cargo build --release -p geoshard -p geoshard-loadtest"
 "$BIN/geoshard" user add --data-dir "$WORK/data" --name lt --password lt \
-  --role rest-writer --role geo-data-services-writer >/dev/null
+  --role rest-writer --role tde-admin --role geo-data-services-writer >/dev/null
 GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data" --listen $GS > "$WORK/geoshard.log" 2>&1 &
 GS_PID=$!
 note "GEOSHARD_IO_THREADS=$IO_THREADS geoshard serve --data-dir DIR --listen $GS"

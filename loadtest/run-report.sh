@@ -84,7 +84,7 @@ note "cargo build --release -p geoshard -p geoshard-loadtest"
 
 # geoshard on a fresh data directory.
 "$BIN/geoshard" user add --data-dir "$WORK/data" --name lt --password lt \
-  --role rest-writer --role geo-data-services-writer --role rest-extension-user >/dev/null
+  --role rest-writer --role tde-admin --role geo-data-services-writer --role rest-extension-user >/dev/null
 GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_PIN_IO_THREADS=$PIN GEOSHARD_STORE_CACHE_BYTES=$STORE_CACHE GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data" --listen $GS > "$WORK/geoshard.log" 2>&1 &
 GS_PID=$!
 note "GEOSHARD_IO_THREADS=$IO_THREADS GEOSHARD_PIN_IO_THREADS=$PIN GEOSHARD_STORE_CACHE_BYTES=$STORE_CACHE geoshard serve --data-dir DIR --listen $GS"
@@ -105,7 +105,7 @@ done
 # is one process's), with the counties for pip-counties.
 if [ "$IO_THREADS" != 1 ]; then
   "$BIN/geoshard" user add --data-dir "$WORK/data1" --name lt --password lt \
-    --role rest-writer --role geo-data-services-writer --role rest-extension-user >/dev/null
+    --role rest-writer --role tde-admin --role geo-data-services-writer --role rest-extension-user >/dev/null
   GEOSHARD_IO_THREADS=1 GEOSHARD_PIN_IO_THREADS=$PIN GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$WORK/data1" --listen $GS1 > "$WORK/geoshard1.log" 2>&1 &
   GS1_PID=$!
   note "GEOSHARD_IO_THREADS=1 GEOSHARD_PIN_IO_THREADS=$PIN geoshard serve --data-dir DIR1 --listen $GS1"

@@ -18,7 +18,7 @@ cargo build --release -q -p geoshard -p geoshard-loadtest
 BIN=target/release
 LT=$BIN/geoshard-loadtest
 "$BIN/geoshard" user add --data-dir "$OUT/data" --name lt --password lt \
-  --role rest-writer --role geo-data-services-writer --role rest-extension-user >/dev/null
+  --role rest-writer --role tde-admin --role geo-data-services-writer --role rest-extension-user >/dev/null
 GEOSHARD_LOG=warn "$BIN/geoshard" serve --data-dir "$OUT/data" --listen $ADDR > "$OUT/geoshard.log" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null || true' EXIT

@@ -59,7 +59,9 @@ fn digest_replay_and_stale_nonce() {
     let srv = TestServer::start_with(|c| {
         c.nonce_ttl_secs = 1;
         c.nonce_idle_secs = 1;
+        c.nonce_lifetime_secs = 4;
     });
+    let issued = std::time::Instant::now();
     let mut anon = srv.anonymous();
     let r = anon.get("/v1/ping");
     let digest = r.headers_named("www-authenticate")[0].to_string();
@@ -72,9 +74,15 @@ fn digest_replay_and_stale_nonce() {
     let again = anon.send("GET", "/v1/ping", &h, b"");
     assert_eq!(again.status, 401);
     assert!(!again.headers_named("www-authenticate")[0].contains("stale=true"));
-    // After the nonce expires (unused for its idle limit), a correct response gets
-    // stale=true.
+    // Unused past its idle limit, the nonce is still good with its next nc.
     std::thread::sleep(std::time::Duration::from_millis(2100));
+    let header = challenge.respond(&ctx).unwrap().to_header_string();
+    let r = anon.send("GET", "/v1/ping", &[("Authorization".into(), header)], b"");
+    assert_eq!(r.status, 204, "{:?}", r.headers);
+    // Past its lifetime, a correct response gets stale=true.
+    while issued.elapsed() < std::time::Duration::from_millis(5100) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let header = challenge.respond(&ctx).unwrap().to_header_string();
     let r = anon.send("GET", "/v1/ping", &[("Authorization".into(), header)], b"");
     assert_eq!(r.status, 401);
@@ -86,7 +94,7 @@ fn digest_replay_and_stale_nonce() {
     // A client that follows stale=true carries on without asking for the password again.
     let mut c = srv.client(READER);
     assert_eq!(c.get("/v1/ping").status, 204);
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    std::thread::sleep(std::time::Duration::from_millis(5100));
     assert_eq!(c.get("/v1/ping").status, 204);
 }
 

@@ -26,6 +26,7 @@ fn server() -> (std::net::SocketAddr, RemoveOnDrop) {
         let store = geoshard::store::Store::open(&dir, Default::default()).unwrap();
         let roles: Vec<String> = [
             "rest-writer",
+            "tde-admin",
             "geo-data-services-writer",
             "rest-extension-user",
         ]
