@@ -49,32 +49,50 @@ struct Question {
 enum Reply {
     Whole(Vec<u8>),
     Part(Partial),
-    /// A refusal of the request, as [`FeatureError`] kinds: 0 not found, 1 invalid, 2 time
-    /// limit, 3 not caught up, 4 internal, 5 answer too large.
-    Refused(u8, String),
+    /// A refusal, with its message.
+    Refused(Refusal, String),
+}
+
+/// Why a node refused a question, which decides what the asking node does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum Refusal {
+    /// The request's own: what this node would answer the client, given to it.
+    NotFound,
+    Invalid,
+    TimeLimit,
+    AnswerTooLarge,
+    Internal,
+    /// The node cannot answer now (it is stopping, it has not applied the entry asked for, or
+    /// its work failed): the question goes to another node.
+    Unable,
+}
+
+impl Refusal {
+    fn of(e: &FeatureError) -> Refusal {
+        match e {
+            FeatureError::ServiceNotFound(_) | FeatureError::LayerNotFound(_) => Refusal::NotFound,
+            FeatureError::Request(_) | FeatureError::Where(_) => Refusal::Invalid,
+            FeatureError::TimeLimit(_) => Refusal::TimeLimit,
+            FeatureError::AnswerTooLarge { .. } => Refusal::AnswerTooLarge,
+            FeatureError::Internal(_) => Refusal::Internal,
+        }
+    }
+
+    /// The client's error code, for a refusal of the request; `None` for one of the node.
+    fn code(self) -> Option<ErrorCode> {
+        match self {
+            Refusal::NotFound => Some(ErrorCode::ExtensionNotFound),
+            Refusal::Invalid => Some(ErrorCode::ExtensionInvalid),
+            Refusal::TimeLimit => Some(ErrorCode::TimeLimit),
+            Refusal::AnswerTooLarge => Some(ErrorCode::PayloadTooLarge),
+            Refusal::Internal => Some(ErrorCode::Internal),
+            Refusal::Unable => None,
+        }
+    }
 }
 
 fn refusal(e: &FeatureError) -> Reply {
-    let kind = match e {
-        FeatureError::ServiceNotFound(_) | FeatureError::LayerNotFound(_) => 0,
-        FeatureError::Request(_) | FeatureError::Where(_) => 1,
-        FeatureError::TimeLimit(_) => 2,
-        FeatureError::Internal(_) => 4,
-        FeatureError::AnswerTooLarge { .. } => 5,
-    };
-    Reply::Refused(kind, e.to_string())
-}
-
-fn refused_error(kind: u8, message: String) -> ApiError {
-    let code = match kind {
-        0 => ErrorCode::ExtensionNotFound,
-        1 => ErrorCode::ExtensionInvalid,
-        2 => ErrorCode::TimeLimit,
-        4 => ErrorCode::Internal,
-        5 => ErrorCode::PayloadTooLarge,
-        _ => ErrorCode::Unavailable,
-    };
-    ApiError::new(code, message)
+    Reply::Refused(Refusal::of(e), e.to_string())
 }
 
 /// The cluster when this node's views hold some shards only (queries are routed), else `None`.
@@ -399,7 +417,11 @@ async fn answer_from(
             .ok_or_else(|| Failed::Api(ApiError::new(ErrorCode::Internal, "the query failed")))?
         };
         return match reply {
-            Reply::Refused(kind, message) => Err(Failed::Api(refused_error(kind, message))),
+            // This node's own refusal is the client's, whatever its kind.
+            Reply::Refused(why, message) => Err(Failed::Api(ApiError::new(
+                why.code().unwrap_or(ErrorCode::Unavailable),
+                message,
+            ))),
             r => Ok(r),
         };
     }
@@ -428,8 +450,10 @@ async fn answer_from(
         e => Failed::Node(node.to_string(), e.to_string()),
     })?;
     match postcard::from_bytes::<Reply>(&answer) {
-        Ok(Reply::Refused(3, why)) => Err(Failed::Node(node.to_string(), why)),
-        Ok(Reply::Refused(kind, message)) => Err(Failed::Api(refused_error(kind, message))),
+        Ok(Reply::Refused(why, message)) => match why.code() {
+            Some(code) => Err(Failed::Api(ApiError::new(code, message))),
+            None => Err(Failed::Node(node.to_string(), message)),
+        },
         Ok(r) => Ok(r),
         Err(e) => Err(Failed::Node(
             node.to_string(),
@@ -464,8 +488,10 @@ pub(crate) fn answerer(app: Weak<App>) -> Answerer {
         let app = app.clone();
         Box::pin(async move {
             let reply = match (app.upgrade(), postcard::from_bytes::<Question>(&bytes)) {
-                (None, _) => Reply::Refused(3, "the node is stopping".into()),
-                (_, Err(e)) => Reply::Refused(1, format!("an unreadable question: {e}")),
+                (None, _) => Reply::Refused(Refusal::Unable, "the node is stopping".into()),
+                (_, Err(e)) => {
+                    Reply::Refused(Refusal::Invalid, format!("an unreadable question: {e}"))
+                }
                 (Some(app), Ok(q)) => answer_question(&app, q).await,
             };
             postcard::to_stdvec(&reply).unwrap_or_default()
@@ -486,13 +512,16 @@ async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
             )
             .await
     {
-        return Reply::Refused(3, format!("log entry {} is not applied here yet", q.after));
+        return Reply::Refused(
+            Refusal::Unable,
+            format!("log entry {} is not applied here yet", q.after),
+        );
     }
     let caller = Caller::new(q.user, RoleSet::from_bits(q.roles));
     let features = app.features.clone();
     let max_vertices = features.settings().max_query_vertices;
     let (shards, sample, round) = (q.shards, q.sample, q.round);
-    let failed = || Reply::Refused(3, "the query failed".into());
+    let failed = || Reply::Refused(Refusal::Unable, "the query failed".into());
     if q.body.len() > INLINE_BYTES {
         return crate::cpu::run_cpu_intensive(move || {
             match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
@@ -525,6 +554,48 @@ async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refusal of the request reaches the client of another node with the code this node's
+    /// own answer would have had, and survives the wire; a refusal of the node has none.
+    #[test]
+    fn refusals_map_as_the_node_answers_alone() {
+        let errors = [
+            FeatureError::ServiceNotFound("s".into()),
+            FeatureError::LayerNotFound("1".into()),
+            FeatureError::TimeLimit(5),
+            FeatureError::AnswerTooLarge { bytes: 9, limit: 1 },
+            FeatureError::Internal("x".into()),
+        ];
+        for e in &errors {
+            let Reply::Refused(why, message) = refusal(e) else {
+                panic!("{e}")
+            };
+            let bytes = postcard::to_stdvec(&Reply::Refused(why, message.clone())).unwrap();
+            let Ok(Reply::Refused(back, _)) = postcard::from_bytes::<Reply>(&bytes) else {
+                panic!("{e}: not read back")
+            };
+            assert_eq!(back, why);
+            let code = why.code().expect("a refusal of the request");
+            assert_eq!(
+                ApiError::new(code, message).status(),
+                ApiError::from(match e {
+                    FeatureError::ServiceNotFound(s) => FeatureError::ServiceNotFound(s.clone()),
+                    FeatureError::LayerNotFound(s) => FeatureError::LayerNotFound(s.clone()),
+                    FeatureError::TimeLimit(n) => FeatureError::TimeLimit(*n),
+                    FeatureError::AnswerTooLarge { bytes, limit } => {
+                        FeatureError::AnswerTooLarge {
+                            bytes: *bytes,
+                            limit: *limit,
+                        }
+                    }
+                    other => FeatureError::Internal(other.to_string()),
+                })
+                .status(),
+                "{e}"
+            );
+        }
+        assert_eq!(Refusal::Unable.code(), None);
+    }
 
     #[test]
     fn questions_and_replies_read_back_as_sent() {
