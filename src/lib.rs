@@ -24,7 +24,7 @@
 
 /// A hash map for lookups on every request whose keys the service or its administrators
 /// choose (views, geometry paths, users, issued nonces): foldhash, seeded per process, in one
-/// fast pass where SipHash took about 180 instructions a lookup. A client can look keys up but
+/// fast pass (SipHash costs several times as much). A client can look keys up but
 /// not insert them, so it cannot make them collide.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 

@@ -57,7 +57,7 @@ fn run(program: &Path, args: &[String]) -> Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
-/// Issue 33 finding 5, as Python `requests` met it: about one first PUT in five of 30-100 KB
+/// As Python `requests` met it: about one first PUT in five of 30-100 KB
 /// failed with "connection closed without response" after the Digest challenge. 500 PUTs of
 /// 100 KB, each on a fresh session, with no error.
 #[test]
@@ -88,7 +88,7 @@ fn python_requests_digest_puts_of_100_kb() {
     }
 }
 
-/// Issue 33 finding 5, as the Node.js client met it: the call after a 400 failed with
+/// As the Node.js client met it: the call after a 400 failed with
 /// "socket hang up". Fifty 400s, each followed at once by a read that must succeed.
 #[test]
 fn node_client_calls_after_a_400() {
@@ -171,7 +171,7 @@ fn capabilities(perms: &Value, role: &str) -> Vec<String> {
     caps
 }
 
-/// Issue 34: the official Node.js client's calls, each checked against what was written or a
+/// The official Node.js client's calls, each checked against what was written or a
 /// scan of the counties.
 #[test]
 fn node_client_through_the_contract() {
@@ -253,7 +253,7 @@ fn node_client_through_the_contract() {
     assert_eq!(sorted_ids(&out["pip"]), want, "{out}");
 }
 
-/// Issue 34: the official Python client's calls, permissions in its documented form
+/// The official Python client's calls, permissions in its documented form
 /// (`{"rest-reader": "read"}`) included.
 #[test]
 fn python_client_through_the_contract() {
@@ -437,7 +437,7 @@ impl Drop for Koop {
     }
 }
 
-/// Issue 34: Koop's FeatureServer in front of the counties, each answer against a scan of the
+/// Koop's FeatureServer in front of the counties, each answer against a scan of the
 /// counties with geo.
 #[test]
 fn koop_feature_server_over_the_counties() {
@@ -663,7 +663,7 @@ fn koop_feature_server_over_the_counties() {
     assert_eq!(got, want);
 }
 
-/// Issue 34 finding 1: the Node.js client keeps its first nonce and ignores `stale=true`, so
+/// The Node.js client keeps its first nonce and ignores `stale=true`, so
 /// every call failed once the nonce's time ran out. Calls keep it in use: a client calling
 /// for three times the idle limit gets no 401.
 #[test]

@@ -460,7 +460,7 @@ fn reads_of_many_documents_and_categories() {
     );
 }
 
-/// Koop's 45 ms (issue 34, item 6): a client with Nagle's algorithm on that sends a request's
+/// Koop's 45 ms: a client with Nagle's algorithm on that sends a request's
 /// head and its body's last bytes in separate writes holds the second until the first is
 /// acknowledged, and Linux delays that by 40 ms unless told to acknowledge at once. Twenty
 /// requests written that way on one keep-alive connection answer well inside that.

@@ -1,4 +1,4 @@
-//! `geoshard demo` as a newcomer runs it (issue 34): it reads the same settings as `serve`
+//! `geoshard demo` as a newcomer runs it: it reads the same settings as `serve`
 //! (a `--config` file and `GEOSHARD_*`), refuses a port in use before loading anything, and
 //! removes its temporary data directory when it stops.
 

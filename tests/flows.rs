@@ -749,7 +749,7 @@ fn deep_flow_output_is_refused_or_enveloped_whole() {
     assert!(xml.contains(&inner), "{xml}");
 }
 
-/// Issue 33's flow isolation findings: a spy flow wrapped the host's hooks and read other
+/// Flow isolation: a spy flow wrapped the host's hooks and read other
 /// flows' input, and a polluter that replaced `JSON.stringify` made every other flow fail
 /// until a restart. With one JavaScript worker, so every flow shares its runtime.
 #[test]
@@ -808,7 +808,7 @@ fn a_spy_and_a_polluter_cannot_reach_other_flows() {
 }
 
 /// A plugin's thrown status is used only when it is an HTTP error status; anything else (the
-/// −1 of issue 33, which leaked "expected u16") is a 500 with the plugin's message.
+/// −1, which once leaked "expected u16") is a 500 with the plugin's message.
 #[test]
 fn a_thrown_status_outside_the_error_range_is_a_500() {
     let srv = flow_server(false);

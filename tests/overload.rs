@@ -1,4 +1,4 @@
-//! Overload and slow clients (issue 33): past `max_connections` a 503 at once while `/health`
+//! Overload and slow clients: past `max_connections` a 503 at once while `/health`
 //! and admins still get in; request heads and bodies slower than their minimum get a 408 and
 //! a closed connection; an answer given before the body was read keeps the connection (or
 //! says it closes); failed authentications are throttled with a 429; and queries stop at
@@ -41,7 +41,7 @@ fn body_of(answer: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
 }
 
-/// Issue 33 finding 2: past `max_connections` new clients hung until their own timeout, and
+/// Past `max_connections` new clients hung until their own timeout, and
 /// 5,000 idle connections kept `/health` unreachable. Now the reserve serves `/health` and
 /// admins, idle connections in it give way to new ones, and past it a 503 comes at once.
 #[test]
@@ -172,7 +172,7 @@ fn a_slow_head_is_answered_408_and_closed() {
     assert_eq!(c.connects, 1);
 }
 
-/// Issue 33 finding 3: a body trickled at a byte every few seconds kept its connection for
+/// A body trickled at a byte every few seconds kept its connection for
 /// as long as the client liked. Now it is a 408 within the grace plus what its bytes earned,
 /// and nothing is stored.
 #[test]
@@ -232,7 +232,7 @@ fn a_slow_body_is_answered_408_and_closed() {
     );
 }
 
-/// Issue 33 finding 5: an answer given before the body was read (a 401 challenge, a 400 on
+/// An answer given before the body was read (a 401 challenge, a 400 on
 /// a parameter) closed the connection without saying so, and a client reusing it failed.
 /// Now bodies up to 1 MiB are drained and the connection is kept; past that, or behind an
 /// unanswered `Expect: 100-continue`, the answer says `Connection: close`.

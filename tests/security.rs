@@ -1,4 +1,4 @@
-//! Security findings of issue 33, each over real HTTP: Digest replay after nonce eviction,
+//! Security properties, each over real HTTP: Digest replay after nonce eviction,
 //! nonces that live while in use, exact Digest URIs, the last admin, user names, and DELETE
 //! as an existence oracle. Digest responses come from the independent `digest_auth` crate.
 
@@ -49,7 +49,7 @@ fn put_with(c: &mut Client, uri: &str, auth: &str, body: &str) -> Response {
     )
 }
 
-/// Issue 33 finding 1: with a small nonce table, a captured admin PUT was replayed after
+/// With a small nonce table, a captured admin PUT was replayed after
 /// other requests pushed its nonce out. Now neither the admin's own later nonces nor another
 /// user's flood make it pass again.
 #[test]

@@ -10,7 +10,7 @@
 //! With `pin`, thread i is bound to the i-th CPU the process may run on (Seastar's thread
 //! affinity), when there are at least as many CPUs as threads: an io thread then keeps its
 //! caches, and no two io threads ever share a core, which lowers the tail latency when a load
-//! generator shares the machine (figures in commit 2e4d9a3).
+//! generator shares the machine.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -15,7 +15,7 @@
 //! machine) runs first. Polling costs CPU only in the gaps between requests, at most the
 //! window for each gap, and a thread that serves nothing never starts.
 //!
-//! Figures: the commit that added it (1e0d786) and `loadtest/reports/2026-11-24c.md`.
+//! Figures: `loadtest/reports/2026-11-24c.md`.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;

@@ -702,7 +702,7 @@ mod tests {
         assert_eq!(t.check("ann", &m, "00000001"), NonceCheck::Fresh);
     }
 
-    /// The finding of issue 33: a nonce evicted from a full table came back as a first use,
+    /// A nonce evicted from a full table once came back as a first use,
     /// so a captured request could be replayed. Now its highest nc goes to the saves when
     /// it is pushed out: the captured request is still a replay, and the client's next nc
     /// still passes (a client that never asks for a new nonce keeps working).
