@@ -19,11 +19,23 @@ use common::layers::{more_queries, q, queries};
 use common::*;
 use serde_json::{Value, json};
 
-fn nats_binary() -> Option<PathBuf> {
-    ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
+/// Debian's nats-server, installed by `scripts/setup-system.sh` when missing (as CI does), so
+/// that the cluster tests run on a fresh machine too rather than skip.
+fn nats_binary() -> PathBuf {
+    let find = || {
+        ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+    };
+    if find().is_none() {
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-system.sh");
+        let _ = std::process::Command::new(setup).status();
+    }
+    find().expect(
+        "nats-server is missing and scripts/setup-system.sh could not install Debian's \
+         nats-server",
+    )
 }
 
 fn free_port() -> u16 {
@@ -43,19 +55,13 @@ struct Nats {
 }
 
 impl Nats {
-    fn start(tag: &str) -> Option<Nats> {
+    fn start(tag: &str) -> Nats {
         Nats::start_with(tag, "8MB")
     }
 
     /// Servers whose messages hold at most `max_payload` (NATS's size syntax).
-    fn start_with(tag: &str, max_payload: &str) -> Option<Nats> {
-        let Some(binary) = nats_binary() else {
-            eprintln!(
-                "skipped: nats-server is not installed (scripts/setup-system.sh installs \
-                 Debian's nats-server)"
-            );
-            return None;
-        };
+    fn start_with(tag: &str, max_payload: &str) -> Nats {
+        let binary = nats_binary();
         let dir = temp_dir(tag);
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -84,7 +90,7 @@ impl Nats {
         for i in 0..3 {
             nats.run(i);
         }
-        Some(nats)
+        nats
     }
 
     fn run(&mut self, i: usize) {
@@ -242,9 +248,7 @@ fn csv_rows(path: &Path) -> u64 {
 
 #[test]
 fn three_nodes_answer_every_query_as_one_node_does() {
-    let Some(nats) = Nats::start("equal") else {
-        return;
-    };
+    let nats = Nats::start("equal");
     let dirs: Vec<TestDir> = (0..3).map(|i| temp_dir(&format!("cluster-{i}"))).collect();
     let nodes: Vec<ChildServer> = (0..3)
         .map(|i| node(dirs[i].path(), &nats, i, "equal", &format!("g{i}")))
@@ -622,9 +626,7 @@ fn layer_rows(server: &ChildServer, service: &str) -> u64 {
 
 #[test]
 fn nodes_holding_some_shards_answer_every_query_as_one_node_does() {
-    let Some(nats) = Nats::start("placed") else {
-        return;
-    };
+    let nats = Nats::start("placed");
     let dirs: Vec<TestDir> = (0..3).map(|i| temp_dir(&format!("placed-{i}"))).collect();
     let mut nodes: Vec<ChildServer> = (0..3)
         .map(|i| placed_node(dirs[i].path(), &nats, i, "placed"))
@@ -785,9 +787,7 @@ fn status_until(nats: &Nats, name: &str, what: &str, done: impl Fn(&str) -> bool
 /// why, and its restart starts from the snapshot too.
 #[test]
 fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
-    let Some(nats) = Nats::start("snap") else {
-        return;
-    };
+    let nats = Nats::start("snap");
     let every = [("GEOSHARD_CLUSTER_SNAPSHOT_ENTRIES", "40")];
     let start = |dir: &Path, first: usize, node: &str| -> ChildServer {
         if !dir.join("geoshard.redb").exists() {
@@ -1129,9 +1129,7 @@ fn longest_gap(answers: &[f64]) -> f64 {
 }
 
 fn faults(name: &str, placed: bool) {
-    let Some(mut nats) = Nats::start(name) else {
-        return;
-    };
+    let mut nats = Nats::start(name);
     let dirs: Vec<TestDir> = (0..3).map(|i| temp_dir(&format!("{name}-{i}"))).collect();
     let mut nodes: Vec<Option<ChildServer>> = (0..3)
         .map(|i| {
@@ -1359,9 +1357,7 @@ fn questions_are_bounded_and_long_answers_arrive_in_chunks() {
     use geoshard::store::{Store, StoreOptions};
     use std::sync::atomic::AtomicUsize;
 
-    let Some(nats) = Nats::start_with("asks", "64KB") else {
-        return;
-    };
+    let nats = Nats::start_with("asks", "64KB");
     let dir = temp_dir("asks");
     let start = |node: &str| {
         let path = dir.path().join(node);
