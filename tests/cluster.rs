@@ -375,28 +375,11 @@ fn three_nodes_answer_every_query_as_one_node_does() {
 
     // One Digest nonce, from one node, is good on every node (a client behind a balancer
     // that never asks for a new one): each nc once, anywhere.
-    let challenge = {
-        let r = nodes[0].anonymous().get("/v1/ping");
-        let h = r
-            .headers_named("www-authenticate")
-            .into_iter()
-            .find(|v| v.starts_with("Digest"))
-            .unwrap()
-            .to_string();
-        digest_auth::parse(&h).unwrap()
-    };
-    let mut challenge = challenge;
+    let mut challenge = challenge(&mut nodes[0].anonymous());
     let mut sent = Vec::new();
     for round in 0..2 {
         for (i, n) in nodes.iter().enumerate() {
-            let ctx = digest_auth::AuthContext::new_with_method(
-                READER.0,
-                READER.1,
-                "/v1/ping",
-                Option::<&[u8]>::None,
-                digest_auth::HttpMethod("GET".into()),
-            );
-            let auth = challenge.respond(&ctx).unwrap().to_header_string();
+            let auth = authorization(&mut challenge, READER, "GET", "/v1/ping");
             let r = n.anonymous().send(
                 "GET",
                 "/v1/ping",

@@ -116,13 +116,7 @@ where
     let features = app.features.clone();
     let caller = ctx.caller.clone();
     let failed = || ApiError::new(ErrorCode::Internal, "the query failed");
-    let limit_ms = app.config.query_time_limit_ms;
-    let limit = (limit_ms > 0).then(|| {
-        (
-            std::time::Instant::now() + std::time::Duration::from_millis(limit_ms),
-            limit_ms,
-        )
-    });
+    let limit = app.query_limit();
     if let Some(cluster) = super::spread::cluster_of(app) {
         // Nodes hold some shards each: the query is routed and its parts merged.
         let after = super::spread::after(ctx);

@@ -91,6 +91,13 @@ pub enum StartError {
 }
 
 impl App {
+    /// The deadline of a query starting now and the limit it comes from
+    /// (`query_time_limit_ms`); `None` without a limit.
+    pub(crate) fn query_limit(&self) -> Option<(Instant, u64)> {
+        let ms = self.config.query_time_limit_ms;
+        (ms > 0).then(|| (Instant::now() + Duration::from_millis(ms), ms))
+    }
+
     /// Open the store in the configured data directory and load the users.
     pub fn open(config: Config) -> Result<Arc<App>, StartError> {
         crate::metrics::set_enabled(config.metrics);

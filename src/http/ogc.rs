@@ -421,10 +421,8 @@ struct ItemsQuery {
     bbox: Option<[f64; 4]>,
     limit: usize,
     offset: usize,
-    /// `datetime` as geoQueryService's `time` text (a routed query's).
-    time: Option<String>,
-    /// `datetime` as milliseconds (the typed query's).
-    time_window: Option<crate::features::query::TimeWindow>,
+    /// `datetime`, in milliseconds.
+    time: Option<crate::features::query::TimeWindow>,
     filters: Vec<(String, String)>,
     /// `filter` (CQL2-text), as a where clause.
     filter: Option<String>,
@@ -436,7 +434,6 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
         limit: DEFAULT_LIMIT,
         offset: 0,
         time: None,
-        time_window: None,
         filters: Vec::new(),
         filter: None,
     };
@@ -483,10 +480,7 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
                 if layer.time_fields.is_none() {
                     return Err(bad("datetime: this collection has no time field"));
                 }
-                let text = interval(v)?;
-                let ms = |t: &str| t.parse::<i64>().ok();
-                q.time_window = text.split_once(',').map(|(a, b)| (ms(a), ms(b)));
-                q.time = Some(text);
+                q.time = Some(interval(v)?);
             }
             "f" => {
                 if v != "json" && v != "geojson" {
@@ -536,22 +530,22 @@ fn where_value(kind: Kind, v: &str) -> Result<String, ApiError> {
     }
 }
 
-/// An RFC 3339 instant or interval (`a/b`, `../b`, `a/..`) as geoQueryService's `time`
-/// (`start,end` in milliseconds).
-fn interval(v: &str) -> Result<String, ApiError> {
-    let one = |s: &str| -> Result<String, ApiError> {
+/// An RFC 3339 instant or interval (`a/b`, `../b`, `a/..`), in milliseconds (`None` for an
+/// open end).
+fn interval(v: &str) -> Result<crate::features::query::TimeWindow, ApiError> {
+    let one = |s: &str| -> Result<Option<i64>, ApiError> {
         if s.is_empty() || s == ".." {
-            return Ok("null".into());
+            return Ok(None);
         }
         crate::time::parse_datetime(s)
-            .map(|ms| ms.to_string())
+            .map(Some)
             .ok_or_else(|| bad(format!("datetime {s:?} is not an RFC 3339 instant")))
     };
     Ok(match v.split_once('/') {
-        Some((a, b)) => format!("{},{}", one(a)?, one(b)?),
+        Some((a, b)) => (one(a)?, one(b)?),
         None => {
             let t = one(v)?;
-            format!("{t},{t}")
+            (t, t)
         }
     })
 }
@@ -590,19 +584,28 @@ pub(super) async fn run_bytes(
     Ok(Bytes::from(out))
 }
 
+impl ItemsQuery {
+    /// `filter` and the property filters as one where clause; `None` without either.
+    fn where_text(&self) -> Option<String> {
+        let clause: Vec<String> = self
+            .filter
+            .iter()
+            .map(|f| format!("({f})"))
+            .chain(self.filters.iter().map(|(c, v)| format!("{c} = {v}")))
+            .collect();
+        (!clause.is_empty()).then(|| clause.join(" AND "))
+    }
+}
+
 fn query_body(service: &str, layer: i64, q: &ItemsQuery) -> Value {
     let mut query = Map::new();
-    let clause: Vec<String> = q
-        .filter
-        .iter()
-        .map(|f| format!("({f})"))
-        .chain(q.filters.iter().map(|(c, v)| format!("{c} = {v}")))
-        .collect();
-    if !clause.is_empty() {
-        query.insert("where".into(), json!(clause.join(" AND ")));
+    if let Some(w) = q.where_text() {
+        query.insert("where".into(), json!(w));
     }
-    if let Some(t) = &q.time {
-        query.insert("time".into(), json!(t));
+    if let Some((from, to)) = q.time {
+        // geoQueryService's `time`: `start,end` in milliseconds, `null` for an open end.
+        let ms = |t: Option<i64>| t.map_or("null".to_string(), |t| t.to_string());
+        query.insert("time".into(), json!(format!("{},{}", ms(from), ms(to))));
     }
     if let Some([xmin, ymin, xmax, ymax]) = q.bbox {
         // A box across the antimeridian (xmin > xmax) is its two halves.
@@ -621,12 +624,6 @@ fn query_body(service: &str, layer: i64, q: &ItemsQuery) -> Value {
 /// The query of an items request, built directly: its where clause, time, box and page, in
 /// OBJECTID order, every column and the geometry.
 fn items_request(service: &str, layer: i64, q: &ItemsQuery, id_column: &str) -> FeatureRequest {
-    let clause: Vec<String> = q
-        .filter
-        .iter()
-        .map(|f| format!("({f})"))
-        .chain(q.filters.iter().map(|(c, v)| format!("{c} = {v}")))
-        .collect();
     let geometry = q.bbox.map(|[xmin, ymin, xmax, ymax]| {
         let rect = |a: f64, b: f64| {
             geo::Polygon::new(
@@ -654,8 +651,8 @@ fn items_request(service: &str, layer: i64, q: &ItemsQuery, id_column: &str) -> 
         layer_text: Some(layer.to_string()),
         method: Some("query".into()),
         query: crate::features::query::QuerySpec {
-            where_text: (!clause.is_empty()).then(|| clause.join(" AND ")),
-            time: q.time_window,
+            where_text: q.where_text(),
+            time: q.time,
             geometry,
             return_geometry: true,
             order_by: Some(id_column.to_string()),
@@ -664,17 +661,6 @@ fn items_request(service: &str, layer: i64, q: &ItemsQuery, id_column: &str) -> 
             ..Default::default()
         },
     }
-}
-
-/// The time limit of a query starting now (`query_time_limit_ms`).
-fn time_limit(app: &App) -> Option<(std::time::Instant, u64)> {
-    let ms = app.config.query_time_limit_ms;
-    (ms > 0).then(|| {
-        (
-            std::time::Instant::now() + std::time::Duration::from_millis(ms),
-            ms,
-        )
-    })
 }
 
 /// A page of items: typed and in-process on a node that holds every shard, else routed over
@@ -695,7 +681,8 @@ async fn items_page(
     };
     if super::spread::cluster_of(app).is_none() {
         let request = items_request(&d.name, layer_id, q, id_column);
-        let (features, caller, limit) = (app.features.clone(), ctx.caller.clone(), time_limit(app));
+        let (features, caller, limit) =
+            (app.features.clone(), ctx.caller.clone(), app.query_limit());
         let page = crate::cpu::run_cpu_intensive(move || {
             features.items_page(&caller, &request, limit, &*head)
         })
@@ -855,7 +842,6 @@ async fn item(app: &Arc<App>, ctx: &Ctx, id: &str, fid: &str) -> Result<Resp, Ap
         limit: 1,
         offset: 0,
         time: None,
-        time_window: None,
         filters: vec![(
             view.def.columns[view.def.id_column].name.to_string(),
             oid.to_string(),

@@ -500,15 +500,13 @@ pub(crate) fn answerer(app: Weak<App>) -> Answerer {
 }
 
 async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
-    let limit_ms = app.config.query_time_limit_ms;
-    let limit =
-        (limit_ms > 0).then(|| (Instant::now() + Duration::from_millis(limit_ms), limit_ms));
+    let limit = app.query_limit();
     if q.after > 0
         && let Some(cluster) = app.cluster.get()
         && !cluster
             .wait_visible(
                 q.after,
-                limit.map_or(ASK_LIMIT, |_| Duration::from_millis(limit_ms)),
+                limit.map_or(ASK_LIMIT, |(_, ms)| Duration::from_millis(ms)),
             )
             .await
     {

@@ -163,15 +163,7 @@ async fn tile(
             )
         })?,
     );
-    let time_limit = {
-        let ms = app.config.query_time_limit_ms;
-        (ms > 0).then(|| {
-            (
-                std::time::Instant::now() + std::time::Duration::from_millis(ms),
-                ms,
-            )
-        })
-    };
+    let time_limit = app.query_limit();
     let area = [
         [west, south],
         [east, south],
@@ -333,8 +325,12 @@ fn encode_page(
     simplified: &Simplified,
 ) -> Result<Vec<u8>, ApiError> {
     let mut items = Vec::with_capacity(page.features.len());
-    for f in &page.features {
-        if let Some((deadline, ms)) = tile.deadline
+    for (i, f) in page.features.iter().enumerate() {
+        // The clock is read before each shape (one may take long to simplify) and every 64
+        // points.
+        let costly = matches!(f.geometry, TileGeometry::Indexed(Indexed::Shape(_)));
+        if (costly || i % 64 == 0)
+            && let Some((deadline, ms)) = tile.deadline
             && std::time::Instant::now() >= deadline
         {
             return Err(crate::features::FeatureError::TimeLimit(ms).into());
@@ -618,7 +614,7 @@ fn lines(ls: Vec<LineString<f64>>, b: (f64, f64, f64, f64)) -> Option<Geometry<f
     for l in ls {
         let mut current: Vec<Coord<f64>> = Vec::new();
         for w in l.0.windows(2) {
-            match clip_segment(w[0], w[1], b) {
+            match crate::spatial::predicate::clip_segment(w[0], w[1], &[b.0, b.1, b.2, b.3]) {
                 Some((a, c)) => {
                     if current.last() != Some(&a) {
                         if current.len() >= 2 {
@@ -646,47 +642,6 @@ fn lines(ls: Vec<LineString<f64>>, b: (f64, f64, f64, f64)) -> Option<Geometry<f
         1 => out.pop().map(Geometry::LineString),
         _ => Some(Geometry::MultiLineString(MultiLineString(out))),
     }
-}
-
-/// Liang-Barsky: the part of segment `p`-`q` inside the box.
-fn clip_segment(
-    p: Coord<f64>,
-    q: Coord<f64>,
-    b: (f64, f64, f64, f64),
-) -> Option<(Coord<f64>, Coord<f64>)> {
-    let (dx, dy) = (q.x - p.x, q.y - p.y);
-    let (mut t0, mut t1) = (0.0f64, 1.0f64);
-    for (pv, qv) in [
-        (-dx, p.x - b.0),
-        (dx, b.2 - p.x),
-        (-dy, p.y - b.1),
-        (dy, b.3 - p.y),
-    ] {
-        if pv == 0.0 {
-            if qv < 0.0 {
-                return None;
-            }
-        } else {
-            let t = qv / pv;
-            if pv < 0.0 {
-                t0 = t0.max(t);
-            } else {
-                t1 = t1.min(t);
-            }
-        }
-    }
-    (t0 <= t1).then_some({
-        (
-            Coord {
-                x: p.x + t0 * dx,
-                y: p.y + t0 * dy,
-            },
-            Coord {
-                x: p.x + t1 * dx,
-                y: p.y + t1 * dy,
-            },
-        )
-    })
 }
 
 fn polygons(ps: Vec<Polygon<f64>>, b: (f64, f64, f64, f64)) -> Option<Geometry<f64>> {

@@ -184,6 +184,9 @@ impl NonceVault for StoreVault {
 
 /// Saved nonce states are pruned at most this often.
 const PRUNE_EVERY_SECS: u64 = 3600;
+/// Most records one save of nonce states writes or deletes, so that it fits one entry of a
+/// cluster's log; the rest goes with the next save.
+const NONCE_OPS_A_WRITE: usize = 20_000;
 
 fn record_op(rec: &UserRecord) -> Op {
     Op::PutRecord {
@@ -308,12 +311,13 @@ impl Security {
     /// Write the nonce states that left memory (and this run's nonce key, the first time) to
     /// the store, so that a restart, another node or a later use after a quiet night knows
     /// their `nc`; `checkpoint` also saves the `nc` of nonces in use. Past a nonce's lifetime
-    /// its state is pruned, and at most `keep` states are kept (the newest).
-    pub async fn save_nonces(&self, store: &Store, checkpoint: bool, keep: usize) {
+    /// its state is pruned, and at most `keep` states are kept (the newest). Whether it wrote
+    /// a full batch, so that more may be waiting.
+    pub async fn save_nonces(&self, store: &Store, checkpoint: bool, keep: usize) -> bool {
         if checkpoint {
             self.nonces.checkpoint();
         }
-        let saves = self.nonces.take_saves();
+        let saves = self.nonces.take_saves(NONCE_OPS_A_WRITE);
         let key = *self.unsaved_key.lock();
         let mut ops: Vec<Op> = saves
             .iter()
@@ -337,7 +341,7 @@ impl Security {
             ops.extend(self.prune_ops(store, now, keep));
         }
         if ops.is_empty() {
-            return;
+            return false;
         }
         match store.write(&Caller::system(), ops).await {
             Ok(_) => {
@@ -345,8 +349,12 @@ impl Security {
                 if key.is_some() {
                     *self.unsaved_key.lock() = None;
                 }
+                saves.len() == NONCE_OPS_A_WRITE
             }
-            Err(e) => tracing::warn!(error = %e, "nonce states not saved; kept for the next try"),
+            Err(e) => {
+                tracing::warn!(error = %e, "nonce states not saved; kept for the next try");
+                false
+            }
         }
     }
 
@@ -377,13 +385,16 @@ impl Security {
                 key: name,
             }));
         }
+        // What is past the batch is deleted at a later prune.
+        ops.truncate(NONCE_OPS_A_WRITE);
         ops
     }
 
     /// At a clean stop: every tracked nonce's state to the store.
     pub async fn save_all_nonces(&self, store: &Store, keep: usize) {
         self.nonces.save_all();
-        self.save_nonces(store, false, keep).await;
+        // A batch at a time, while full batches go through.
+        while self.save_nonces(store, false, keep).await {}
     }
 
     /// The two `WWW-Authenticate` values of a 401, Digest first.

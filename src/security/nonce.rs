@@ -462,14 +462,27 @@ impl NonceTable {
             return NonceCheck::Stale;
         }
         let id = nonce_id(key_id, serial);
-        let saved = self.saved(user, &id);
         let this_run = key_id == self.own.0 && serial & !((1 << COUNTER_BITS) - 1) == self.run;
+        let ttl = self.limits.ttl_secs;
+        // A first use of this run's nonce, within its time and above its user's floor, was
+        // never tracked, so nothing of it was saved: no read of the store for it.
+        let first_use = this_run && now < issued.saturating_add(ttl) && {
+            let shard = shard.lock();
+            shard
+                .users
+                .get(user)
+                .is_none_or(|u| serial > u.floor || now >= u.floor_issued.saturating_add(ttl))
+        };
+        let saved = if first_use {
+            None
+        } else {
+            self.saved(user, &id)
+        };
         let mut shard = shard.lock();
         // Another request of the same client may have got here first.
         if let Some(check) = self.check_tracked(&mut shard, user, serial, &mac, nc, now) {
             return check;
         }
-        let ttl = self.limits.ttl_secs;
         let mut t = Tracked {
             mac,
             key: key_id,
@@ -566,10 +579,16 @@ impl NonceTable {
         }
     }
 
-    /// The states that left memory since the last call, for the store. They are still read
+    /// At most `most` of the states that left memory, for the store. They are still read
     /// from here until [`NonceTable::stored`] says they are there.
-    pub fn take_saves(&self) -> Vec<SavedNonce> {
-        self.saves.lock().pending.values().cloned().collect()
+    pub fn take_saves(&self, most: usize) -> Vec<SavedNonce> {
+        self.saves
+            .lock()
+            .pending
+            .values()
+            .take(most)
+            .cloned()
+            .collect()
     }
 
     /// These saves are in the store now: read them from there. A state saved again since (a
@@ -660,7 +679,7 @@ mod tests {
 
     impl MapVault {
         fn store(&self, t: &NonceTable) {
-            let saves = t.take_saves();
+            let saves = t.take_saves(usize::MAX);
             let mut v = self.0.lock();
             for s in &saves {
                 v.1.insert(SavedNonce::record_key(&s.user, &s.id), s.value());
@@ -844,7 +863,7 @@ mod tests {
         }
         assert_eq!(before.check("koop", &crashed, "9"), NonceCheck::Fresh);
         before.save_all();
-        let saves = before.take_saves();
+        let saves = before.take_saves(usize::MAX);
         // Only `kept` reaches the store; `crashed`'s save is lost with its process.
         let kept_save: Vec<SavedNonce> = saves.into_iter().filter(|s| s.max == 5).collect();
         {
@@ -872,7 +891,7 @@ mod tests {
         // Saves that reached the store are read from there.
         after.save_all();
         vault.store(&after);
-        assert!(after.take_saves().is_empty());
+        assert!(after.take_saves(usize::MAX).is_empty());
         assert_eq!(after.check("koop", &kept, "6"), NonceCheck::Replayed);
         assert_eq!(after.check("koop", &kept, "8"), NonceCheck::Fresh);
     }
@@ -885,13 +904,13 @@ mod tests {
         assert_eq!(t.check("u", &a, "3"), NonceCheck::Fresh);
         assert_eq!(t.check("u", &b, "1"), NonceCheck::Fresh);
         t.checkpoint();
-        let mut got: Vec<u64> = t.take_saves().iter().map(|s| s.max).collect();
+        let mut got: Vec<u64> = t.take_saves(usize::MAX).iter().map(|s| s.max).collect();
         got.sort();
         assert_eq!(got, [1, 3]);
-        t.stored(&t.take_saves());
+        t.stored(&t.take_saves(usize::MAX));
         assert_eq!(t.check("u", &a, "4"), NonceCheck::Fresh);
         t.checkpoint();
-        let saves = t.take_saves();
+        let saves = t.take_saves(usize::MAX);
         assert_eq!(saves.len(), 1);
         assert_eq!(saves[0].max, 4);
         assert_eq!(t.tracked(), 2);

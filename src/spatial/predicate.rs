@@ -349,9 +349,10 @@ fn rect_intersects(r: &BBox, f: &Shape) -> bool {
             );
         }
     };
-    lines
-        .iter()
-        .any(|l| l.0.windows(2).any(|w| segment_meets_rect(w[0], w[1], r)))
+    lines.iter().any(|l| {
+        l.0.windows(2)
+            .any(|w| clip_segment(w[0], w[1], r).is_some())
+    })
 }
 
 fn rect_polygon(r: &BBox) -> Polygon<f64> {
@@ -367,8 +368,13 @@ fn rect_polygon(r: &BBox) -> Polygon<f64> {
     )
 }
 
-/// Whether segment `p`-`q` meets the closed rectangle `r` (Liang-Barsky).
-fn segment_meets_rect(p: Coord<f64>, q: Coord<f64>, r: &BBox) -> bool {
+/// The part of segment `p`-`q` inside the closed rectangle `r` (Liang-Barsky), or `None`
+/// when they do not meet.
+pub(crate) fn clip_segment(
+    p: Coord<f64>,
+    q: Coord<f64>,
+    r: &BBox,
+) -> Option<(Coord<f64>, Coord<f64>)> {
     let (dx, dy) = (q.x - p.x, q.y - p.y);
     let (mut t0, mut t1) = (0.0f64, 1.0f64);
     for (pv, qv) in [
@@ -379,7 +385,7 @@ fn segment_meets_rect(p: Coord<f64>, q: Coord<f64>, r: &BBox) -> bool {
     ] {
         if pv == 0.0 {
             if qv < 0.0 {
-                return false;
+                return None;
             }
         } else {
             let t = qv / pv;
@@ -390,7 +396,11 @@ fn segment_meets_rect(p: Coord<f64>, q: Coord<f64>, r: &BBox) -> bool {
             }
         }
     }
-    t0 <= t1
+    let at = |t: f64| Coord {
+        x: p.x + t * dx,
+        y: p.y + t * dy,
+    };
+    (t0 <= t1).then(|| (at(t0), at(t1)))
 }
 
 /// The relation of a shape to a query point, from the point's location, where that decides.

@@ -681,3 +681,33 @@ pub fn same_json(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> Resu
         _ => Err(format!("{at}: {a} against {b}")),
     }
 }
+
+/// One Digest `Authorization` value for `method uri`, from a challenge.
+pub fn authorization(
+    challenge: &mut digest_auth::WwwAuthenticateHeader,
+    user: (&str, &str),
+    method: &str,
+    uri: &str,
+) -> String {
+    let ctx = digest_auth::AuthContext::new_with_method(
+        user.0,
+        user.1,
+        uri,
+        Option::<&[u8]>::None,
+        digest_auth::HttpMethod(method.to_string().into()),
+    );
+    challenge.respond(&ctx).unwrap().to_header_string()
+}
+
+/// A fresh challenge from the server.
+pub fn challenge(c: &mut Client) -> digest_auth::WwwAuthenticateHeader {
+    let r = c.send("GET", "/v1/ping", &[], b"");
+    assert_eq!(r.status, 401);
+    let h = r
+        .headers_named("www-authenticate")
+        .into_iter()
+        .find(|v| v.starts_with("Digest"))
+        .unwrap()
+        .to_string();
+    digest_auth::parse(&h).unwrap()
+}

@@ -175,23 +175,17 @@ impl Features {
         resolved: &Resolved<'_>,
         limit: Option<(std::time::Instant, u64)>,
     ) -> Result<Vec<u8>, FeatureError> {
-        let deadline = limit.map(|l| l.0);
-        let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
         let q = &req.query;
         let Some(view) = resolved.view.as_ref() else {
             // The layer's view has no template yet: a valid layer with no features.
-            return Ok(self.write_features(descriptor, resolved, None, &[], &[], false, q));
+            return Ok(self.write_features(descriptor, resolved, None, &[], &[], false, q, 0));
         };
         let def = &view.def;
-        let plan = Plan::new(def, resolved.layer, q, &self.settings)?;
-        // The rows first: the index asks them which candidates the caller may read before
-        // any exact test, so unreadable rows cost nothing but their box lookup.
-        let data = view.data.read();
-        let readable = |slot: u32| data.readable(caller, slot);
-        let candidates =
-            candidates(view, resolved.layer, q, deadline, &readable).map_err(|_| past_limit())?;
-        let mut rows =
-            matching_rows(&data, caller, candidates, &plan, q, deadline).ok_or_else(past_limit)?;
+        let Matched {
+            data,
+            plan,
+            mut rows,
+        } = self.matched(caller, req, resolved.layer, view, limit)?;
         Ok(match plan.output {
             Output::Statistics { columns, groups } => {
                 self.write_statistics(descriptor, resolved, &data, &rows, &columns, &groups, q)
@@ -214,13 +208,7 @@ impl Features {
                 let geometries = q
                     .return_geometry
                     .then(|| data.geometry_column(resolved.layer.geometry_path.text()));
-                let bytes = super::typed::answer_bytes(&page, geometries, plan.out.len());
-                if bytes > self.settings.max_answer_bytes {
-                    return Err(FeatureError::AnswerTooLarge {
-                        bytes,
-                        limit: self.settings.max_answer_bytes,
-                    });
-                }
+                let bytes = self.answer_fits(&page, geometries, plan.out.len())?;
                 self.write_features(
                     descriptor,
                     resolved,
@@ -229,10 +217,69 @@ impl Features {
                     &plan.out,
                     exceeded,
                     q,
+                    bytes,
                 )
             }
         })
     }
+
+    /// The rows a query matches for `caller`, in slot order, with the view held for reading:
+    /// its plan (columns, filter, output) before any row is read, then the candidates from
+    /// the spatial index, then the rows that pass the filters. The index asks the rows which
+    /// candidates the caller may read before any exact test, so unreadable rows cost nothing
+    /// but their box lookup.
+    pub(super) fn matched<'v>(
+        &self,
+        caller: &Caller,
+        req: &FeatureRequest,
+        layer: &Layer,
+        view: &'v ViewState,
+        limit: Option<(std::time::Instant, u64)>,
+    ) -> Result<Matched<'v>, FeatureError> {
+        let deadline = limit.map(|l| l.0);
+        let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
+        let q = &req.query;
+        let plan = Plan::new(&view.def, layer, q, &self.settings)?;
+        let data = view.data.read();
+        let readable = |slot: u32| data.readable(caller, slot);
+        let candidates =
+            candidates(view, layer, q, deadline, &readable).map_err(|_| past_limit())?;
+        let rows =
+            matching_rows(&data, caller, candidates, &plan, q, deadline).ok_or_else(past_limit)?;
+        Ok(Matched { data, plan, rows })
+    }
+
+    /// About the bytes a page of features takes written, refused with
+    /// [`FeatureError::AnswerTooLarge`] past `max_answer_bytes`: each geometry's JSON, and
+    /// some for its id and each column.
+    pub(super) fn answer_fits(
+        &self,
+        page: &[u32],
+        geometries: Option<GeometryColumn<'_>>,
+        columns: usize,
+    ) -> Result<usize, FeatureError> {
+        let geometry: usize = geometries.map_or(0, |g| {
+            page.iter()
+                .map(|s| match g.get(*s) {
+                    Some(GeometryRef::Json(b)) => b.len(),
+                    _ => 64,
+                })
+                .sum()
+        });
+        let bytes = geometry.saturating_add(page.len().saturating_mul(64 + 32 * columns));
+        let limit = self.settings.max_answer_bytes;
+        if bytes > limit {
+            return Err(FeatureError::AnswerTooLarge { bytes, limit });
+        }
+        Ok(bytes)
+    }
+}
+
+/// What a page needs of a query's rows: the view locked, the plan, and the rows matched.
+pub(super) struct Matched<'v> {
+    pub(super) data: parking_lot::RwLockReadGuard<'v, ViewData>,
+    pub(super) plan: Plan,
+    pub(super) rows: Vec<(i64, u32)>,
 }
 
 impl Features {

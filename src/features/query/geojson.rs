@@ -204,6 +204,7 @@ impl Features {
         out_cols: &[usize],
         exceeded: bool,
         q: &QuerySpec,
+        bytes: usize,
     ) -> Vec<u8> {
         let geometries = match data {
             Some(d) if q.return_geometry => {
@@ -211,15 +212,8 @@ impl Features {
             }
             _ => None,
         };
-        let geometry_bytes: usize = geometries.map_or(0, |g| {
-            page.iter()
-                .map(|s| match g.get(*s) {
-                    Some(GeometryRef::Json(b)) => b.len(),
-                    _ => 64,
-                })
-                .sum()
-        });
-        let mut out = Vec::with_capacity(768 + page.len() * 256 + geometry_bytes);
+        // `bytes`: the page's size as `answer_fits` found it.
+        let mut out = Vec::with_capacity(768 + bytes);
         envelope_start(&mut out);
         self.write_tail(
             &mut out,

@@ -340,16 +340,12 @@ impl Features {
         let Some(view) = resolved.view.as_ref() else {
             return Ok(Partial::Empty);
         };
-        let deadline = limit.map(|l| l.0);
-        let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
         let q = &req.query;
-        let plan = Plan::new(&view.def, resolved.layer, q, &self.settings)?;
-        let data = view.data.read();
-        let readable = |slot: u32| data.readable(caller, slot);
-        let candidates =
-            candidates(view, resolved.layer, q, deadline, &readable).map_err(|_| past_limit())?;
-        let mut rows =
-            matching_rows(&data, caller, candidates, &plan, q, deadline).ok_or_else(past_limit)?;
+        let Matched {
+            data,
+            plan,
+            mut rows,
+        } = self.matched(caller, req, resolved.layer, view, limit)?;
         if let (Some(shards), Some(placement)) = (shards, self.placement()) {
             let geometries = data.geometry_column(resolved.layer.geometry_path.text());
             rows.retain(|&(id, slot)| {
@@ -527,7 +523,7 @@ impl Features {
         };
         let q = &req.query;
         let Some(view) = resolved.view.as_ref() else {
-            return Ok(self.write_features(&descriptor, &resolved, None, &[], &[], false, q));
+            return Ok(self.write_features(&descriptor, &resolved, None, &[], &[], false, q, 0));
         };
         let def = &view.def;
         let plan = Plan::new(def, resolved.layer, q, &self.settings)?;

@@ -50,50 +50,26 @@ pub struct TilePage {
     pub features: Vec<TileFeature>,
 }
 
-/// What a page needs of a query's rows: the view locked, the plan, and the rows matched.
-struct Matched<'v> {
-    data: parking_lot::RwLockReadGuard<'v, ViewData>,
-    plan: Plan,
-    rows: Vec<(i64, u32)>,
-}
+/// A typed reader's layer: its descriptor, the layer's place there, and its view (none until
+/// the view's template exists).
+type Target = (Arc<Descriptor>, usize, Option<Arc<ViewState>>);
 
 impl Features {
-    /// The rows a query matches for `caller`, ordered, with the view held for reading.
-    fn matched<'v>(
-        &self,
-        caller: &Caller,
-        req: &FeatureRequest,
-        layer: &Layer,
-        view: &'v ViewState,
-        limit: Option<(std::time::Instant, u64)>,
-    ) -> Result<Matched<'v>, FeatureError> {
-        let deadline = limit.map(|l| l.0);
-        let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
-        let q = &req.query;
-        let plan = Plan::new(&view.def, layer, q, &self.settings)?;
-        let data = view.data.read();
-        let readable = |slot: u32| data.readable(caller, slot);
-        let candidates =
-            candidates(view, layer, q, deadline, &readable).map_err(|_| past_limit())?;
-        let mut rows =
-            matching_rows(&data, caller, candidates, &plan, q, deadline).ok_or_else(past_limit)?;
-        sort_rows(&mut rows, &plan.order, &data);
-        Ok(Matched { data, plan, rows })
-    }
-
     /// The layer `req` names and its view, for the typed readers (which always name one).
-    fn typed_target(
-        &self,
-        caller: &Caller,
-        req: &FeatureRequest,
-    ) -> Result<(Layer, Option<Arc<ViewState>>), FeatureError> {
+    fn typed_target(&self, caller: &Caller, req: &FeatureRequest) -> Result<Target, FeatureError> {
         let descriptor = self
             .descriptor(&req.service, caller.roles())
             .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
-        let resolved = self
-            .resolve(req, &descriptor)?
-            .ok_or_else(|| FeatureError::LayerNotFound(String::new()))?;
-        Ok((resolved.layer.clone(), resolved.view))
+        let resolved = self.resolve(req, &descriptor)?.ok_or_else(|| {
+            FeatureError::LayerNotFound(req.layer_text.clone().unwrap_or_default())
+        })?;
+        let at = descriptor
+            .layers
+            .iter()
+            .position(|l| std::ptr::eq(l, resolved.layer))
+            .unwrap_or_default();
+        let view = resolved.view;
+        Ok((descriptor, at, view))
     }
 
     /// A page of OGC API items for `caller`: the query's matches in its order, from its
@@ -107,14 +83,16 @@ impl Features {
         limit: Option<(std::time::Instant, u64)>,
         head: ItemsHead<'_>,
     ) -> Result<ItemsPage, FeatureError> {
-        let (layer, view) = self.typed_target(caller, req)?;
+        let (descriptor, at, view) = self.typed_target(caller, req)?;
+        let layer = &descriptor.layers[at];
         let Some(view) = view else {
             return Ok(ItemsPage {
                 features: head(0, 0),
                 ..ItemsPage::default()
             });
         };
-        let m = self.matched(caller, req, &layer, &view, limit)?;
+        let mut m = self.matched(caller, req, layer, &view, limit)?;
+        sort_rows(&mut m.rows, &m.plan.order, &m.data);
         let (offset, count) = match m.plan.output {
             Output::Page { offset, limit } => (offset, limit),
             _ => (0, 0),
@@ -123,13 +101,7 @@ impl Features {
         let end = start.saturating_add(count).min(m.rows.len());
         let page: Vec<u32> = m.rows[start..end].iter().map(|r| r.1).collect();
         let geometries = m.data.geometry_column(layer.geometry_path.text());
-        let bytes = answer_bytes(&page, Some(geometries), m.plan.out.len());
-        if bytes > self.settings.max_answer_bytes {
-            return Err(FeatureError::AnswerTooLarge {
-                bytes,
-                limit: self.settings.max_answer_bytes,
-            });
-        }
+        let bytes = self.answer_fits(&page, Some(geometries), m.plan.out.len())?;
         let mut features = head(m.rows.len(), page.len());
         features.reserve(bytes + 1024);
         for (i, &slot) in page.iter().enumerate() {
@@ -154,19 +126,21 @@ impl Features {
         req: &FeatureRequest,
         limit: Option<(std::time::Instant, u64)>,
     ) -> Result<TilePage, FeatureError> {
-        let (layer, view) = self.typed_target(caller, req)?;
+        let (descriptor, at, view) = self.typed_target(caller, req)?;
+        let layer = &descriptor.layers[at];
         let Some(view) = view else {
             return Ok(TilePage::default());
         };
-        let path = layer.geometry_path.text().to_string();
-        let index = view.indexes.read().get(&path).cloned();
-        let m = self.matched(caller, req, &layer, &view, limit)?;
+        let path = layer.geometry_path.text();
+        let index = view.indexes.read().get(path).cloned();
+        let mut m = self.matched(caller, req, layer, &view, limit)?;
+        sort_rows(&mut m.rows, &m.plan.order, &m.data);
         let count = match m.plan.output {
             Output::Page { limit, .. } => limit,
             _ => 0,
         };
         let page: Vec<u32> = spread(&m.rows, count).map(|r| r.1).collect();
-        let geometries = m.data.geometry_column(&path);
+        let geometries = m.data.geometry_column(path);
         let columns: Vec<String> = m
             .plan
             .out
@@ -206,22 +180,4 @@ impl Features {
         }
         Ok(TilePage { columns, features })
     }
-}
-
-/// About the bytes a page of features takes written: each geometry's JSON, and some for its
-/// id and each column.
-pub(super) fn answer_bytes(
-    page: &[u32],
-    geometries: Option<GeometryColumn<'_>>,
-    columns: usize,
-) -> usize {
-    let geometry: usize = geometries.map_or(0, |g| {
-        page.iter()
-            .map(|s| match g.get(*s) {
-                Some(GeometryRef::Json(b)) => b.len(),
-                _ => 64,
-            })
-            .sum()
-    });
-    geometry.saturating_add(page.len().saturating_mul(64 + 32 * columns))
 }
