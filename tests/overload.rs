@@ -385,12 +385,18 @@ fn queries_stop_at_their_time_limit() {
     let (_, code, message) = r.error();
     assert_eq!(code, "XDMP-EXTIME");
     assert!(message.contains("query_time_limit_ms (1 ms)"), "{message}");
-    // A point in one county is quick enough.
-    let r = query(
-        &mut c,
-        json!({"returnIdsOnly": true,
-               "extension": {"geometry": {"type": "Point", "coordinates": [-104.99, 39.74]}}}),
-    );
+    // A point in one county is quick enough: on a loaded machine a descheduled thread can
+    // still pass 1 ms, so one answer in five tries suffices.
+    let r = (0..5)
+        .map(|_| {
+            query(
+                &mut c,
+                json!({"returnIdsOnly": true,
+                       "extension": {"geometry": {"type": "Point", "coordinates": [-104.99, 39.74]}}}),
+            )
+        })
+        .find(|r| r.status != 503)
+        .expect("a point query answered within 1 ms in one of five tries");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["objectIds"].as_array().unwrap().len(), 1);
 }
