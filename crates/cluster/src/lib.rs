@@ -1,0 +1,697 @@
+//! Cluster mode: several nodes serve one dataset, with NATS JetStream as the write log.
+//!
+//! Every write a node takes is published to one JetStream stream (replicated on the NATS
+//! servers) and answered only after JetStream acknowledges it and this node has applied it.
+//! Every node follows the stream from the entry after the last it applied and applies each
+//! entry through its own store, views and indexes, in stream order: a state machine
+//! replicated by the log, so nodes hold the same documents and answer queries alike. An
+//! entry's outcome (created, refused by a permission or a template) is decided where it is
+//! applied, and alike everywhere, since each node applies the same entries to the same state.
+//!
+//! Nodes register in a JetStream key-value bucket with a lease (`geoshard cluster status`),
+//! with the shards they hold when `cluster_shards` is set (their views hold those rows only),
+//! and answer other nodes' questions (`ask`: a query's part) over core NATS. The log's
+//! subjects separate feature documents (`geoshard.<cluster>.data`) from the rest
+//! (`geoshard.<cluster>.meta`).
+
+// Sibling crates under the module names the code uses.
+use geoshard_core::{FastMap, acl};
+use geoshard_store as store;
+
+mod ask;
+mod snapshot;
+mod status;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::jetstream::consumer::DeliverPolicy;
+use futures_util::StreamExt;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::acl::Caller;
+use crate::store::{Op, Store, StoreError, Table, WriteLog, Written, logged};
+
+pub use ask::{Answerer, AskError};
+pub use snapshot::prepare;
+pub use status::{NodeRecord, status_report};
+
+/// How long a write waits for JetStream to acknowledge it, publishing again after failures
+/// (a stream electing a new leader takes seconds).
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(15);
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// How long a write, once in the log, waits for this node to apply it.
+const APPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a node renews its registry entry, and how long the entry outlives the last.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+const LEASE: Duration = Duration::from_secs(10);
+/// How long the follower may receive nothing while the log holds entries it has not applied.
+const STALL: Duration = Duration::from_secs(5);
+/// Log entries handed to the store and not yet finished, in KiB: bounds the follower's memory
+/// however large the entries.
+const IN_FLIGHT_KIB: usize = 64 * 1024;
+/// Room kept in a NATS message for its headers and subject.
+const ENVELOPE_BYTES: usize = 1024;
+
+const ORIGIN: &str = "Geoshard-Origin";
+const REQUEST: &str = "Geoshard-Request";
+
+/// What a node needs to join a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// NATS server URLs, comma-separated.
+    pub url: String,
+    pub node: String,
+    pub name: String,
+    pub replicas: usize,
+    /// The cluster's shards as this node cuts them (empty: this node holds every row).
+    pub partition: String,
+    /// The shards this node holds.
+    pub shards: Vec<usize>,
+    /// Log entries between snapshots (0: none taken, the log keeps every entry).
+    pub snapshot_entries: u64,
+}
+
+impl ClusterSettings {
+    pub fn stream(&self) -> String {
+        format!(
+            "GEOSHARD_{}",
+            self.name.to_ascii_uppercase().replace('-', "_")
+        )
+    }
+
+    pub fn bucket(&self) -> String {
+        format!("geoshard_{}_nodes", self.name)
+    }
+
+    fn subject(&self, what: &str) -> String {
+        format!("geoshard.{}.{what}", self.name)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cannot reach NATS at {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("JetStream: {0}")]
+    JetStream(String),
+    #[error("cannot start the cluster's threads: {0}")]
+    Runtime(String),
+}
+
+fn js_error(e: impl std::fmt::Display) -> ClusterError {
+    ClusterError::JetStream(e.to_string())
+}
+
+/// Record tables whose change the node must take into memory when another node makes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reload {
+    pub users: bool,
+    pub flows: bool,
+}
+
+impl Reload {
+    fn of(ops: &[Op]) -> Reload {
+        let mut r = Reload::default();
+        for op in ops {
+            let table = match op {
+                Op::PutRecord { table, .. }
+                | Op::DeleteRecord { table, .. }
+                | Op::ReplaceTable { table, .. } => *table,
+                _ => continue,
+            };
+            r.users |= table == Table::Users;
+            r.flows |= table == Table::Flows;
+        }
+        r
+    }
+
+    fn any(self) -> bool {
+        self.users || self.flows
+    }
+}
+
+type Reloader = Box<dyn Fn(Reload) + Send + Sync>;
+type Waiter = oneshot::Sender<Result<Written, StoreError>>;
+
+struct Inner {
+    settings: ClusterSettings,
+    client: async_nats::Client,
+    js: jetstream::Context,
+    /// The live nodes' registry entries (this node's too), as of the last heartbeat.
+    peers: Mutex<Vec<NodeRecord>>,
+    store: Arc<Store>,
+    /// This node's writes in the log, by request id, waiting for their outcome here.
+    waiters: Mutex<crate::FastMap<u64, Waiter>>,
+    next_request: AtomicU64,
+    /// The last entry applied and answered here: queries waiting for an entry watch it.
+    visible: watch::Sender<u64>,
+    /// Entries applied whose change has not taken effect yet (a view built in the
+    /// background): a query waiting for one of them, or a later entry, waits for it too.
+    unsettled: watch::Sender<std::collections::BTreeSet<u64>>,
+    /// Set once the node has applied what the log held when it started following.
+    caught_up: AtomicBool,
+    max_payload: usize,
+    reload: Reloader,
+    /// The node's HTTP address, for the registry (known once it listens).
+    http: Mutex<String>,
+    /// The log's last entry, as of the last heartbeat.
+    log_last: AtomicU64,
+    /// Unique to this run of the node: with the request id, a message id JetStream
+    /// deduplicates by.
+    boot: String,
+}
+
+/// A node's membership of the cluster: its log, its follower and its registry entry.
+pub struct Cluster {
+    inner: Arc<Inner>,
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    handle: tokio::runtime::Handle,
+}
+
+impl Cluster {
+    /// Connect, make sure the stream and the registry exist, put the log in front of
+    /// `store` and start following the stream from the entry after the last applied.
+    /// `reload` takes record changes other nodes make into memory.
+    pub fn start(
+        settings: ClusterSettings,
+        store: Arc<Store>,
+        reload: Reloader,
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cluster")
+            .enable_all()
+            .build()
+            .map_err(|e| ClusterError::Runtime(e.to_string()))?;
+        let handle = runtime.handle().clone();
+        let inner = runtime.block_on(connect(settings, store, reload))?;
+        let cluster = Arc::new(Cluster {
+            inner: inner.clone(),
+            runtime: Mutex::new(Some(runtime)),
+            handle: handle.clone(),
+        });
+        inner.store.set_log(cluster.clone());
+        handle.spawn(follow(inner.clone()));
+        handle.spawn(snapshot::snapshots(inner.clone()));
+        handle.spawn(heartbeat(inner));
+        Ok(cluster)
+    }
+
+    pub fn node(&self) -> &str {
+        &self.inner.settings.node
+    }
+
+    /// The last log entry this node applied and answered.
+    pub fn visible(&self) -> u64 {
+        *self.inner.visible.borrow()
+    }
+
+    /// The log's last entry when the node last asked (every heartbeat).
+    pub fn log_last(&self) -> u64 {
+        self.inner.log_last.load(Ordering::Relaxed)
+    }
+
+    /// Whether the node has applied what the log held when it started.
+    pub fn caught_up(&self) -> bool {
+        self.inner.caught_up.load(Ordering::Acquire)
+    }
+
+    pub fn set_http_address(&self, addr: String) {
+        *self.inner.http.lock() = addr;
+    }
+
+    /// Wait until this node has applied log entry `seq` and every entry up to it has taken
+    /// effect; false if not within `limit`.
+    pub async fn wait_visible(&self, seq: u64, limit: Duration) -> bool {
+        let mut applied = self.inner.visible.subscribe();
+        let mut unsettled = self.inner.unsettled.subscribe();
+        let both = async {
+            applied.wait_for(|v| *v >= seq).await.is_ok()
+                && unsettled
+                    .wait_for(|u| u.first().is_none_or(|first| *first > seq))
+                    .await
+                    .is_ok()
+        };
+        tokio::time::timeout(limit, both).await.unwrap_or(false)
+    }
+
+    /// Stop following and close the connection.
+    pub fn shutdown(&self) {
+        if let Some(rt) = self.runtime.lock().take() {
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
+impl WriteLog for Cluster {
+    fn append(
+        &self,
+        caller: Caller,
+        ops: Vec<Op>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Written, StoreError>> + Send + 'static>> {
+        let inner = self.inner.clone();
+        let task = self.handle.spawn(append(inner, caller, ops));
+        Box::pin(async move {
+            task.await
+                .unwrap_or_else(|_| Err(StoreError::Internal("the log append failed".into())))
+        })
+    }
+}
+
+/// A connection to NATS (waited for, within a bound), its JetStream context and the largest
+/// message it takes.
+async fn nats(
+    settings: &ClusterSettings,
+) -> Result<(async_nats::Client, jetstream::Context, usize), ClusterError> {
+    let urls: Vec<&str> = settings.url.split(',').map(str::trim).collect();
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("geoshard {}", settings.node))
+        .retry_on_initial_connect()
+        .connect(urls.as_slice())
+        .await
+        .map_err(|e| ClusterError::Connect {
+            url: settings.url.clone(),
+            message: e.to_string(),
+        })?;
+    // The first connection is made in the background: wait for it, within a bound.
+    let mut waited = Duration::ZERO;
+    while client.connection_state() != async_nats::connection::State::Connected {
+        if waited > Duration::from_secs(30) {
+            return Err(ClusterError::Connect {
+                url: settings.url.clone(),
+                message: "no NATS server answered within 30 s".into(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    let max_payload = client.server_info().max_payload;
+    let js = jetstream::new(client.clone());
+    Ok((client, js, max_payload))
+}
+
+/// Make sure the log's stream exists. A NATS cluster that is itself starting has no
+/// JetStream leader for a few seconds.
+async fn log_stream(
+    js: &jetstream::Context,
+    settings: &ClusterSettings,
+) -> Result<(), ClusterError> {
+    let mut tries = 0;
+    loop {
+        let made = js
+            .get_or_create_stream(jetstream::stream::Config {
+                name: settings.stream(),
+                subjects: vec![settings.subject(">")],
+                num_replicas: settings.replicas,
+                storage: jetstream::stream::StorageType::File,
+                ..Default::default()
+            })
+            .await;
+        match made {
+            Ok(_) => return Ok(()),
+            Err(e) if tries < 60 => {
+                tracing::info!(error = %e, "waiting for JetStream");
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(js_error(e)),
+        }
+    }
+}
+
+async fn connect(
+    settings: ClusterSettings,
+    store: Arc<Store>,
+    reload: Reloader,
+) -> Result<Arc<Inner>, ClusterError> {
+    let (client, js, max_payload) = nats(&settings).await?;
+    log_stream(&js, &settings).await?;
+    let (visible, _) = watch::channel(store.applied());
+    Ok(Arc::new(Inner {
+        settings,
+        client,
+        js,
+        peers: Mutex::new(Vec::new()),
+        store,
+        waiters: Mutex::new(crate::FastMap::default()),
+        next_request: AtomicU64::new(1),
+        visible,
+        unsettled: watch::channel(Default::default()).0,
+        caught_up: AtomicBool::new(false),
+        max_payload,
+        reload,
+        http: Mutex::new(String::new()),
+        boot: uuid::Uuid::new_v4().simple().to_string(),
+        log_last: AtomicU64::new(0),
+    }))
+}
+
+/// Removes a waiter that will not be answered (the publish failed or the write gave up).
+struct Forget<'a>(&'a Inner, u64);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.lock().remove(&self.1);
+    }
+}
+
+/// Publish a write, wait for JetStream's acknowledgement (the write is durable on a quorum
+/// of NATS servers), then for this node's outcome of applying it.
+async fn append(inner: Arc<Inner>, caller: Caller, ops: Vec<Op>) -> Result<Written, StoreError> {
+    let payload = logged::encode(&caller, &ops);
+    if payload.len() + ENVELOPE_BYTES > inner.max_payload {
+        return Err(StoreError::TooLarge {
+            size: payload.len(),
+            max: inner.max_payload.saturating_sub(ENVELOPE_BYTES),
+        });
+    }
+    let documents_only = ops
+        .iter()
+        .all(|op| matches!(op, Op::PutDocument(_) | Op::DeleteDocument { .. }));
+    let subject = inner
+        .settings
+        .subject(if documents_only { "data" } else { "meta" });
+    let id = inner.next_request.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = oneshot::channel();
+    inner.waiters.lock().insert(id, tx);
+    let _forget = Forget(&inner, id);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(ORIGIN, inner.settings.node.as_str());
+    headers.insert(REQUEST, id.to_string().as_str());
+    // JetStream drops a second message with the same id, so a publish that failed without
+    // an answer (a NATS server gone, the stream electing a leader) is sent again safely.
+    let msg_id = format!("{}-{}-{id}", inner.settings.node, inner.boot);
+    headers.insert("Nats-Msg-Id", msg_id.as_str());
+    let payload = bytes::Bytes::from(payload);
+    let deadline = tokio::time::Instant::now() + PUBLISH_TIMEOUT;
+    let seq = loop {
+        let attempt = tokio::time::timeout_at(deadline, async {
+            inner
+                .js
+                .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                .await?
+                .await
+        })
+        .await;
+        match attempt {
+            Ok(Ok(ack)) => break ack.sequence,
+            Ok(Err(e)) if tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
+                tracing::debug!(error = %e, "publishing again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Ok(Err(e)) => return Err(StoreError::Log(e.to_string())),
+            Err(_) => {
+                return Err(StoreError::Log(format!(
+                    "JetStream did not acknowledge the write within {} s; it may or may not land",
+                    PUBLISH_TIMEOUT.as_secs()
+                )));
+            }
+        }
+    };
+    // The limit is on applying the entry; once applied, an entry whose change takes effect
+    // later (a view built in the background) is answered when it has, as on a single node.
+    let mut applied = inner.visible.subscribe();
+    tokio::pin!(rx);
+    let first = tokio::time::timeout(APPLY_TIMEOUT, async {
+        tokio::select! {
+            outcome = &mut rx => Some(outcome),
+            _ = applied.wait_for(|v| *v >= seq) => None,
+        }
+    })
+    .await;
+    let outcome = match first {
+        Ok(Some(outcome)) => outcome,
+        Ok(None) => rx.await,
+        Err(_) => {
+            return Err(StoreError::Log(format!(
+                "the write is log entry {seq}, which this node has not applied within {} s",
+                APPLY_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    outcome.unwrap_or(Err(StoreError::ShuttingDown))
+}
+
+/// An entry handed to the store, waiting for its outcome.
+struct Pending {
+    seq: u64,
+    /// The request id when this node wrote the entry.
+    mine: Option<u64>,
+    reload: Reload,
+    /// Why the entry could not be decoded (it was applied as nothing).
+    unreadable: Option<StoreError>,
+    outcome: oneshot::Receiver<Result<Written, StoreError>>,
+    /// Its share of [`IN_FLIGHT_KIB`], given back when it is finished.
+    _room: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Follow the log for as long as the node runs, starting again after a failure from the
+/// entry after the last applied.
+async fn follow(inner: Arc<Inner>) {
+    loop {
+        if let Err(e) = follow_once(&inner).await {
+            tracing::warn!(error = %e, applied = inner.store.applied(), "following the log");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
+    let start = inner.store.applied() + 1;
+    // Entries the store applied after the last follower stopped taking outcomes are applied
+    // and in the views: visible, with whatever users or flows they changed.
+    if *inner.visible.borrow() < start - 1 {
+        (inner.reload)(Reload {
+            users: true,
+            flows: true,
+        });
+        inner.visible.send_replace(start - 1);
+    }
+    let mut stream = inner
+        .js
+        .get_stream(inner.settings.stream())
+        .await
+        .map_err(js_error)?;
+    let state = stream.info().await.map_err(js_error)?.state.clone();
+    let last = state.last_sequence;
+    if start < state.first_sequence {
+        // Dropped after a snapshot while this node was away from the registry: only the
+        // snapshot has them, and it is installed before the store opens.
+        tracing::error!(
+            applied = start - 1,
+            log_first = state.first_sequence,
+            "the log no longer holds the entries after the last this node applied; stopping \
+             so that a restart installs the latest snapshot"
+        );
+        std::process::exit(3);
+    }
+    if last < start {
+        inner.caught_up.store(true, Ordering::Release);
+    }
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(js_error)?;
+    let mut messages = consumer.messages().await.map_err(js_error)?;
+    tracing::info!(from = start, last, "following the log");
+    let (tx, rx) = mpsc::channel::<Pending>(4096);
+    let room = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_KIB));
+    let (stop, mut stopped) = watch::channel(false);
+    let finisher = tokio::spawn(finish(inner.clone(), rx, stop, last));
+    // A consumer whose server went away can go quiet instead of failing: when the log holds
+    // entries this node has not applied and none has come for STALL, it is made again.
+    let mut watch = tokio::time::interval(Duration::from_secs(1));
+    let mut quiet_since = tokio::time::Instant::now();
+    // The last entry handed to the store.
+    let mut handed = start - 1;
+    let result = loop {
+        let next = tokio::select! {
+            _ = stopped.changed() => break Ok(()),
+            _ = watch.tick() => {
+                let behind = inner.log_last.load(Ordering::Relaxed) > handed;
+                if behind && quiet_since.elapsed() > STALL {
+                    break Err(ClusterError::JetStream(format!(
+                        "no log entry for {} s while the log holds more; following again",
+                        STALL.as_secs()
+                    )));
+                }
+                continue;
+            }
+            next = messages.next() => next,
+        };
+        quiet_since = tokio::time::Instant::now();
+        let Some(message) = next else {
+            break Ok(());
+        };
+        let message = message.map_err(js_error)?;
+        let seq = message.info().map_err(js_error)?.stream_sequence;
+        let kib = (message.message.payload.len() / 1024 + 1).min(IN_FLIGHT_KIB) as u32;
+        let Ok(permit) = room.clone().acquire_many_owned(kib).await else {
+            break Ok(());
+        };
+        let headers = message.message.headers.as_ref();
+        let mine = headers
+            .filter(|h| {
+                h.get(ORIGIN)
+                    .is_some_and(|o| o.as_str() == inner.settings.node)
+            })
+            .and_then(|h| h.get(REQUEST))
+            .and_then(|r| r.as_str().parse::<u64>().ok());
+        let (caller, ops, unreadable) = match logged::decode(&message.message.payload) {
+            Ok((caller, ops)) => (caller, ops, None),
+            Err(e) => {
+                tracing::error!(seq, error = %e, "a log entry cannot be read; applied as nothing");
+                (Caller::system(), Vec::new(), Some(e))
+            }
+        };
+        let reload = Reload::of(&ops);
+        let outcome = match inner.store.apply_logged(seq, caller, ops).await {
+            Ok(o) => o,
+            Err(e) => break Err(ClusterError::JetStream(e.to_string())),
+        };
+        handed = seq;
+        let pending = Pending {
+            seq,
+            mine,
+            reload,
+            unreadable,
+            outcome,
+            _room: permit,
+        };
+        if tx.send(pending).await.is_err() {
+            break Ok(());
+        }
+    };
+    drop(tx);
+    let _ = finisher.await;
+    result
+}
+
+/// Take the outcomes of the entries handed to the store, in log order: make them visible,
+/// reload what they changed, and answer this node's writers. A failure of this node's own
+/// (its disk) stops the follower, which starts again from the last entry applied.
+async fn finish(
+    inner: Arc<Inner>,
+    mut rx: mpsc::Receiver<Pending>,
+    stop: watch::Sender<bool>,
+    caught_up_at: u64,
+) {
+    let mut stopping = false;
+    while let Some(p) = rx.recv().await {
+        let mut outcome = p.outcome.await.unwrap_or(Err(StoreError::ShuttingDown));
+        if stopping {
+            continue;
+        }
+        match &outcome {
+            // Applied before: a repeat delivery.
+            Err(StoreError::Sequence { expected, got }) if got < expected => continue,
+            Err(
+                e @ (StoreError::Storage(_)
+                | StoreError::Stopped(_)
+                | StoreError::Full { .. }
+                | StoreError::ShuttingDown
+                | StoreError::Sequence { .. }
+                | StoreError::Corrupt(_)),
+            ) => {
+                tracing::error!(seq = p.seq, error = %e, "a log entry could not be applied here");
+                stopping = true;
+                let _ = stop.send(true);
+                continue;
+            }
+            _ => {}
+        }
+        if p.reload.any() {
+            (inner.reload)(p.reload);
+        }
+        // An entry that takes effect later is unsettled until then; the entries after it go on.
+        let settled = outcome.as_mut().ok().and_then(|w| w.settled.take());
+        if settled.is_some() {
+            inner.unsettled.send_modify(|u| {
+                u.insert(p.seq);
+            });
+        }
+        inner.visible.send_replace(p.seq);
+        if p.seq >= caught_up_at {
+            inner.caught_up.store(true, Ordering::Release);
+        }
+        let waiter = p.mine.and_then(|id| inner.waiters.lock().remove(&id));
+        let answer = match p.unreadable {
+            Some(e) => Err(e),
+            None => outcome,
+        };
+        match settled {
+            None => {
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(answer);
+                }
+            }
+            // Its writer is answered once it has taken effect, so it reads its change.
+            Some(settled) => {
+                let (inner, seq) = (inner.clone(), p.seq);
+                tokio::spawn(async move {
+                    let _ = settled.await;
+                    inner.unsettled.send_modify(|u| {
+                        u.remove(&seq);
+                    });
+                    if let Some(waiter) = waiter {
+                        let _ = waiter.send(answer);
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Keep this node's registry entry alive while it runs.
+async fn heartbeat(inner: Arc<Inner>) {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut bucket = None;
+    loop {
+        if bucket.is_none() {
+            match status::registry(&inner.js, &inner.settings).await {
+                Ok(b) => bucket = Some(b),
+                Err(e) => tracing::warn!(error = %e, "the node registry"),
+            }
+        }
+        if let Ok(mut stream) = inner.js.get_stream(inner.settings.stream()).await
+            && let Ok(info) = stream.info().await
+        {
+            let last = info.state.last_sequence;
+            inner.log_last.store(last, Ordering::Relaxed);
+        }
+        if let Some(kv) = &bucket {
+            let record = NodeRecord {
+                node: inner.settings.node.clone(),
+                http: inner.http.lock().clone(),
+                applied: *inner.visible.borrow(),
+                caught_up: inner.caught_up.load(Ordering::Acquire),
+                started,
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                partition: inner.settings.partition.clone(),
+                shards: inner.settings.shards.clone(),
+                snapshot_entries: inner.settings.snapshot_entries,
+            };
+            let bytes = serde_json::to_vec(&record).unwrap_or_default();
+            if let Err(e) = kv.put(&inner.settings.node, bytes.into()).await {
+                tracing::warn!(error = %e, "renewing the registry entry");
+            }
+            match status::live_nodes(kv).await {
+                Ok(nodes) => *inner.peers.lock() = nodes,
+                Err(e) => tracing::warn!(error = %e, "reading the node registry"),
+            }
+        }
+        tokio::time::sleep(HEARTBEAT).await;
+    }
+}

@@ -1,0 +1,632 @@
+//! geoQueryService in a cluster whose nodes hold some shards each (`cluster_shards`): the
+//! node a client asks routes the query (`Placement::route`), asks the other nodes it needs
+//! over NATS (`Cluster::ask`) for the whole answer or for their part, and merges the parts.
+//! A node that fails to answer is left out and the query routed again over the rest.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::App;
+use crate::acl::{Caller, RoleSet};
+use crate::cluster::{Answerer, Cluster};
+use crate::error::{ApiError, ErrorCode};
+use crate::features::placement::Route;
+use crate::features::query::{Partial, Round};
+use crate::features::{FeatureError, FeatureRequest};
+use crate::spatial::pip::BBox;
+
+/// How long a node waits for another's answer when queries have no time limit.
+const ASK_LIMIT: Duration = Duration::from_secs(30);
+/// Routings of one query: the first, and again without each node that failed to answer.
+const ATTEMPTS: usize = 3;
+/// Requests up to this size are read on the thread that has them, as the HTTP handler does.
+const INLINE_BYTES: usize = 64 * 1024;
+/// Parts of up to this many rows in all are merged on the thread that has them.
+const INLINE_ROWS: usize = 512;
+
+/// What one node asks another.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Question {
+    user: String,
+    roles: u8,
+    /// The log entry the answer must include (`X-Geoshard-After`), 0 for none.
+    after: u64,
+    /// The shards to answer for; `None`: the whole answer.
+    shards: Option<Vec<usize>>,
+    /// The geoQueryService request as the client sent it.
+    body: Vec<u8>,
+    /// A page over the limit is an even sample of the matches (a tile's).
+    sample: bool,
+    /// Which round of a page spread in two this part answers.
+    round: Round,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Whole(Vec<u8>),
+    Part(Partial),
+    /// A refusal, with its message.
+    Refused(Refusal, String),
+}
+
+/// Why a node refused a question, which decides what the asking node does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    /// The request's own: what this node would answer the client, given to it.
+    NotFound,
+    Invalid,
+    TimeLimit,
+    AnswerTooLarge,
+    Internal,
+    /// The node cannot answer now (it is stopping, it has not applied the entry asked for, or
+    /// its work failed): the question goes to another node.
+    Unable,
+}
+
+impl Refusal {
+    fn of(e: &FeatureError) -> Refusal {
+        match e {
+            FeatureError::ServiceNotFound(_) | FeatureError::LayerNotFound(_) => Refusal::NotFound,
+            FeatureError::Request(_) | FeatureError::Where(_) => Refusal::Invalid,
+            FeatureError::TimeLimit(_) => Refusal::TimeLimit,
+            FeatureError::AnswerTooLarge { .. } => Refusal::AnswerTooLarge,
+            FeatureError::Internal(_) => Refusal::Internal,
+        }
+    }
+
+    /// The client's error code, for a refusal of the request; `None` for one of the node.
+    fn code(self) -> Option<ErrorCode> {
+        match self {
+            Refusal::NotFound => Some(ErrorCode::ExtensionNotFound),
+            Refusal::Invalid => Some(ErrorCode::ExtensionInvalid),
+            Refusal::TimeLimit => Some(ErrorCode::TimeLimit),
+            Refusal::AnswerTooLarge => Some(ErrorCode::PayloadTooLarge),
+            Refusal::Internal => Some(ErrorCode::Internal),
+            Refusal::Unable => None,
+        }
+    }
+}
+
+fn refusal(e: &FeatureError) -> Reply {
+    Reply::Refused(Refusal::of(e), e.to_string())
+}
+
+/// The cluster when this node's views hold some shards only (queries are routed), else `None`.
+pub(super) fn cluster_of(app: &App) -> Option<&Arc<Cluster>> {
+    app.features.placement()?;
+    app.cluster.get()
+}
+
+/// The log entry a request's `X-Geoshard-After` names (0 for none; the router has checked it).
+pub(super) fn after(ctx: &super::Ctx) -> u64 {
+    ctx.headers
+        .get(super::router::AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// Why one node's part is missing.
+enum Failed {
+    /// The node did not answer: route again without it.
+    Node(String, String),
+    Api(ApiError),
+}
+
+static ROTATION: AtomicUsize = AtomicUsize::new(0);
+
+/// One query routed over the cluster: what every node asked about it needs.
+struct Routed<'a> {
+    app: &'a Arc<App>,
+    cluster: &'a Arc<Cluster>,
+    caller: &'a Caller,
+    /// `X-Geoshard-After`, 0 for none.
+    after: u64,
+    /// The request as the client sent it, and parsed.
+    body: &'a Bytes,
+    request: &'a Arc<FeatureRequest>,
+    limit: Option<(Instant, u64)>,
+}
+
+/// What the nodes a query went to gave: one node's whole answer, or every node's part.
+enum Gathered {
+    Whole(Vec<u8>),
+    Parts(Vec<Partial>),
+}
+
+/// Answer a geoQueryService request (its JSON body) by routing it over the cluster.
+pub(super) async fn geo_query(
+    app: &Arc<App>,
+    cluster: &Arc<Cluster>,
+    caller: &Caller,
+    after: u64,
+    body: Bytes,
+    limit: Option<(Instant, u64)>,
+    sample: bool,
+) -> Result<Vec<u8>, ApiError> {
+    let max_vertices = app.features.settings().max_query_vertices;
+    let mut request = if body.len() <= INLINE_BYTES {
+        FeatureRequest::parse_for(caller.name(), &body, max_vertices)?
+    } else {
+        let (body, name) = (body.clone(), caller.name().to_string());
+        crate::cpu::run_cpu_intensive(move || FeatureRequest::parse_for(&name, &body, max_vertices))
+            .await
+            .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??
+    };
+    request.query.spread = sample;
+    let request = Arc::new(request);
+    let routed = Routed {
+        app,
+        cluster,
+        caller,
+        after,
+        body: &body,
+        request: &request,
+        limit,
+    };
+    let parts = match gather(&routed).await? {
+        Gathered::Whole(bytes) => return Ok(bytes),
+        Gathered::Parts(parts) => parts,
+    };
+    let (features, caller) = (app.features.clone(), caller.clone());
+    let merged = if parts.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
+        Some(features.merge_partials(&caller, &request, parts))
+    } else {
+        crate::cpu::run_cpu_intensive(move || features.merge_partials(&caller, &request, parts))
+            .await
+    };
+    merged
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))?
+        .map_err(ApiError::from)
+}
+
+/// Each layer's data extent over every node, by layer id, for service `service`: what the
+/// OGC collections and TileJSON give as bounds. `None` when this node holds every shard or
+/// is not placed (its own views then say).
+pub(super) async fn layer_extents(
+    app: &Arc<App>,
+    ctx: &super::Ctx,
+    service: &str,
+) -> Result<Option<std::collections::HashMap<i64, BBox>>, ApiError> {
+    let Some(cluster) = cluster_of(app) else {
+        return Ok(None);
+    };
+    let body = Bytes::from(serde_json::json!({"params": {"id": service}}).to_string());
+    let request = Arc::new(FeatureRequest::parse_for(
+        ctx.caller.name(),
+        &body,
+        app.features.settings().max_query_vertices,
+    )?);
+    let after = after(ctx);
+    let routed = Routed {
+        app,
+        cluster,
+        caller: &ctx.caller,
+        after,
+        body: &body,
+        request: &request,
+        limit: None,
+    };
+    let parts = match gather(&routed).await? {
+        Gathered::Whole(_) => return Ok(None),
+        Gathered::Parts(parts) => parts,
+    };
+    let mut extents = std::collections::HashMap::new();
+    for p in parts {
+        let Partial::Extents(list) = p else { continue };
+        for (id, e) in list.into_iter().filter_map(|(id, e)| Some((id, e?))) {
+            extents
+                .entry(id)
+                .and_modify(|b| *b = crate::spatial::entry::union(*b, e))
+                .or_insert(e);
+        }
+    }
+    Ok(Some(extents))
+}
+
+/// Route a parsed request over the cluster: one node's whole answer, or the parts.
+async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
+    let (cluster, request) = (q.cluster, q.request);
+    let features = &q.app.features;
+    let Some(placement) = features.placement() else {
+        return Err(ApiError::new(ErrorCode::Internal, "no shard placement"));
+    };
+    let me = cluster.node().to_string();
+    let mut left_out: Vec<String> = Vec::new();
+    let mut last_failure = String::new();
+    for _ in 0..ATTEMPTS {
+        let mut peers: Vec<(String, Vec<usize>, bool)> = cluster
+            .peers()
+            .into_iter()
+            .filter(|p| {
+                p.node != me && p.partition == placement.partition() && !left_out.contains(&p.node)
+            })
+            .map(|p| (p.node, p.shards, p.caught_up))
+            .collect();
+        if !peers.is_empty() {
+            let turn = ROTATION.fetch_add(1, Ordering::Relaxed) % peers.len();
+            peers.rotate_left(turn);
+        }
+        // A node still catching up answers with what it has applied (and waits for
+        // `X-Geoshard-After`): used when no caught-up node holds a shard.
+        peers.sort_by_key(|p| !p.2);
+        let peers = peers.into_iter().map(|(n, s, _)| (n, s));
+        let mut nodes = vec![(me.clone(), placement.held())];
+        nodes.extend(peers);
+        let route = placement
+            .route(request.region().as_ref(), &nodes)
+            .map_err(|shard| {
+                ApiError::new(
+                    ErrorCode::Unavailable,
+                    format!("no live node holds shard {shard}{last_failure}"),
+                )
+            })?;
+        let route = match route {
+            // Every shard is here: the whole answer, as a single node gives it.
+            Route::Spread(parts) if parts.len() == 1 && parts[0].0 == me => Route::One(me.clone()),
+            r => r,
+        };
+        let asked = match route {
+            Route::One(n) => answer_from(q, &n, None, Round::One)
+                .await
+                .and_then(|r| match r {
+                    Reply::Whole(bytes) => Ok(Gathered::Whole(bytes)),
+                    _ => Err(Failed::Node(n, "an answer of the wrong kind".into())),
+                }),
+            Route::Spread(parts) => {
+                let max_records = features.settings().max_record_count;
+                if request.deep_page(max_records) {
+                    two_rounds(q, &parts).await
+                } else {
+                    let asks = parts
+                        .iter()
+                        .map(|(n, s)| (n.clone(), s.clone(), Round::One));
+                    ask_parts(q, asks.collect()).await
+                }
+                .map(Gathered::Parts)
+            }
+        };
+        match asked {
+            Ok(gathered) => return Ok(gathered),
+            Err(Failed::Api(e)) => return Err(e),
+            Err(Failed::Node(n, why)) => {
+                tracing::warn!(node = %n, why = %why, "a node left out of a query");
+                last_failure = format!(" (node {n}: {why})");
+                left_out.push(n);
+            }
+        }
+    }
+    Err(ApiError::new(
+        ErrorCode::Unavailable,
+        format!("the nodes holding the query's shards did not answer{last_failure}"),
+    ))
+}
+
+/// Each node's part, asked of all at once: (node, its shards, the round).
+async fn ask_parts(
+    q: &Routed<'_>,
+    asks: Vec<(String, Vec<usize>, Round)>,
+) -> Result<Vec<Partial>, Failed> {
+    let replies = futures_util::future::join_all(
+        asks.iter()
+            .map(|(n, shards, round)| answer_from(q, n, Some(shards.clone()), round.clone())),
+    )
+    .await;
+    let mut partials = Vec::with_capacity(replies.len());
+    let mut failed = None;
+    for (r, (n, _, _)) in replies.into_iter().zip(&asks) {
+        match r {
+            Ok(Reply::Part(p)) => partials.push(p),
+            Ok(_) => {
+                failed = Some(Failed::Node(
+                    n.clone(),
+                    "an answer of the wrong kind".into(),
+                ))
+            }
+            Err(f @ Failed::Api(_)) => return Err(f),
+            Err(f) => failed = failed.or(Some(f)),
+        }
+    }
+    match failed {
+        Some(f) => Err(f),
+        None => Ok(partials),
+    }
+}
+
+/// A deep page: every part's order keys first, then from each node only its rows on the
+/// page, written (a node with none is not asked again).
+async fn two_rounds(
+    q: &Routed<'_>,
+    parts: &[(String, Vec<usize>)],
+) -> Result<Vec<Partial>, Failed> {
+    let asks = parts
+        .iter()
+        .map(|(n, s)| (n.clone(), s.clone(), Round::Keys));
+    let keys = ask_parts(q, asks.collect()).await?;
+    // The merge of every part's keys, off the async thread unless small, as the merge of rows.
+    let (features, caller, request) = (q.app.features.clone(), q.caller.clone(), q.request.clone());
+    let (keys, rounds) = if keys.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
+        let rounds = features.second_round(&caller, &request, &keys);
+        (keys, rounds)
+    } else {
+        crate::cpu::run_cpu_intensive(move || {
+            let rounds = features.second_round(&caller, &request, &keys);
+            (keys, rounds)
+        })
+        .await
+        .ok_or_else(|| Failed::Api(ApiError::new(ErrorCode::Internal, "the query failed")))?
+    };
+    let rounds = rounds.map_err(|e| Failed::Api(e.into()))?;
+    let Some(rounds) = rounds else {
+        return Ok(keys);
+    };
+    let mut asks = Vec::new();
+    let mut out: Vec<Option<Partial>> = Vec::with_capacity(parts.len());
+    for ((part, (node, shards)), round) in keys.into_iter().zip(parts).zip(rounds) {
+        match (&round, part) {
+            (Round::Rows { rows, skipped }, Partial::Page { total, .. }) if rows.is_empty() => {
+                out.push(Some(Partial::Page {
+                    total,
+                    skipped: *skipped,
+                    rows: Vec::new(),
+                }));
+            }
+            (_, Partial::Empty) => out.push(Some(Partial::Empty)),
+            _ => {
+                out.push(None);
+                asks.push((node.clone(), shards.clone(), round));
+            }
+        }
+    }
+    let mut written = ask_parts(q, asks).await?.into_iter();
+    Ok(out
+        .into_iter()
+        .map(|p| p.or_else(|| written.next()).unwrap_or(Partial::Empty))
+        .collect())
+}
+
+/// The whole answer or the part for `shards` of node `node`: this one's own, or asked.
+async fn answer_from(
+    q: &Routed<'_>,
+    node: &str,
+    shards: Option<Vec<usize>>,
+    round: Round,
+) -> Result<Reply, Failed> {
+    let Routed {
+        app,
+        cluster,
+        caller,
+        after,
+        body,
+        request,
+        limit,
+    } = *q;
+    if node == cluster.node() {
+        let (features, caller, request) = (app.features.clone(), caller.clone(), request.clone());
+        let reply = if request.is_light() {
+            answer(&features, &caller, &request, shards, limit, &round)
+        } else {
+            crate::cpu::run_cpu_intensive(move || {
+                answer(&features, &caller, &request, shards, limit, &round)
+            })
+            .await
+            .ok_or_else(|| Failed::Api(ApiError::new(ErrorCode::Internal, "the query failed")))?
+        };
+        return match reply {
+            // This node's own refusal is the client's, whatever its kind.
+            Reply::Refused(why, message) => Err(Failed::Api(ApiError::new(
+                why.code().unwrap_or(ErrorCode::Unavailable),
+                message,
+            ))),
+            r => Ok(r),
+        };
+    }
+    let question = Question {
+        user: caller.name().to_string(),
+        roles: caller.roles().bits(),
+        after,
+        shards,
+        body: body.to_vec(),
+        sample: request.query.spread,
+        round,
+    };
+    let bytes = postcard::to_stdvec(&question)
+        .map_err(|e| Failed::Api(ApiError::new(ErrorCode::Internal, e.to_string())))?;
+    let wait = limit.map_or(ASK_LIMIT, |(deadline, _)| {
+        deadline.saturating_duration_since(Instant::now())
+    });
+    let answer = cluster.ask(node, bytes, wait).await.map_err(|e| match e {
+        crate::cluster::AskError::TooLarge(n) => Failed::Api(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("a query of {n} bytes is more than the cluster's messages hold"),
+        )),
+        crate::cluster::AskError::Timeout(..) if limit.is_some() => {
+            Failed::Api(FeatureError::TimeLimit(limit.map_or(0, |l| l.1)).into())
+        }
+        e => Failed::Node(node.to_string(), e.to_string()),
+    })?;
+    match postcard::from_bytes::<Reply>(&answer) {
+        Ok(Reply::Refused(why, message)) => match why.code() {
+            Some(code) => Err(Failed::Api(ApiError::new(code, message))),
+            None => Err(Failed::Node(node.to_string(), message)),
+        },
+        Ok(r) => Ok(r),
+        Err(e) => Err(Failed::Node(
+            node.to_string(),
+            format!("an unreadable answer of {} bytes: {e}", answer.len()),
+        )),
+    }
+}
+
+/// This node's whole answer, or its part for `shards`.
+fn answer(
+    features: &crate::features::Features,
+    caller: &Caller,
+    request: &FeatureRequest,
+    shards: Option<Vec<usize>>,
+    limit: Option<(Instant, u64)>,
+    round: &Round,
+) -> Reply {
+    let out = match shards {
+        None => features
+            .execute_within(caller, request, limit)
+            .map(Reply::Whole),
+        Some(s) => features
+            .execute_partial(caller, request, Some(&s), limit, round)
+            .map(Reply::Part),
+    };
+    out.unwrap_or_else(|e| refusal(&e))
+}
+
+/// How this node answers other nodes' questions.
+pub fn answerer(app: Weak<App>) -> Answerer {
+    Arc::new(move |bytes: Bytes| {
+        let app = app.clone();
+        Box::pin(async move {
+            let reply = match (app.upgrade(), postcard::from_bytes::<Question>(&bytes)) {
+                (None, _) => Reply::Refused(Refusal::Unable, "the node is stopping".into()),
+                (_, Err(e)) => {
+                    Reply::Refused(Refusal::Invalid, format!("an unreadable question: {e}"))
+                }
+                (Some(app), Ok(q)) => answer_question(&app, q).await,
+            };
+            postcard::to_stdvec(&reply).unwrap_or_default()
+        })
+    })
+}
+
+pub async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
+    let limit = app.query_limit();
+    if q.after > 0
+        && let Some(cluster) = app.cluster.get()
+        && !cluster
+            .wait_visible(
+                q.after,
+                limit.map_or(ASK_LIMIT, |(_, ms)| Duration::from_millis(ms)),
+            )
+            .await
+    {
+        return Reply::Refused(
+            Refusal::Unable,
+            format!("log entry {} is not applied here yet", q.after),
+        );
+    }
+    let caller = Caller::new(q.user, RoleSet::from_bits(q.roles));
+    let features = app.features.clone();
+    let max_vertices = features.settings().max_query_vertices;
+    let (shards, sample, round) = (q.shards, q.sample, q.round);
+    let failed = || Reply::Refused(Refusal::Unable, "the query failed".into());
+    if q.body.len() > INLINE_BYTES {
+        return crate::cpu::run_cpu_intensive(move || {
+            match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
+                Ok(mut request) => {
+                    request.query.spread = sample;
+                    answer(&features, &caller, &request, shards, limit, &round)
+                }
+                Err(e) => refusal(&e),
+            }
+        })
+        .await
+        .unwrap_or_else(failed);
+    }
+    let mut request = match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
+        Ok(r) => r,
+        Err(e) => return refusal(&e),
+    };
+    request.query.spread = sample;
+    // A point query or a descriptor is answered here, as the HTTP handler answers it inline.
+    if request.is_light() {
+        return answer(&features, &caller, &request, shards, limit, &round);
+    }
+    crate::cpu::run_cpu_intensive(move || {
+        answer(&features, &caller, &request, shards, limit, &round)
+    })
+    .await
+    .unwrap_or_else(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal of the request reaches the client of another node with the code this node's
+    /// own answer would have had, and survives the wire; a refusal of the node has none.
+    #[test]
+    fn refusals_map_as_the_node_answers_alone() {
+        let errors = [
+            FeatureError::ServiceNotFound("s".into()),
+            FeatureError::LayerNotFound("1".into()),
+            FeatureError::TimeLimit(5),
+            FeatureError::AnswerTooLarge { bytes: 9, limit: 1 },
+            FeatureError::Internal("x".into()),
+        ];
+        for e in &errors {
+            let Reply::Refused(why, message) = refusal(e) else {
+                panic!("{e}")
+            };
+            let bytes = postcard::to_stdvec(&Reply::Refused(why, message.clone())).unwrap();
+            let Ok(Reply::Refused(back, _)) = postcard::from_bytes::<Reply>(&bytes) else {
+                panic!("{e}: not read back")
+            };
+            assert_eq!(back, why);
+            let code = why.code().expect("a refusal of the request");
+            assert_eq!(
+                ApiError::new(code, message).status(),
+                ApiError::from(match e {
+                    FeatureError::ServiceNotFound(s) => FeatureError::ServiceNotFound(s.clone()),
+                    FeatureError::LayerNotFound(s) => FeatureError::LayerNotFound(s.clone()),
+                    FeatureError::TimeLimit(n) => FeatureError::TimeLimit(*n),
+                    FeatureError::AnswerTooLarge { bytes, limit } => {
+                        FeatureError::AnswerTooLarge {
+                            bytes: *bytes,
+                            limit: *limit,
+                        }
+                    }
+                    other => FeatureError::Internal(other.to_string()),
+                })
+                .status(),
+                "{e}"
+            );
+        }
+        assert_eq!(Refusal::Unable.code(), None);
+    }
+
+    #[test]
+    fn questions_and_replies_read_back_as_sent() {
+        let q = Question {
+            user: "u".into(),
+            roles: 5,
+            after: 7,
+            shards: Some(vec![0, 3]),
+            body: b"{}".to_vec(),
+            sample: false,
+            round: Round::Rows {
+                rows: vec![(vec![crate::features::query::Key::Str("a".into())], 4)],
+                skipped: 9,
+            },
+        };
+        let back: Question = postcard::from_bytes(&postcard::to_stdvec(&q).unwrap()).unwrap();
+        assert_eq!(
+            (back.user, back.roles, back.after, back.shards),
+            ("u".into(), 5, 7, Some(vec![0, 3]))
+        );
+        let Round::Rows { rows, skipped } = back.round else {
+            panic!("{:?}", back.round)
+        };
+        assert_eq!(skipped, 9);
+        assert_eq!(
+            rows,
+            [(vec![crate::features::query::Key::Str("a".into())], 4)]
+        );
+        let part = Partial::Count(12);
+        let bytes = postcard::to_stdvec(&Reply::Part(part)).unwrap();
+        assert!(matches!(
+            postcard::from_bytes::<Reply>(&bytes).unwrap(),
+            Reply::Part(Partial::Count(12))
+        ));
+    }
+}
