@@ -444,7 +444,7 @@ struct Pending {
     reload: Reload,
     /// Why the entry could not be decoded (it was applied as nothing).
     unreadable: Option<StoreError>,
-    outcome: oneshot::Receiver<Result<Written, StoreError>>,
+    outcome: geoshard_core::oneshot::Receiver<Result<Written, StoreError>>,
     /// Its share of [`IN_FLIGHT_KIB`], given back when it is finished.
     _room: tokio::sync::OwnedSemaphorePermit,
 }

@@ -8,7 +8,7 @@ where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (tx, rx) = crate::oneshot::channel();
     rayon::spawn(move || {
         if tx.is_closed() {
             return;

@@ -13,6 +13,7 @@ pub mod acl;
 pub mod cpu;
 pub mod error;
 pub mod metrics;
+pub mod oneshot;
 #[doc(hidden)]
 pub mod testing;
 pub mod time;

@@ -1403,7 +1403,7 @@ impl Features {
             });
             let me = self.clone();
             let keys = rebuild.clone();
-            let (settled, settling) = tokio::sync::oneshot::channel();
+            let (settled, settling) = geoshard_core::oneshot::channel();
             match std::thread::Builder::new()
                 .name("view-build".into())
                 .spawn(move || {

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use thiserror::Error;
-use tokio::sync::{mpsc, oneshot};
+use geoshard_core::oneshot;
 
 use crate::acl::{Caller, Capability, Permissions, Role};
 use crate::error::{ApiError, ErrorCode};
@@ -443,7 +443,7 @@ pub struct Store {
     /// Readers open their own transactions on it; only the writer thread writes.
     db: Arc<Database>,
     /// The group-commit queue; bounded, so writers wait when the disk cannot keep up.
-    queue: mpsc::Sender<Message>,
+    queue: async_channel::Sender<Message>,
     writer: Mutex<Option<JoinHandle<()>>>,
     hook: HookSlot,
     stats: Arc<StoreStats>,
@@ -521,7 +521,7 @@ impl Store {
         let applied = Arc::new(AtomicU64::new(applied));
 
         let db = Arc::new(db);
-        let (queue, rx) = mpsc::channel(options.write_queue.max(1));
+        let (queue, rx) = async_channel::bounded(options.write_queue.max(1));
         let hook: HookSlot = Arc::new(RwLock::new(None));
         let stats = Arc::new(StoreStats {
             last_commit: AtomicU64::new(last_commit),
@@ -753,7 +753,7 @@ impl Store {
             reply,
         };
         self.queue
-            .blocking_send(Message::Write(req))
+            .send_blocking(Message::Write(req))
             .map_err(|_| StoreError::ShuttingDown)?;
         answer
             .blocking_recv()
@@ -847,7 +847,7 @@ impl Store {
     /// [`Store::shutdown`] outside the async runtime.
     pub fn shutdown_blocking(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.queue.blocking_send(Message::Shutdown(tx)).is_ok() {
+        if self.queue.send_blocking(Message::Shutdown(tx)).is_ok() {
             let _ = rx.blocking_recv();
         }
         self.join_writer();
@@ -900,7 +900,7 @@ struct WriterSettings {
 
 fn writer_loop(
     db: Arc<Database>,
-    mut rx: mpsc::Receiver<Message>,
+    rx: async_channel::Receiver<Message>,
     hook: HookSlot,
     stats: Arc<StoreStats>,
     applied: Arc<AtomicU64>,
@@ -914,10 +914,10 @@ fn writer_loop(
     let mut batch: Vec<WriteRequest> = Vec::with_capacity(batch_max);
     loop {
         let mut shutdown = None;
-        match rx.blocking_recv() {
-            None => break,
-            Some(Message::Shutdown(done)) => shutdown = Some(done),
-            Some(Message::Write(req)) => batch.push(req),
+        match rx.recv_blocking() {
+            Err(_) => break,
+            Ok(Message::Shutdown(done)) => shutdown = Some(done),
+            Ok(Message::Write(req)) => batch.push(req),
         }
         while shutdown.is_none() && batch.len() < batch_max {
             match rx.try_recv() {
