@@ -94,7 +94,7 @@ fn app() -> Arc<App> {
         data_dir: dir,
         ..Config::default()
     };
-    App::open(config).unwrap()
+    geoshard::node::open(config).unwrap()
 }
 
 /// `n` query bodies with geometry, at the next US points from `k` on.

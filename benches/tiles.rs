@@ -31,7 +31,7 @@ fn app() -> Arc<App> {
     geoshard::demo::load_examples(&store, &geoshard::demo::default_examples_dir()).unwrap();
     store.shutdown_blocking();
     drop(store);
-    App::open(Config {
+    geoshard::node::open(Config {
         data_dir: dir,
         ..Config::default()
     })

@@ -15,6 +15,7 @@ pub use geoshard_features as features;
 pub use geoshard_flow as flow;
 pub use geoshard_http as http;
 pub use geoshard_load as load;
+pub use geoshard_node as node;
 pub use geoshard_node::{demo, service};
 pub use geoshard_spatial as spatial;
 pub use geoshard_store as store;

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 const HOLDS: [&[usize]; 3] = [&[0, 1, 2, 3], &[2, 3, 4, 5], &[4, 5, 0, 1]];
 
 fn open(dir: &Path, shards: usize, hold: &[usize]) -> Arc<App> {
-    App::open(Config {
+    geoshard::node::open(Config {
         data_dir: dir.to_path_buf(),
         cluster_shards: shards,
         cluster_resolution: 2,

@@ -34,7 +34,6 @@ mod wire;
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,11 +51,10 @@ use self::io_threads::IoThreads;
 use crate::acl::{Caller, Role};
 use crate::config::Config;
 use crate::error::{ApiError, ErrorCode};
-use crate::features::{FeatureHook, Features};
-use crate::flow::js::JsSettings;
-use crate::flow::{FlowSettings, Flows};
+use crate::features::Features;
+use crate::flow::Flows;
 use crate::security::Security;
-use crate::store::{Store, StoreOptions};
+use crate::store::Store;
 
 /// Everything a request handler can reach. One per running service.
 pub struct App {
@@ -81,25 +79,6 @@ pub(crate) struct Ctx {
     pub path: String,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-    #[error(transparent)]
-    Security(#[from] crate::security::SecurityError),
-    #[error("the project cannot be deployed:\n  {}", .0.join("\n  "))]
-    Deploy(Vec<String>),
-    #[error("cannot join the cluster: {0}")]
-    Cluster(String),
-    #[error("hold: {0}")]
-    Placement(String),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-}
-
 impl App {
     /// The deadline of a query starting now and the limit it comes from
     /// (`query_time_limit_ms`); `None` without a limit.
@@ -108,71 +87,16 @@ impl App {
         (ms > 0).then(|| (Instant::now() + Duration::from_millis(ms), ms))
     }
 
-    /// Open the store in the configured data directory and load the users.
-    pub fn open(config: Config) -> Result<Arc<App>, StartError> {
-        crate::metrics::set_enabled(config.metrics);
-        let store = Arc::new(Store::open(
-            &config.data_dir,
-            StoreOptions {
-                commit_batch_max: config.commit_batch_max,
-                write_queue: config.write_queue,
-                cache_bytes: config.store_cache_bytes,
-                min_free_bytes: config.min_free_disk_bytes,
-                quick_repair: config.store_quick_repair,
-            },
-        )?);
-        let security = Security::open(
-            &store,
-            &config.realm,
-            crate::security::NonceLimits {
-                ttl_secs: config.nonce_ttl_secs,
-                idle_secs: config.nonce_idle_secs,
-                lifetime_secs: config.nonce_lifetime_secs,
-                capacity: config.nonce_capacity,
-                per_user: config.nonce_per_user,
-            },
-            crate::security::ThrottleLimits {
-                per_address: config.auth_failures_per_address,
-                per_user: config.auth_failures_per_user,
-            },
-        )?;
-        let placement = match config.cluster_shards {
-            0 => None,
-            n => {
-                let hold: Vec<usize> = if config.hold.is_empty() {
-                    (0..n).collect()
-                } else {
-                    config.hold.clone()
-                };
-                Some(
-                    crate::features::placement::Placement::new(config.cluster_resolution, n, &hold)
-                        .map_err(StartError::Placement)?,
-                )
-            }
-        };
-        let features = Features::open_placed(store.clone(), config.feature_settings(), placement)?;
-        store.set_hook(Arc::new(FeatureHook(features.clone())));
-        // A cluster deploys through its log once it follows it (`service::serve`).
-        if let Some(dir) = config.project.as_ref().filter(|_| config.cluster.is_none()) {
-            let files = crate::flow::project::read_dir(dir).map_err(StartError::Deploy)?;
-            let project =
-                crate::flow::deploy_blocking(&store, &files).map_err(StartError::Deploy)?;
-            for w in &project.warnings {
-                tracing::warn!("{w}");
-            }
-        }
-        let flows = Flows::open(
-            store.clone(),
-            FlowSettings {
-                js: JsSettings {
-                    workers: config.js_pool_size,
-                    time_limit: Duration::from_millis(config.js_time_limit_ms),
-                    memory_limit: config.js_memory_limit_bytes,
-                },
-                tracing: config.flow_tracing,
-            },
-        )?;
-        Ok(Arc::new(App {
+    /// The state served for an opened engine: `node` opens the store, security, features and
+    /// flows, and hands them here.
+    pub fn new(
+        config: Config,
+        store: Arc<Store>,
+        security: Security,
+        features: Arc<Features>,
+        flows: Arc<Flows>,
+    ) -> App {
+        App {
             simplified: tiles::Simplified::new(config.tile_cache_bytes),
             config,
             store,
@@ -181,7 +105,7 @@ impl App {
             flows,
             started: Instant::now(),
             cluster: std::sync::OnceLock::new(),
-        }))
+        }
     }
 }
 
@@ -195,7 +119,7 @@ impl Server {
     /// Bind the listening socket with a queue of `listen_backlog` connections: a burst of
     /// new connections waits there for the accept loop (which answers each, a 503 past the
     /// limits) instead of having its SYNs dropped, which costs a client a second.
-    pub fn listen(config: &Config) -> Result<TcpListener, StartError> {
+    pub fn listen(config: &Config) -> std::io::Result<TcpListener> {
         let addr = config.listen;
         let listen = || -> std::io::Result<TcpListener> {
             let socket = if addr.is_ipv4() {
@@ -207,7 +131,7 @@ impl Server {
             socket.bind(addr)?;
             socket.listen(config.listen_backlog)
         };
-        listen().map_err(|source| StartError::Listen { addr, source })
+        listen()
     }
 
     /// The server of `app` on a socket from [`Server::listen`].
@@ -215,8 +139,8 @@ impl Server {
         Server { listener, app }
     }
 
-    /// Serve until `shutdown` resolves; then stop accepting, let in-flight requests finish
-    /// (up to the grace period), and commit and close the store.
+    /// Serve until `shutdown` resolves; then stop accepting and let in-flight requests finish
+    /// (up to the grace period). What is saved at the end is the caller's (`node`).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Server { listener, app } = self;
         let graceful = GracefulShutdown::new();
@@ -239,29 +163,6 @@ impl Server {
         if !pinned.is_empty() {
             tracing::info!(cpus = ?pinned, "io threads bound to CPUs");
         }
-        let saver = crate::features::ViewSaver::start(
-            app.features.clone(),
-            Duration::from_secs(app.config.view_save_secs),
-        );
-        // Nonce states that left memory go to the store every second, those in use every
-        // minute (what a crash can lose).
-        let nonce_saver = {
-            let app = app.clone();
-            tokio::spawn(async move {
-                let mut tick = 0u64;
-                loop {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    tick += 1;
-                    app.security
-                        .save_nonces(
-                            &app.store,
-                            tick.is_multiple_of(60),
-                            app.config.nonce_records(),
-                        )
-                        .await;
-                }
-            })
-        };
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -348,26 +249,11 @@ impl Server {
         {
             tracing::warn!("grace period over; closing remaining connections");
         }
-        let _ = tokio::task::spawn_blocking(move || saver.stop()).await;
-        nonce_saver.abort();
-        let saving = app
-            .security
-            .save_all_nonces(&app.store, app.config.nonce_records());
-        if tokio::time::timeout(Duration::from_secs(10), saving)
-            .await
-            .is_err()
-        {
-            tracing::warn!("nonce states not saved in 10 s; clients may retry their nonces");
-        }
-        app.store.shutdown().await;
-        // Every write is in: the views as they stand are the store's last commit's.
-        let features = app.features.clone();
-        let _ = tokio::task::spawn_blocking(move || features.save_views()).await;
         if !io.is_empty() {
             // Whatever is left on them past the grace period is dropped with them.
             let _ = tokio::task::spawn_blocking(move || io.stop()).await;
         }
-        tracing::info!("stopped");
+        tracing::info!("no longer serving");
     }
 }
 

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 // Sibling crates under the module names the code uses.
+use geoshard_auth as security;
 use geoshard_cluster as cluster;
 use geoshard_config as config;
 use geoshard_core::acl;
@@ -13,4 +14,7 @@ use geoshard_http as http;
 use geoshard_store as store;
 
 pub mod demo;
+pub mod open;
 pub mod service;
+
+pub use open::{StartError, open};

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::{Config, ConfigError};
-use crate::http::{App, Server, StartError};
+use crate::http::{App, Server};
+use crate::open::{Savers, StartError};
 
 /// Build the configuration: defaults < file < `GEOSHARD_*` environment < `flags`.
 pub fn load_config(
@@ -86,7 +87,10 @@ pub async fn serve(
 ) -> Result<(), StartError> {
     // Bound first, so that clients and probes get answers while the service starts: `/health`
     // says it is alive and starting, every other route 503 until it is ready.
-    let listener = Server::listen(&config)?;
+    let listener = Server::listen(&config).map_err(|source| StartError::Listen {
+        addr: config.listen,
+        source,
+    })?;
     let addr = listener.local_addr().unwrap_or(config.listen);
     tracing::info!(%addr, "accepting connections: answering 503 until started");
     let answering = crate::http::answer_while_starting(
@@ -116,8 +120,10 @@ pub async fn serve(
              stopped server"
         );
     }
+    let savers = Savers::start(&app);
     ready(&app, addr);
     server.run(shutdown).await;
+    savers.finish(&app).await;
     Ok(())
 }
 
@@ -135,7 +141,7 @@ async fn open_app(config: Config) -> Result<Arc<App>, StartError> {
     }
     // Opening reads the store and rebuilds the indexes: off the runtime's threads, which
     // may be a single one.
-    let app = match tokio::task::spawn_blocking(move || App::open(config)).await {
+    let app = match tokio::task::spawn_blocking(move || crate::open::open(config)).await {
         Ok(opened) => opened?,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     };

@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
+use geoshard_core::oneshot;
 use parking_lot::{Mutex, RwLock};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use thiserror::Error;
-use geoshard_core::oneshot;
 
 use crate::acl::{Caller, Capability, Permissions, Role};
 use crate::error::{ApiError, ErrorCode};

@@ -1,0 +1,157 @@
+//! Opening the engine: the store, security, placement, features and their commit hook, the
+//! project and the flows, from one `Config`. The one place that assembles them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::features::{FeatureHook, Features};
+use crate::flow::js::JsSettings;
+use crate::flow::{FlowSettings, Flows};
+use crate::http::App;
+use crate::security::Security;
+use crate::store::{Store, StoreOptions};
+
+/// Why the service did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Security(#[from] crate::security::SecurityError),
+    #[error("the project cannot be deployed:\n  {}", .0.join("\n  "))]
+    Deploy(Vec<String>),
+    #[error("cannot join the cluster: {0}")]
+    Cluster(String),
+    #[error("hold: {0}")]
+    Placement(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Open the store in the configured data directory, the users, the views and the flows; a
+/// project named by `config` is deployed (outside a cluster, which deploys through its log).
+pub fn open(config: Config) -> Result<Arc<App>, StartError> {
+    geoshard_core::metrics::set_enabled(config.metrics);
+    let store = Arc::new(Store::open(
+        &config.data_dir,
+        StoreOptions {
+            commit_batch_max: config.commit_batch_max,
+            write_queue: config.write_queue,
+            cache_bytes: config.store_cache_bytes,
+            min_free_bytes: config.min_free_disk_bytes,
+            quick_repair: config.store_quick_repair,
+        },
+    )?);
+    let security = Security::open(
+        &store,
+        &config.realm,
+        crate::security::NonceLimits {
+            ttl_secs: config.nonce_ttl_secs,
+            idle_secs: config.nonce_idle_secs,
+            lifetime_secs: config.nonce_lifetime_secs,
+            capacity: config.nonce_capacity,
+            per_user: config.nonce_per_user,
+        },
+        crate::security::ThrottleLimits {
+            per_address: config.auth_failures_per_address,
+            per_user: config.auth_failures_per_user,
+        },
+    )?;
+    let placement = match config.cluster_shards {
+        0 => None,
+        n => {
+            let hold: Vec<usize> = if config.hold.is_empty() {
+                (0..n).collect()
+            } else {
+                config.hold.clone()
+            };
+            Some(
+                crate::features::placement::Placement::new(config.cluster_resolution, n, &hold)
+                    .map_err(StartError::Placement)?,
+            )
+        }
+    };
+    let features = Features::open_placed(store.clone(), config.feature_settings(), placement)?;
+    store.set_hook(Arc::new(FeatureHook(features.clone())));
+    if let Some(dir) = config.project.as_ref().filter(|_| config.cluster.is_none()) {
+        let files = crate::flow::project::read_dir(dir).map_err(StartError::Deploy)?;
+        let project = crate::flow::deploy_blocking(&store, &files).map_err(StartError::Deploy)?;
+        for w in &project.warnings {
+            tracing::warn!("{w}");
+        }
+    }
+    let flows = Flows::open(
+        store.clone(),
+        FlowSettings {
+            js: JsSettings {
+                workers: config.js_pool_size,
+                time_limit: Duration::from_millis(config.js_time_limit_ms),
+                memory_limit: config.js_memory_limit_bytes,
+            },
+            tracing: config.flow_tracing,
+        },
+    )?;
+    Ok(Arc::new(App::new(config, store, security, features, flows)))
+}
+
+/// What runs beside the server for as long as it serves: the views' saver, and the nonce
+/// saver that puts nonce states that left memory in the store every second and those in use
+/// every minute (what a crash can lose).
+pub struct Savers {
+    views: crate::features::ViewSaver,
+    nonces: tokio::task::JoinHandle<()>,
+}
+
+impl Savers {
+    /// Start both on the current runtime.
+    pub fn start(app: &Arc<App>) -> Savers {
+        let views = crate::features::ViewSaver::start(
+            app.features.clone(),
+            Duration::from_secs(app.config.view_save_secs),
+        );
+        let nonces = {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let mut tick = 0u64;
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tick += 1;
+                    app.security
+                        .save_nonces(
+                            &app.store,
+                            tick.is_multiple_of(60),
+                            app.config.nonce_records(),
+                        )
+                        .await;
+                }
+            })
+        };
+        Savers { views, nonces }
+    }
+
+    /// Once the server has stopped: stop both, save every nonce state, commit and close the
+    /// store, and save the views as its last commit left them.
+    pub async fn finish(self, app: &Arc<App>) {
+        let Savers { views, nonces } = self;
+        let _ = tokio::task::spawn_blocking(move || views.stop()).await;
+        nonces.abort();
+        let saving = app
+            .security
+            .save_all_nonces(&app.store, app.config.nonce_records());
+        if tokio::time::timeout(Duration::from_secs(10), saving)
+            .await
+            .is_err()
+        {
+            tracing::warn!("nonce states not saved in 10 s; clients may retry their nonces");
+        }
+        app.store.shutdown().await;
+        let features = app.features.clone();
+        let _ = tokio::task::spawn_blocking(move || features.save_views()).await;
+        tracing::info!("stopped");
+    }
+}
