@@ -4,7 +4,7 @@
 //! read from the server's `/proc`, a time limit, and `max_answer_bytes`. The expected extents
 //! are the readable documents' own coordinates, written here.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! every stored document, and answers every query kind exactly as a server that built its
 //! views from the documents; a damaged or truncated saved view is detected and rebuilt.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -5,9 +5,8 @@
 //! read from its own `/proc/<pid>/status`. Spatial answers are checked against geo's
 //! `Intersects`/`Contains` over every feature, not against the engine.
 
-mod common;
-#[path = "../benches/shapes.rs"]
-mod shapes;
+use crate::common;
+use crate::shapes;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};

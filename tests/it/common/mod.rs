@@ -711,3 +711,16 @@ pub fn challenge(c: &mut Client) -> digest_auth::WwwAuthenticateHeader {
         .to_string();
     digest_auth::parse(&h).unwrap()
 }
+
+/// A copy of a stopped server's data directory, subdirectories and all.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}

@@ -6,7 +6,7 @@
 //! partitionings. Every answer must equal GEOS's, except for a point within 1e-9 degrees of
 //! the boundary of the feature in question; each such case is printed with its distance.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -6,7 +6,7 @@
 //! Needs Debian's `nats-server` (`scripts/setup-system.sh` installs it); without it the tests
 //! say so and pass.
 
-mod common;
+use crate::common;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -985,17 +985,6 @@ fn status(nats: &Nats, name: &str) -> (String, bool) {
     (report, out.status.success())
 }
 
-/// A copy of a stopped node's data directory.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-        }
-    }
-}
-
 /// The NATS server leading the log, as `geoshard cluster status` reports it, once both of its
 /// replicas are current (asked again while a restarted server catches up): a server is killed
 /// only in a healthy cluster, as an operator would.
@@ -1284,7 +1273,7 @@ fn faults(name: &str, placed: bool) {
     // applied is stored with the data) and follows the log from there.
     nodes[0].take().unwrap().kill();
     let joined = temp_dir(&format!("{name}-joined"));
-    copy_dir(dirs[0].path(), joined.path());
+    common::copy_dir(dirs[0].path(), joined.path());
     nodes[0] = Some(fault_node(dirs[0].path(), &nats, 0, name, "f0", placed));
     nodes.push(Some(fault_node(
         joined.path(),

@@ -4,7 +4,7 @@
 //! with the US counties and the GeoNames places. The browser's answers are checked against
 //! scans of the source files.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! requests for every operation from the document and checks every answer: no server error,
 //! a documented status, a documented content type, a body that fits its schema.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! The foundation over real HTTP: authentication, the documents API, permissions, user
 //! management, limits, and a restart that keeps every document.
 
-mod common;
+use crate::common;
 
 use common::*;
 

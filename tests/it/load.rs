@@ -3,7 +3,7 @@
 //! checked against GEOS (the shapely oracle in `tests/fixtures/pip_oracle.csv`), brute-force
 //! scans of the source files, and counts taken from the files themselves.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! (a `--config` file and `GEOSHARD_*`), refuses a port in use before loading anything, and
 //! removes its temporary data directory when it stops.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

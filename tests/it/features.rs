@@ -3,7 +3,7 @@
 //! polygons. Expected answers are computed independently: from the CSV rows in this file,
 //! and from shapely/GEOS for the spatial relations (`tests/fixtures/gkg_relations.json`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
@@ -124,6 +124,32 @@ fn ids(v: &Value) -> Vec<i64> {
     out
 }
 
+/// A server with the mollusks layer defined and the first `n` of its 277 rows loaded, with
+/// clients of the admin and of the geo reader.
+struct Mollusks {
+    srv: TestServer,
+    admin: Client,
+    geo: Client,
+    rows: Vec<Mollusk>,
+}
+
+impl Mollusks {
+    fn loaded(n: usize) -> Mollusks {
+        let srv = TestServer::start();
+        let mut admin = srv.client(ADMIN);
+        let geo = srv.client(GEO);
+        let rows = mollusks();
+        mollusk_definitions(&mut admin);
+        load_mollusks(&mut admin, &rows[..n.min(rows.len())]);
+        Mollusks {
+            srv,
+            admin,
+            geo,
+            rows,
+        }
+    }
+}
+
 #[test]
 fn mollusks_end_to_end() {
     let srv = TestServer::start();
@@ -229,12 +255,12 @@ fn base(q: Value) -> Value {
 
 #[test]
 fn where_order_paging_and_statistics() {
-    let srv = TestServer::start();
-    let mut admin = srv.client(ADMIN);
-    let mut geo = srv.client(GEO);
-    let rows = mollusks();
-    mollusk_definitions(&mut admin);
-    load_mollusks(&mut admin, &rows);
+    let Mollusks {
+        srv: _srv,
+        admin: _,
+        mut geo,
+        rows,
+    } = Mollusks::loaded(usize::MAX);
 
     // where: computed by filtering the CSV rows here.
     type Case<'a> = (&'a str, Box<dyn Fn(&Mollusk) -> bool>);
@@ -403,7 +429,8 @@ fn gkg_every_relation_agrees_with_geos() {
         );
         assert_eq!(r.status, 201);
     }
-    let fixture: Value = serde_json::from_str(include_str!("fixtures/gkg_relations.json")).unwrap();
+    let fixture: Value =
+        serde_json::from_str(include_str!("../fixtures/gkg_relations.json")).unwrap();
     let rels = [
         ("intersects", "gisSpatialRelIntersects"),
         ("contains", "esriSpatialRelContains"),
@@ -567,12 +594,12 @@ fn definitions_follow_documents_both_ways() {
 
 #[test]
 fn permissions_and_roles() {
-    let srv = TestServer::start();
-    let mut admin = srv.client(ADMIN);
-    let mut geo = srv.client(GEO);
-    let rows = mollusks();
-    mollusk_definitions(&mut admin);
-    load_mollusks(&mut admin, &rows[..20]);
+    let Mollusks {
+        srv,
+        mut admin,
+        mut geo,
+        rows,
+    } = Mollusks::loaded(20);
     // One document only admin may read: the geo user never sees its feature.
     let secret = &rows[7];
     let r = put(
@@ -814,12 +841,12 @@ fn errors() {
 
 #[test]
 fn koop_shapes_and_multipart() {
-    let srv = TestServer::start();
-    let mut admin = srv.client(ADMIN);
-    let mut geo = srv.client(GEO);
-    let rows = mollusks();
-    mollusk_definitions(&mut admin);
-    load_mollusks(&mut admin, &rows[..30]);
+    let Mollusks {
+        srv: _srv,
+        admin: _,
+        mut geo,
+        rows,
+    } = Mollusks::loaded(30);
     let m = &rows[0];
     // Everything as strings, extra members, a spatialReference inside the GeoJSON.
     let body = json!({

@@ -3,7 +3,7 @@
 //! geodesic scan, the descriptor shapes Koop reads, multi-document and multi-category reads,
 //! `HEAD`, and permissions in the Python client's form.
 
-mod common;
+use crate::common;
 
 use common::layers::*;
 use common::*;

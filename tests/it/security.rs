@@ -2,7 +2,7 @@
 //! nonces that live while in use, exact Digest URIs, the last admin, user names, and DELETE
 //! as an existence oracle. Digest responses come from the independent `digest_auth` crate.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

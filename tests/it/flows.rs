@@ -2,7 +2,7 @@
 //! options and job ids, traces, failures, deploys, and the mollusks ingested through a JS
 //! flow and queried with geoQueryService.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

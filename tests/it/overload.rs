@@ -4,7 +4,7 @@
 //! says it closes); failed authentications are throttled with a 429; and queries stop at
 //! `query_time_limit_ms`.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

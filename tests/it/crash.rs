@@ -13,7 +13,7 @@
 //!
 //! The state seen after a restart is the expectation carried into the next round.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 //! space is freed; what was acknowledged survives a restart. Mounting needs root (CI runs as
 //! root); elsewhere the test says why it did not run.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

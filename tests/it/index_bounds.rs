@@ -2,8 +2,7 @@
 //! comb, spiral), and locates exactly where its budgets make it fall back to longer scans:
 //! every answer is compared with geo's `coordinate_position`, which scans all edges.
 
-#[path = "../benches/shapes.rs"]
-mod shapes;
+use crate::shapes;
 
 use geo::coordinate_position::{CoordPos, CoordinatePosition};
 use geo::{Coord, Geometry, Polygon};

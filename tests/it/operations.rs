@@ -2,7 +2,7 @@
 //! from the request to its answer and its log lines, JSON logs, liveness and readiness.
 //! One server process a test, since the metrics are the process's.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

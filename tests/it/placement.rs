@@ -7,7 +7,7 @@
 //! answer compared with the full node's, before and after writes that move, delete and add
 //! places, and with a node gone.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,18 +36,6 @@ fn open(dir: &Path, shards: usize, hold: &[usize]) -> Arc<App> {
         ..Config::default()
     })
     .unwrap()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// Each node's part for its shards in `round`, sent through postcard as a node sends it.
@@ -164,7 +152,7 @@ fn nodes_holding_some_shards_answer_together_as_one_node_holding_all() {
     }
     let dirs: Vec<TestDir> = (0..4).map(|i| temp_dir(&format!("placed-{i}"))).collect();
     for d in &dirs {
-        copy_dir(base.path(), d.path());
+        common::copy_dir(base.path(), d.path());
     }
     let full = open(dirs[3].path(), 0, &[]);
     let nodes: Vec<Arc<App>> = (0..3).map(|i| open(dirs[i].path(), 6, HOLDS[i])).collect();

@@ -3,7 +3,7 @@
 //! `scripts/setup-clients.sh`, which these tests run themselves when the clients are not
 //! installed yet; without npm, Python or the registries they fail, saying so.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

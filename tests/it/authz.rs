@@ -7,7 +7,7 @@
 //! never see another's writes; within a principal, the rows run in order (reads, then
 //! replacements, then deletes).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 //! errors, unknown collections), answers compared with geoQueryService's and with the source
 //! file, and GDAL's OAPIF driver (Debian's `gdal-bin`) reading it unchanged.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
