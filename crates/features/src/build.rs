@@ -1,0 +1,190 @@
+//! Building views from every stored document: extraction in parallel, then the spatial
+//! indexes.
+
+use super::*;
+
+impl Features {
+    /// Build views from a full scan of the store: rows extracted in parallel, then each
+    /// view's spatial indexes bulk-loaded.
+    pub(crate) fn build_views(
+        &self,
+        catalog: &Catalog,
+        keys: &[ViewKey],
+    ) -> Result<Vec<(ViewKey, Arc<ViewState>)>, StoreError> {
+        let needed = catalog.needed_paths();
+        let targets: Vec<BuildTarget> = keys
+            .iter()
+            .filter_map(|k| catalog.template_of(k))
+            .map(|(t, v)| {
+                let paths = needed.get(v.key()).cloned().unwrap_or_default();
+                (t, v, paths)
+            })
+            .collect();
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut data: Vec<ViewData> = targets.iter().map(|t| ViewData::new(t.1.clone())).collect();
+        let mut items: Vec<IndexItems> = vec![BTreeMap::new(); targets.len()];
+        {
+            let mut diagnostics = self.diagnostics.lock();
+            for t in &targets {
+                diagnostics.clear_view(t.1.key());
+            }
+        }
+        type DocRows = Vec<(usize, Result<Extracted, Refusal>)>;
+        type Batch = Vec<(Arc<str>, RoleSet, DocRows)>;
+        let max_vertices = self.settings.max_document_vertices;
+        let placement = self.placement.as_deref();
+        // Three stages overlap: one thread reads the store, this one extracts each batch's rows
+        // (on rayon: the pool of the caller, which a background build keeps to itself), and
+        // one adds them to the views in the store's order (so slots are as a sequential build
+        // gives them).
+        let (data, items, skipped, without_geometry) = std::thread::scope(|scope| {
+            let targets = &targets;
+            let (docs, scanned) = crossbeam_channel::bounded::<Vec<Document>>(2);
+            let (rows, extracted) = crossbeam_channel::bounded::<Batch>(2);
+            let scan = scope.spawn(move || {
+                let mut batch = Vec::with_capacity(BUILD_BATCH);
+                self.store.scan_documents(|doc| {
+                    batch.push(doc);
+                    if batch.len() == BUILD_BATCH {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(BUILD_BATCH));
+                        docs.send(full).map_err(|_| StoreError::ShuttingDown)?;
+                    }
+                    Ok(())
+                })?;
+                docs.send(batch).map_err(|_| StoreError::ShuttingDown)
+            });
+            let apply = scope.spawn(move || {
+                let (mut skipped, mut without_geometry) = (0usize, 0usize);
+                for batch in extracted {
+                    let mut diagnostics = self.diagnostics.lock();
+                    for (uri, readers, per_view) in batch {
+                        for (i, e) in per_view {
+                            // A stored document that a write would now refuse (the bounds or
+                            // the template changed since) is skipped, and said so.
+                            let e = match e {
+                                Ok(e) => e,
+                                Err(refusal) => {
+                                    skipped += 1;
+                                    let key = targets[i].1.key();
+                                    diagnostics.add(&uri, key, refusal.to_string(), true);
+                                    continue;
+                                }
+                            };
+                            without_geometry += usize::from(!e.warnings.is_empty());
+                            for w in e.warnings {
+                                diagnostics.add(&uri, targets[i].1.key(), w, false);
+                            }
+                            let slots = data[i].add_rows(&uri, readers, e.rows);
+                            for (path, g) in e.index {
+                                let v = items[i].entry(path).or_default();
+                                for s in &slots {
+                                    v.push((*s, g.clone()));
+                                }
+                            }
+                        }
+                    }
+                }
+                (data, items, skipped, without_geometry)
+            });
+            for batch in scanned {
+                let out: Batch = batch
+                    .par_iter()
+                    .filter(|d| {
+                        !d.in_collection(TEMPLATE_COLLECTION)
+                            && !d.in_collection(DESCRIPTOR_COLLECTION)
+                    })
+                    .filter(|d| targets.iter().any(|t| t.0.applies_to(&d.collections)))
+                    .filter_map(|d| {
+                        let json = parse_json(d)?;
+                        let per_view = targets
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, t)| t.0.applies_to(&d.collections))
+                            .map(|(i, t)| {
+                                let e = unless_panics(t.1.key(), || {
+                                    extract(&json, &t.0, &t.1, &t.2, max_vertices, placement)
+                                });
+                                (i, e)
+                            })
+                            .filter(|(_, e)| e.as_ref().map_or(true, |e| !e.rows.is_empty()))
+                            .collect::<Vec<_>>();
+                        Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
+                    })
+                    .collect();
+                if rows.send(out).is_err() {
+                    break;
+                }
+            }
+            // The adding thread ends when it has taken the last batch.
+            drop(rows);
+            let scanned = scan.join();
+            let applied = apply.join();
+            match (scanned, applied) {
+                (Ok(Ok(())), Ok(built)) => Ok(built),
+                (Ok(Err(e)), Ok(_)) => Err(e),
+                (Err(panic), _) | (_, Err(panic)) => std::panic::resume_unwind(panic),
+            }
+        })?;
+        if skipped + without_geometry > 0 {
+            tracing::warn!(
+                skipped,
+                without_geometry,
+                "views built without some documents' rows or geometries: GET /v1/diagnostics lists them"
+            );
+        }
+        let mut out = Vec::new();
+        for ((template, def, paths), (data, items)) in
+            targets.into_iter().zip(data.into_iter().zip(items))
+        {
+            out.push((
+                def.key().clone(),
+                self.view_state(template, data, paths, items)?,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// A view from its rows: each geometry path's index bulk-loaded from `items`.
+    fn view_state(
+        &self,
+        template: Arc<Template>,
+        data: ViewData,
+        paths: BTreeMap<String, Path>,
+        mut items: IndexItems,
+    ) -> Result<Arc<ViewState>, StoreError> {
+        let mut indexes = BTreeMap::new();
+        for path in paths.keys() {
+            let engine = self.index(items.remove(path).unwrap_or_default())?;
+            indexes.insert(path.clone(), engine);
+        }
+        Ok(Self::state_of(template, data, paths, indexes))
+    }
+
+    /// An index bulk-loaded with `items`.
+    pub(crate) fn index(
+        &self,
+        items: Vec<(u32, geo::Geometry<f64>)>,
+    ) -> Result<Arc<Engine>, StoreError> {
+        let engine = Engine::new(self.settings.engine)
+            .map_err(|e| StoreError::Corrupt(format!("spatial settings: {e}")))?;
+        engine.bulk_load(items);
+        Ok(Arc::new(engine))
+    }
+
+    pub(crate) fn state_of(
+        template: Arc<Template>,
+        data: ViewData,
+        paths: BTreeMap<String, Path>,
+        indexes: BTreeMap<String, Arc<Engine>>,
+    ) -> Arc<ViewState> {
+        Arc::new(ViewState {
+            def: data.def.clone(),
+            template,
+            data: RwLock::new(data),
+            paths,
+            indexes: RwLock::new(indexes),
+        })
+    }
+}
