@@ -505,16 +505,7 @@ impl Config {
             "store_quick_repair" => self.store_quick_repair = parse_bool(key, text)?,
             "min_free_disk_bytes" => self.min_free_disk_bytes = parse(key, text)?,
             "shards" => self.shards = positive(key, parse(key, text)?)?,
-            "h3_resolution" => {
-                let r: u8 = parse(key, text)?;
-                if r > 15 {
-                    return Err(ConfigError::BadValue {
-                        key: key.to_string(),
-                        message: format!("{r} is not an H3 resolution (0..=15)"),
-                    });
-                }
-                self.h3_resolution = r;
-            }
+            "h3_resolution" => self.h3_resolution = h3_resolution(key, text)?,
             "max_record_count" => self.max_record_count = positive(key, parse(key, text)?)?,
             "max_answer_bytes" => self.max_answer_bytes = positive(key, parse(key, text)?)?,
             "tile_cache_bytes" => self.tile_cache_bytes = parse(key, text)?,
@@ -535,6 +526,17 @@ impl Config {
                 }
             }
             "public_url" => self.public_url = public_url(key, text)?,
+            _ if key.starts_with("cluster") || matches!(key, "node" | "hold") => {
+                return self.set_cluster(key, text);
+            }
+            _ => return self.set_runtime(key, text),
+        }
+        Ok(())
+    }
+
+    /// [`Config::set`] for the cluster's settings.
+    fn set_cluster(&mut self, key: &str, text: &str) -> Result<(), ConfigError> {
+        match key {
             "cluster" => self.cluster = (!text.trim().is_empty()).then(|| text.trim().to_string()),
             "node" => self.node = cluster_token(key, text)?,
             "cluster_name" => self.cluster_name = cluster_token(key, text)?,
@@ -562,16 +564,7 @@ impl Config {
                 }
                 self.cluster_shards = n
             }
-            "cluster_resolution" => {
-                let r: u8 = parse(key, text)?;
-                if r > 15 {
-                    return Err(ConfigError::BadValue {
-                        key: key.to_string(),
-                        message: format!("{r} is not an H3 resolution (0..=15)"),
-                    });
-                }
-                self.cluster_resolution = r;
-            }
+            "cluster_resolution" => self.cluster_resolution = h3_resolution(key, text)?,
             "hold" => {
                 self.hold = text
                     .split(',')
@@ -580,6 +573,14 @@ impl Config {
                     .map(|t| parse(key, t))
                     .collect::<Result<_, _>>()?
             }
+            _ => return Err(ConfigError::UnknownKey(key.to_string())),
+        }
+        Ok(())
+    }
+
+    /// [`Config::set`] for the settings of flows, threads, shutdown, logs and metrics.
+    fn set_runtime(&mut self, key: &str, text: &str) -> Result<(), ConfigError> {
+        match key {
             "js_pool_size" => self.js_pool_size = positive(key, parse(key, text)?)?,
             "js_time_limit_ms" => self.js_time_limit_ms = parse(key, text)?,
             "js_memory_limit_bytes" => self.js_memory_limit_bytes = parse(key, text)?,
@@ -688,6 +689,18 @@ fn parse_bool(key: &str, text: &str) -> Result<bool, ConfigError> {
             message: format!("{other:?} is not a boolean"),
         }),
     }
+}
+
+/// An H3 resolution, 0 to 15.
+fn h3_resolution(key: &str, text: &str) -> Result<u8, ConfigError> {
+    let r: u8 = parse(key, text)?;
+    if r > 15 {
+        return Err(ConfigError::BadValue {
+            key: key.to_string(),
+            message: format!("{r} is not an H3 resolution (0..=15)"),
+        });
+    }
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -3,6 +3,43 @@
 
 use super::*;
 
+/// Each view's rows of one document, by index into the build's targets.
+type DocRows = Vec<(usize, Result<Extracted, Refusal>)>;
+/// The rows of a batch of documents, with each document's URI and readers.
+type Batch = Vec<(Arc<str>, RoleSet, DocRows)>;
+
+/// The rows of a batch of stored documents for the views being built, extracted on rayon.
+fn extract_batch(
+    batch: &[Document],
+    targets: &[BuildTarget],
+    max_vertices: usize,
+    placement: Option<&placement::Placement>,
+) -> Batch {
+    batch
+        .par_iter()
+        .filter(|d| {
+            !d.in_collection(TEMPLATE_COLLECTION) && !d.in_collection(DESCRIPTOR_COLLECTION)
+        })
+        .filter(|d| targets.iter().any(|t| t.0.applies_to(&d.collections)))
+        .filter_map(|d| {
+            let json = parse_json(d)?;
+            let per_view = targets
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.0.applies_to(&d.collections))
+                .map(|(i, t)| {
+                    let e = unless_panics(t.1.key(), || {
+                        extract(&json, &t.0, &t.1, &t.2, max_vertices, placement)
+                    });
+                    (i, e)
+                })
+                .filter(|(_, e)| e.as_ref().map_or(true, |e| !e.rows.is_empty()))
+                .collect::<Vec<_>>();
+            Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
+        })
+        .collect()
+}
+
 impl Features {
     /// Build views from a full scan of the store: rows extracted in parallel, then each
     /// view's spatial indexes bulk-loaded.
@@ -31,8 +68,6 @@ impl Features {
                 diagnostics.clear_view(t.1.key());
             }
         }
-        type DocRows = Vec<(usize, Result<Extracted, Refusal>)>;
-        type Batch = Vec<(Arc<str>, RoleSet, DocRows)>;
         let max_vertices = self.settings.max_document_vertices;
         let placement = self.placement.as_deref();
         // Three stages overlap: one thread reads the store, this one extracts each batch's rows
@@ -89,30 +124,7 @@ impl Features {
                 (data, items, skipped, without_geometry)
             });
             for batch in scanned {
-                let out: Batch = batch
-                    .par_iter()
-                    .filter(|d| {
-                        !d.in_collection(TEMPLATE_COLLECTION)
-                            && !d.in_collection(DESCRIPTOR_COLLECTION)
-                    })
-                    .filter(|d| targets.iter().any(|t| t.0.applies_to(&d.collections)))
-                    .filter_map(|d| {
-                        let json = parse_json(d)?;
-                        let per_view = targets
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, t)| t.0.applies_to(&d.collections))
-                            .map(|(i, t)| {
-                                let e = unless_panics(t.1.key(), || {
-                                    extract(&json, &t.0, &t.1, &t.2, max_vertices, placement)
-                                });
-                                (i, e)
-                            })
-                            .filter(|(_, e)| e.as_ref().map_or(true, |e| !e.rows.is_empty()))
-                            .collect::<Vec<_>>();
-                        Some((Arc::from(d.uri.as_str()), readers_of(d), per_view))
-                    })
-                    .collect();
+                let out = extract_batch(&batch, targets, max_vertices, placement);
                 if rows.send(out).is_err() {
                     break;
                 }

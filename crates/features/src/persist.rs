@@ -340,58 +340,18 @@ impl Features {
         let mut unsaved = 0;
         for (key, view) in &views {
             let name = segment::file_name(key);
-            let file = dir.join(&name);
-            // Read at start from a file of this very commit, and the same view since.
-            let unchanged = self.on_disk.lock().get(key).is_some_and(|(at, was)| {
-                *at == point && was.upgrade().is_some_and(|w| Arc::ptr_eq(&w, view))
-            });
-            if unchanged && file.exists() {
-                rows += view.data.read().len();
-                kept.insert(name);
-                continue;
-            }
-            let print = segment::fingerprint(
-                &view.template,
-                &view.def,
-                &view.paths,
-                self.settings.max_document_vertices,
-                self.placement_signature(),
-            );
             let diagnostics = by_view.remove(&key.to_string()).unwrap_or_default();
-            // The store must never meet a full disk: every piece of the file must leave it the
-            // space it keeps.
-            let room = |bytes: u64| self.store.has_room_for(bytes);
-            match segment::save(
-                &file,
-                &view.data,
-                &view.paths,
-                &print,
-                point,
-                &diagnostics,
-                &segment::SaveLimits {
-                    cancelled,
-                    room: &room,
-                },
-            ) {
-                Ok(n) => {
+            match self.save_view(&dir.join(&name), key, view, point, &diagnostics, cancelled) {
+                ViewSave::Kept(n) => {
                     rows += n;
                     kept.insert(name);
-                    self.on_disk
-                        .lock()
-                        .insert(key.clone(), (point, Arc::downgrade(view)));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                    // Its old file, if any, is whole and still of use.
-                    tracing::info!(view = %key, "saving the views cancelled");
+                ViewSave::Failed => unsaved += 1,
+                ViewSave::Cancelled => {
                     return Saved {
                         recorded: false,
                         unsaved: views.len(),
                     };
-                }
-                Err(e) => {
-                    tracing::warn!(view = %key, error = %e, "view not saved; the next start builds it");
-                    let _ = std::fs::remove_file(&file);
-                    unsaved += 1;
                 }
             }
         }
@@ -403,6 +363,35 @@ impl Features {
                 }
             }
         }
+        self.record_save(
+            last,
+            point,
+            live,
+            started,
+            SaveTally {
+                kept,
+                rows,
+                unsaved,
+                views: views.len(),
+            },
+        )
+    }
+
+    /// Record a save of the views at commit `point` in the store, and say how it went.
+    fn record_save(
+        &self,
+        last: &mut LastSave,
+        point: u64,
+        live: bool,
+        started: std::time::Instant,
+        tally: SaveTally,
+    ) -> Saved {
+        let SaveTally {
+            kept,
+            rows,
+            unsaved,
+            views: all,
+        } = tally;
         let recorded = if live {
             self.store.saved_live(point)
         } else {
@@ -445,9 +434,89 @@ impl Features {
                 tracing::warn!(error = %e, "views saved, but the store could not record it; the next start builds them");
                 Saved {
                     recorded: false,
-                    unsaved: views.len(),
+                    unsaved: all,
                 }
             }
         }
     }
+
+    /// Save one view to `file`, unless the file read at start (or saved since) is of this
+    /// very commit and view.
+    fn save_view(
+        &self,
+        file: &std::path::Path,
+        key: &ViewKey,
+        view: &Arc<ViewState>,
+        point: u64,
+        diagnostics: &[segment::SavedDiagnostic],
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> ViewSave {
+        let unchanged = self.on_disk.lock().get(key).is_some_and(|(at, was)| {
+            *at == point && was.upgrade().is_some_and(|w| Arc::ptr_eq(&w, view))
+        });
+        if unchanged && file.exists() {
+            return ViewSave::Kept(view.data.read().len());
+        }
+        let print = segment::fingerprint(
+            &view.template,
+            &view.def,
+            &view.paths,
+            self.settings.max_document_vertices,
+            self.placement_signature(),
+        );
+        // The store must never meet a full disk: every piece of the file must leave it the
+        // space it keeps.
+        let room = |bytes: u64| self.store.has_room_for(bytes);
+        match segment::save(
+            file,
+            &view.data,
+            &view.paths,
+            &print,
+            point,
+            diagnostics,
+            &segment::SaveLimits {
+                cancelled,
+                room: &room,
+            },
+        ) {
+            Ok(n) => {
+                self.on_disk
+                    .lock()
+                    .insert(key.clone(), (point, Arc::downgrade(view)));
+                ViewSave::Kept(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                // Its old file, if any, is whole and still of use.
+                tracing::info!(view = %key, "saving the views cancelled");
+                ViewSave::Cancelled
+            }
+            Err(e) => {
+                tracing::warn!(view = %key, error = %e, "view not saved; the next start builds it");
+                let _ = std::fs::remove_file(file);
+                ViewSave::Failed
+            }
+        }
+    }
+}
+
+/// What a save of the views wrote.
+pub(crate) struct SaveTally {
+    /// The files of the directory to keep.
+    kept: std::collections::HashSet<String>,
+    /// Rows in the views saved.
+    rows: usize,
+    /// Views not saved.
+    unsaved: usize,
+    /// Views in all.
+    views: usize,
+}
+
+/// How the save of one view went.
+pub(crate) enum ViewSave {
+    /// Its file is of this commit: the rows it holds.
+    Kept(usize),
+    /// Not saved; the next start builds it.
+    Failed,
+    /// The save was cancelled.
+    Cancelled,
 }

@@ -247,6 +247,33 @@ struct Dictionary {
 /// One section's bytes: documents (URI, readers, rows), a column's cells, a geometry path's
 /// geometries (rows in the listing's order, which is document order), or the diagnostics.
 /// Rows are read from `view` a chunk at a time; `Err` when `cancelled` says so.
+/// The documents section: each URI, its readers and its number of rows.
+fn encode_documents(listing: &Listing) -> Vec<u8> {
+    let mut w = Vec::new();
+    put_u64(&mut w, listing.len() as u64);
+    for (uri, readers, slots) in listing.iter() {
+        put_u32(&mut w, uri.len() as u32);
+        for part in uri.parts() {
+            w.extend_from_slice(part.as_bytes());
+        }
+        w.push(readers.bits());
+        put_u32(&mut w, slots.len() as u32);
+    }
+    w
+}
+
+/// The diagnostics section: each document's problem with the view.
+fn encode_diagnostics(diagnostics: &[SavedDiagnostic]) -> Vec<u8> {
+    let mut w = Vec::new();
+    put_u64(&mut w, diagnostics.len() as u64);
+    for (uri, problem, skipped) in diagnostics {
+        put_bytes(&mut w, uri.as_bytes());
+        put_bytes(&mut w, problem.as_bytes());
+        w.push(u8::from(*skipped));
+    }
+    w
+}
+
 fn encode(
     section: Section,
     view: &RwLock<ViewData>,
@@ -260,27 +287,8 @@ fn encode(
     let mut dictionary = Dictionary::default();
     let mut rows: Vec<u32> = Vec::new();
     match section {
-        Section::Documents => {
-            put_u64(&mut w, listing.len() as u64);
-            for (uri, readers, slots) in listing.iter() {
-                put_u32(&mut w, uri.len() as u32);
-                for part in uri.parts() {
-                    w.extend_from_slice(part.as_bytes());
-                }
-                w.push(readers.bits());
-                put_u32(&mut w, slots.len() as u32);
-            }
-            return Ok(w);
-        }
-        Section::Diagnostics => {
-            put_u64(&mut w, diagnostics.len() as u64);
-            for (uri, problem, skipped) in diagnostics {
-                put_bytes(&mut w, uri.as_bytes());
-                put_bytes(&mut w, problem.as_bytes());
-                w.push(u8::from(*skipped));
-            }
-            return Ok(w);
-        }
+        Section::Documents => return Ok(encode_documents(listing)),
+        Section::Diagnostics => return Ok(encode_diagnostics(diagnostics)),
         Section::Column(_) | Section::Geometry(_) => {}
     }
     let strings =
@@ -507,6 +515,72 @@ enum Decoded {
     Diagnostics(Vec<SavedDiagnostic>),
 }
 
+/// The documents section: each URI with its readers and rows, numbered in order.
+fn decode_documents(c: &mut Cursor<'_>, rows: usize) -> Result<Decoded, Fault> {
+    let docs = c.count(9)?;
+    let mut by_uri = DocIndex::default();
+    by_uri.reserve(docs);
+    let mut readers = Vec::with_capacity(rows);
+    let mut slots: Vec<u32> = Vec::new();
+    for _ in 0..docs {
+        let uri = c.str()?;
+        let r = RoleSet::from_bits(c.u8()?);
+        let n = c.u32()? as usize;
+        let first = readers.len();
+        if first + n > rows {
+            return Err("damaged (more rows than the view holds)".into());
+        }
+        if n == 0 {
+            return Err("damaged (a document without rows)".into());
+        }
+        readers.resize(first + n, r);
+        slots.clear();
+        slots.extend(first as u32..(first + n) as u32);
+        if !by_uri.set(uri, &slots) {
+            return Err("damaged (a document listed twice)".into());
+        }
+    }
+    if readers.len() != rows {
+        return Err("damaged (fewer rows than the view holds)".into());
+    }
+    Ok(Decoded::Documents {
+        docs: by_uri,
+        readers,
+    })
+}
+
+/// A geometry section, indexed as it is read.
+fn decode_geometries(
+    c: &mut Cursor<'_>,
+    rows: usize,
+    index: &Indexer<'_>,
+) -> Result<Decoded, Fault> {
+    let mut out = Geometries::default();
+    let mut items = Vec::with_capacity(rows);
+    for slot in 0..rows as u32 {
+        match c.u8()? {
+            0 => out.push(None),
+            1 => {
+                let (x, y) = (c.f64()?, c.f64()?);
+                out.push(Some(GeometryOut::Point(x, y)));
+                items.push((slot, geo::Geometry::Point(geo::Point::new(x, y))));
+            }
+            2 => {
+                let json = c.bytes()?;
+                let value: serde_json::Value = serde_json::from_slice(json)
+                    .map_err(|e| format!("a saved geometry is not JSON: {e}"))?;
+                let g = crate::spatial::parse_geojson(&value)
+                    .map_err(|e| format!("a saved geometry is not usable: {e}"))?;
+                out.push(Some(GeometryOut::Json(Arc::from(json))));
+                items.push((slot, g));
+            }
+            t => return Err(format!("unknown geometry tag {t}")),
+        }
+    }
+    // Indexed now, while the other sections are still being read.
+    Ok(Decoded::Geometry(out, index(items)?))
+}
+
 fn decode(
     section: Section,
     bytes: &[u8],
@@ -516,38 +590,7 @@ fn decode(
 ) -> Result<Decoded, Fault> {
     let mut c = Cursor(bytes);
     let decoded = match section {
-        Section::Documents => {
-            let docs = c.count(9)?;
-            let mut by_uri = DocIndex::default();
-            by_uri.reserve(docs);
-            let mut readers = Vec::with_capacity(rows);
-            let mut slots: Vec<u32> = Vec::new();
-            for _ in 0..docs {
-                let uri = c.str()?;
-                let r = RoleSet::from_bits(c.u8()?);
-                let n = c.u32()? as usize;
-                let first = readers.len();
-                if first + n > rows {
-                    return Err("damaged (more rows than the view holds)".into());
-                }
-                if n == 0 {
-                    return Err("damaged (a document without rows)".into());
-                }
-                readers.resize(first + n, r);
-                slots.clear();
-                slots.extend(first as u32..(first + n) as u32);
-                if !by_uri.set(uri, &slots) {
-                    return Err("damaged (a document listed twice)".into());
-                }
-            }
-            if readers.len() != rows {
-                return Err("damaged (fewer rows than the view holds)".into());
-            }
-            Decoded::Documents {
-                docs: by_uri,
-                readers,
-            }
-        }
+        Section::Documents => decode_documents(&mut c, rows)?,
         Section::Column(i) => {
             let kind = def
                 .columns
@@ -605,32 +648,7 @@ fn decode(
             }
             Decoded::Column(column)
         }
-        Section::Geometry(_) => {
-            let mut out = Geometries::default();
-            let mut items = Vec::with_capacity(rows);
-            for slot in 0..rows as u32 {
-                match c.u8()? {
-                    0 => out.push(None),
-                    1 => {
-                        let (x, y) = (c.f64()?, c.f64()?);
-                        out.push(Some(GeometryOut::Point(x, y)));
-                        items.push((slot, geo::Geometry::Point(geo::Point::new(x, y))));
-                    }
-                    2 => {
-                        let json = c.bytes()?;
-                        let value: serde_json::Value = serde_json::from_slice(json)
-                            .map_err(|e| format!("a saved geometry is not JSON: {e}"))?;
-                        let g = crate::spatial::parse_geojson(&value)
-                            .map_err(|e| format!("a saved geometry is not usable: {e}"))?;
-                        out.push(Some(GeometryOut::Json(Arc::from(json))));
-                        items.push((slot, g));
-                    }
-                    t => return Err(format!("unknown geometry tag {t}")),
-                }
-            }
-            // Indexed now, while the other sections are still being read.
-            Decoded::Geometry(out, index(items)?)
-        }
+        Section::Geometry(_) => decode_geometries(&mut c, rows, index)?,
         Section::Diagnostics => {
             let n = c.count(9)?;
             let mut out = Vec::with_capacity(n);

@@ -506,6 +506,77 @@ fn metadata_permissions(v: &serde_json::Value) -> Result<Permissions, ApiError> 
     Ok(p)
 }
 
+/// The documents of a multipart/mixed body, each with its MIME type: metadata parts set the
+/// defaults (no filename) or one document's metadata, content parts are checked against
+/// their format.
+fn plan_bulk(
+    work: Bytes,
+    boundary: &str,
+    mut defaults: BulkMeta,
+) -> Result<Vec<(PutDocument, &'static str)>, ApiError> {
+    let parts = super::multipart::parse(&work, boundary)
+        .map_err(|m| ApiError::new(ErrorCode::InvalidRequest, m))?;
+    let mut per_uri: std::collections::HashMap<String, BulkMeta> = Default::default();
+    let mut out = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        let category = part
+            .disposition("category")
+            .unwrap_or_else(|| "content".into());
+        let filename = part.disposition("filename");
+        if category.contains("metadata") {
+            let meta = parse_bulk_meta(part.body)?;
+            match &filename {
+                None => defaults = meta,
+                Some(uri) => {
+                    per_uri.insert(uri.clone(), meta);
+                }
+            }
+            if !category.contains("content") {
+                continue;
+            }
+        }
+        let uri = filename.ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("content part {} has no filename", i + 1),
+            )
+        })?;
+        let mime = part
+            .header("content-type")
+            .map(media_type)
+            .unwrap_or_default();
+        let format = match part
+            .disposition("format")
+            .as_deref()
+            .and_then(Format::parse)
+        {
+            Some(f) => f,
+            None => format_of_mime(&mime)?.unwrap_or_else(|| format_of_extension(&uri)),
+        };
+        content::check(format, part.body).map_err(|e| {
+            let code = match e.format {
+                Format::Xml => ErrorCode::XmlDoc,
+                Format::Json | Format::Text | Format::Binary => ErrorCode::JsonDoc,
+            };
+            ApiError::new(code, format!("{uri}: {}", e.message))
+        })?;
+        let meta = per_uri.remove(&uri).unwrap_or_else(|| defaults.clone());
+        let start = part.body.as_ptr() as usize - work.as_ptr() as usize;
+        out.push((
+            PutDocument {
+                uri,
+                content: work.slice(start..start + part.body.len()),
+                format,
+                default_permissions: default_permissions(meta.collections.as_deref()),
+                collections: meta.collections,
+                permissions: meta.permissions,
+            },
+            format.mime_type(),
+        ));
+    }
+    Ok(out)
+}
+
 /// `POST /v1/documents` with `multipart/mixed`: many documents in one transaction. A metadata
 /// part without a filename sets the defaults for the content parts after it; one with a
 /// filename applies to that document. Query parameters `collection=` and `perm:` are the
@@ -541,7 +612,7 @@ where
             "multipart/mixed without a boundary",
         )
     })?;
-    let mut defaults = BulkMeta {
+    let defaults = BulkMeta {
         collections: ctx
             .params
             .has("collection")
@@ -551,73 +622,9 @@ where
     let body = read_body(app, &ctx.headers, body).await?;
     let work = body.clone();
     // Splitting and checking a large body is CPU work: off the async threads.
-    let planned = tokio::task::spawn_blocking(
-        move || -> Result<Vec<(PutDocument, &'static str)>, ApiError> {
-            let parts = super::multipart::parse(&work, &boundary)
-                .map_err(|m| ApiError::new(ErrorCode::InvalidRequest, m))?;
-            let mut per_uri: std::collections::HashMap<String, BulkMeta> = Default::default();
-            let mut out = Vec::new();
-            for (i, part) in parts.iter().enumerate() {
-                let category = part
-                    .disposition("category")
-                    .unwrap_or_else(|| "content".into());
-                let filename = part.disposition("filename");
-                if category.contains("metadata") {
-                    let meta = parse_bulk_meta(part.body)?;
-                    match &filename {
-                        None => defaults = meta,
-                        Some(uri) => {
-                            per_uri.insert(uri.clone(), meta);
-                        }
-                    }
-                    if !category.contains("content") {
-                        continue;
-                    }
-                }
-                let uri = filename.ok_or_else(|| {
-                    ApiError::new(
-                        ErrorCode::InvalidRequest,
-                        format!("content part {} has no filename", i + 1),
-                    )
-                })?;
-                let mime = part
-                    .header("content-type")
-                    .map(media_type)
-                    .unwrap_or_default();
-                let format = match part
-                    .disposition("format")
-                    .as_deref()
-                    .and_then(Format::parse)
-                {
-                    Some(f) => f,
-                    None => format_of_mime(&mime)?.unwrap_or_else(|| format_of_extension(&uri)),
-                };
-                content::check(format, part.body).map_err(|e| {
-                    let code = match e.format {
-                        Format::Xml => ErrorCode::XmlDoc,
-                        Format::Json | Format::Text | Format::Binary => ErrorCode::JsonDoc,
-                    };
-                    ApiError::new(code, format!("{uri}: {}", e.message))
-                })?;
-                let meta = per_uri.remove(&uri).unwrap_or_else(|| defaults.clone());
-                let start = part.body.as_ptr() as usize - work.as_ptr() as usize;
-                out.push((
-                    PutDocument {
-                        uri,
-                        content: work.slice(start..start + part.body.len()),
-                        format,
-                        default_permissions: default_permissions(meta.collections.as_deref()),
-                        collections: meta.collections,
-                        permissions: meta.permissions,
-                    },
-                    format.mime_type(),
-                ));
-            }
-            Ok(out)
-        },
-    )
-    .await
-    .map_err(|_| ApiError::new(ErrorCode::Internal, "bulk parsing failed"))??;
+    let planned = tokio::task::spawn_blocking(move || plan_bulk(work, &boundary, defaults))
+        .await
+        .map_err(|_| ApiError::new(ErrorCode::Internal, "bulk parsing failed"))??;
     let (documents, ops) = match flow {
         None => {
             let documents: Vec<serde_json::Value> = planned

@@ -271,79 +271,18 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
     // Reading (and JSON parsing) on a thread of its own, in chunks.
     let bytes = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let (chunks, incoming) =
-        crossbeam_channel::bounded::<Result<Vec<source::Record>, LoadError>>(8);
-    let reader = {
-        let files: Vec<(PathBuf, Format)> = args.files.iter().cloned().zip(formats).collect();
-        let csv = CsvOptions {
-            x: args.x_field.clone(),
-            y: args.y_field.clone(),
-            wkt: args.wkt_field.clone(),
-            delimiter: None,
-        };
-        let (bytes, stop) = (bytes.clone(), stop.clone());
-        std::thread::Builder::new()
-            .name("geoshard-load-read".into())
-            .spawn(move || {
-                for (path, format) in files {
-                    let mut chunk = Vec::with_capacity(CHUNK);
-                    let result = source::read(&path, format, &csv, bytes.clone(), &mut |r| {
-                        chunk.push(r);
-                        if chunk.len() == CHUNK {
-                            let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
-                            if chunks.send(Ok(full)).is_err() {
-                                return false;
-                            }
-                        }
-                        !stop.load(Ordering::Relaxed)
-                    });
-                    if !chunk.is_empty() && chunks.send(Ok(chunk)).is_err() {
-                        return;
-                    }
-                    if let Err(e) = result {
-                        let _ = chunks.send(Err(e));
-                        return;
-                    }
-                }
-            })
-            .map_err(|e| LoadError::Target(format!("cannot start the reader: {e}")))?
-    };
+    let (reader, incoming) = spawn_reader(args, formats, bytes.clone(), stop.clone())?;
 
     let mut summary = Summary::default();
     let mut records = incoming.iter();
-    // The sample: records up to `sample` usable ones, kept to be loaded after; at most ten
-    // times that many records in all, so a file of bad records is not held in memory.
-    let mut held: Vec<source::Record> = Vec::new();
-    let mut usable = 0;
-    let most = args.sample.max(1).saturating_mul(10).max(CHUNK);
-    while usable < args.sample.max(1) && held.len() < most {
-        match records.next() {
-            Some(Ok(chunk)) => {
-                usable += chunk.iter().filter(|(_, r)| r.is_ok()).count();
-                held.extend(chunk);
-            }
-            Some(Err(e)) => {
-                stop.store(true, Ordering::Relaxed);
-                return Err(e);
-            }
-            None => break,
+    let held = match take_sample(&mut records, args) {
+        Ok(held) => held,
+        Err(e) => {
+            stop.store(true, Ordering::Relaxed);
+            return Err(e);
         }
-    }
-    let sample: Vec<&Feature> = held
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .take(args.sample.max(1))
-        .collect();
-    let schema = match &args.schema {
-        Some(path) => {
-            let text = std::fs::read(path).map_err(|e| LoadError::Open(path.clone(), e))?;
-            let t: Value = serde_json::from_slice(&text)
-                .map_err(|e| LoadError::Schema(format!("{}: {e}", path.display())))?;
-            Schema::from_template(&t, schema::geometry_type(&sample))
-                .map_err(|e| LoadError::Schema(format!("{}: {e}", path.display())))?
-        }
-        None => Schema::infer(&sample, formats_are_text(&args.files, args.format)),
     };
+    let schema = schema_of(args, &held)?;
     // Through a flow, the flow makes the documents: its project defines their layer.
     if args.transform.is_none() {
         publish(args, &schema, &collection, target.as_mut())?;
@@ -410,6 +349,99 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
     }
     summary.views_built = finished?;
     Ok(summary)
+}
+
+type Chunk = Result<Vec<source::Record>, LoadError>;
+
+/// Start the thread that reads the files in turn and hands their records over in chunks,
+/// counting the bytes read into `bytes`, until `stop` is set or the receiver is dropped.
+fn spawn_reader(
+    args: &LoadArgs,
+    formats: Vec<Format>,
+    bytes: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> Result<
+    (
+        std::thread::JoinHandle<()>,
+        crossbeam_channel::Receiver<Chunk>,
+    ),
+    LoadError,
+> {
+    let (chunks, incoming) = crossbeam_channel::bounded::<Chunk>(8);
+    let files: Vec<(PathBuf, Format)> = args.files.iter().cloned().zip(formats).collect();
+    let csv = CsvOptions {
+        x: args.x_field.clone(),
+        y: args.y_field.clone(),
+        wkt: args.wkt_field.clone(),
+        delimiter: None,
+    };
+    let reader = std::thread::Builder::new()
+        .name("geoshard-load-read".into())
+        .spawn(move || {
+            for (path, format) in files {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                let result = source::read(&path, format, &csv, bytes.clone(), &mut |r| {
+                    chunk.push(r);
+                    if chunk.len() == CHUNK {
+                        let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+                        if chunks.send(Ok(full)).is_err() {
+                            return false;
+                        }
+                    }
+                    !stop.load(Ordering::Relaxed)
+                });
+                if !chunk.is_empty() && chunks.send(Ok(chunk)).is_err() {
+                    return;
+                }
+                if let Err(e) = result {
+                    let _ = chunks.send(Err(e));
+                    return;
+                }
+            }
+        })
+        .map_err(|e| LoadError::Target(format!("cannot start the reader: {e}")))?;
+    Ok((reader, incoming))
+}
+
+/// The sample: records up to `sample` usable ones, kept to be loaded after; at most ten
+/// times that many records in all, so a file of bad records is not held in memory.
+fn take_sample(
+    records: &mut impl Iterator<Item = Chunk>,
+    args: &LoadArgs,
+) -> Result<Vec<source::Record>, LoadError> {
+    let mut held: Vec<source::Record> = Vec::new();
+    let mut usable = 0;
+    let most = args.sample.max(1).saturating_mul(10).max(CHUNK);
+    while usable < args.sample.max(1) && held.len() < most {
+        match records.next() {
+            Some(Ok(chunk)) => {
+                usable += chunk.iter().filter(|(_, r)| r.is_ok()).count();
+                held.extend(chunk);
+            }
+            Some(Err(e)) => return Err(e),
+            None => break,
+        }
+    }
+    Ok(held)
+}
+
+/// The layer's schema: from `--schema`'s template, or inferred from the sample.
+fn schema_of(args: &LoadArgs, held: &[source::Record]) -> Result<Schema, LoadError> {
+    let sample: Vec<&Feature> = held
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .take(args.sample.max(1))
+        .collect();
+    Ok(match &args.schema {
+        Some(path) => {
+            let text = std::fs::read(path).map_err(|e| LoadError::Open(path.clone(), e))?;
+            let t: Value = serde_json::from_slice(&text)
+                .map_err(|e| LoadError::Schema(format!("{}: {e}", path.display())))?;
+            Schema::from_template(&t, schema::geometry_type(&sample))
+                .map_err(|e| LoadError::Schema(format!("{}: {e}", path.display())))?
+        }
+        None => Schema::infer(&sample, formats_are_text(&args.files, args.format)),
+    })
 }
 
 /// A record as an input flow takes it: a table's row as an object of its columns (text, as

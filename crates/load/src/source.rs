@@ -313,6 +313,60 @@ fn read_collection(
 const X_NAMES: [&str; 5] = ["x", "lon", "lng", "long", "longitude"];
 const Y_NAMES: [&str; 3] = ["y", "lat", "latitude"];
 
+/// Where a CSV row's geometry is: longitude and latitude columns, or a WKT column.
+enum Geometry {
+    Columns(usize, usize),
+    Wkt(usize),
+}
+
+/// A CSV row as a feature: its geometry, and every other column as a string property.
+fn csv_feature(
+    headers: &[String],
+    record: &csv::StringRecord,
+    geometry: &Geometry,
+    skip: Option<usize>,
+) -> Result<Feature, Problem> {
+    let geometry = match *geometry {
+        Geometry::Columns(x, y) => {
+            let (tx, ty) = (record[x].trim(), record[y].trim());
+            if tx.is_empty() || ty.is_empty() {
+                return Err(Problem::MissingCoordinates {
+                    x: headers[x].clone(),
+                    y: headers[y].clone(),
+                });
+            }
+            let number = |i: usize, t: &str| {
+                t.parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite())
+                    .ok_or_else(|| Problem::NotNumeric {
+                        field: headers[i].clone(),
+                        value: t.to_string(),
+                    })
+            };
+            serde_json::json!({"type": "Point", "coordinates": [number(x, tx)?, number(y, ty)?]})
+        }
+        Geometry::Wkt(w) => {
+            super::schema::from_wkt(record[w].trim()).map_err(|message| Problem::BadWkt {
+                field: headers[w].clone(),
+                message,
+            })?
+        }
+    };
+    let properties = headers
+        .iter()
+        .zip(record.iter())
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != skip)
+        .map(|(_, (h, v))| (h.clone(), Value::String(v.to_string())))
+        .collect();
+    Ok(Feature {
+        properties,
+        geometry,
+        row: true,
+    })
+}
+
 fn read_csv(
     input: impl Read,
     file: Arc<str>,
@@ -352,10 +406,6 @@ fn read_csv(
                 }),
         }
     };
-    enum Geometry {
-        Columns(usize, usize),
-        Wkt(usize),
-    }
     let geometry = match &opts.wkt {
         Some(_) => Geometry::Wkt(find(&opts.wkt, &[], "WKT")?),
         None => Geometry::Columns(
@@ -393,52 +443,5 @@ fn read_csv(
         if !each((at, item)) {
             return Ok(());
         }
-    }
-
-    fn csv_feature(
-        headers: &[String],
-        record: &csv::StringRecord,
-        geometry: &Geometry,
-        skip: Option<usize>,
-    ) -> Result<Feature, Problem> {
-        let geometry = match *geometry {
-            Geometry::Columns(x, y) => {
-                let (tx, ty) = (record[x].trim(), record[y].trim());
-                if tx.is_empty() || ty.is_empty() {
-                    return Err(Problem::MissingCoordinates {
-                        x: headers[x].clone(),
-                        y: headers[y].clone(),
-                    });
-                }
-                let number = |i: usize, t: &str| {
-                    t.parse::<f64>()
-                        .ok()
-                        .filter(|v| v.is_finite())
-                        .ok_or_else(|| Problem::NotNumeric {
-                            field: headers[i].clone(),
-                            value: t.to_string(),
-                        })
-                };
-                serde_json::json!({"type": "Point", "coordinates": [number(x, tx)?, number(y, ty)?]})
-            }
-            Geometry::Wkt(w) => {
-                super::schema::from_wkt(record[w].trim()).map_err(|message| Problem::BadWkt {
-                    field: headers[w].clone(),
-                    message,
-                })?
-            }
-        };
-        let properties = headers
-            .iter()
-            .zip(record.iter())
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != skip)
-            .map(|(_, (h, v))| (h.clone(), Value::String(v.to_string())))
-            .collect();
-        Ok(Feature {
-            properties,
-            geometry,
-            row: true,
-        })
     }
 }

@@ -527,10 +527,6 @@ impl Features {
         };
         let def = &view.def;
         let plan = Plan::new(def, resolved.layer, q, &self.settings)?;
-        let mismatch = || {
-            tracing::error!("the parts of a spread query do not match its plan");
-            FeatureError::Internal("the nodes' parts of the answer do not match".into())
-        };
         Ok(match &plan.output {
             Output::Count => {
                 let mut n = 0u64;
@@ -538,7 +534,7 @@ impl Features {
                     match p {
                         Partial::Count(c) => n += c,
                         Partial::Empty => {}
-                        _ => return Err(mismatch()),
+                        _ => return Err(mismatched()),
                     }
                 }
                 self.write_count(&descriptor, &resolved, def, n as usize)
@@ -549,7 +545,7 @@ impl Features {
                     match p {
                         Partial::Ids(l) => lists.push(l),
                         Partial::Empty => {}
-                        _ => return Err(mismatch()),
+                        _ => return Err(mismatched()),
                     }
                 }
                 let ids: Vec<(i64, u32)> = merge_ordered(lists, &plan.order, |r| (&r.0, r.1))
@@ -572,7 +568,7 @@ impl Features {
                             lists.push(rows);
                         }
                         Partial::Empty => {}
-                        _ => return Err(mismatch()),
+                        _ => return Err(mismatched()),
                     }
                 }
                 let merged = merge_ordered(lists, &plan.order, |r| (&r.0, r.1));
@@ -594,57 +590,88 @@ impl Features {
                 self.write_written_features(&descriptor, &resolved, def, &page, end < total)
             }
             Output::Statistics { columns, groups } => {
-                let specs = q.statistics.as_deref().unwrap_or(&[]);
-                let mut merged: BTreeMap<Vec<u8>, (Vec<u8>, Vec<Acc>)> = BTreeMap::new();
-                for p in parts {
-                    let list = match p {
-                        Partial::Statistics(l) => l,
-                        Partial::Empty => continue,
-                        _ => return Err(mismatch()),
-                    };
-                    for (key, members, accs) in list {
-                        match merged.get_mut(&key) {
-                            Some((_, have)) => {
-                                for (a, b) in have.iter_mut().zip(&accs) {
-                                    a.merge(b);
-                                }
-                            }
-                            None => {
-                                merged.insert(key, (members, accs));
-                            }
-                        }
-                    }
-                }
-                if groups.is_empty() && merged.is_empty() {
-                    merged.insert(Vec::new(), (Vec::new(), vec![Acc::default(); specs.len()]));
-                }
+                let merged = merge_statistics(parts, groups.is_empty(), q)?;
                 let mut out = Vec::new();
                 envelope_start(&mut out);
                 self.write_tail(&mut out, &descriptor, &resolved, Some(def), false, true);
-                out.extend_from_slice(b",\"statistics\":[");
-                for (gi, (_, (members, accs))) in merged.iter().enumerate() {
-                    if gi > 0 {
-                        out.push(b',');
-                    }
-                    out.push(b'{');
-                    out.extend_from_slice(members);
-                    let mut first = members.is_empty();
-                    for ((spec, col), acc) in specs.iter().zip(columns).zip(accs) {
-                        if !first {
-                            out.push(b',');
-                        }
-                        first = false;
-                        write_str(&mut out, &spec.out_name);
-                        out.push(b':');
-                        write_value(&mut out, &acc.value(spec.kind, col.is_none()));
-                    }
-                    out.push(b'}');
-                }
-                out.extend_from_slice(b"],\"features\":[]}");
+                write_statistics(&mut out, &merged, q, columns);
                 out
             }
         })
     }
+}
+
+/// Statistics by group: a group's key, its members' JSON, and its accumulators.
+type Groups = BTreeMap<Vec<u8>, (Vec<u8>, Vec<Acc>)>;
+
+/// Statistics of every part by group, merged; one group of nothing when there are no groups
+/// and no rows.
+fn merge_statistics(
+    parts: Vec<Partial>,
+    ungrouped: bool,
+    q: &QuerySpec,
+) -> Result<Groups, FeatureError> {
+    let specs = q.statistics.as_deref().unwrap_or(&[]);
+    let mut merged: Groups = BTreeMap::new();
+    for p in parts {
+        let list = match p {
+            Partial::Statistics(l) => l,
+            Partial::Empty => continue,
+            _ => return Err(mismatched()),
+        };
+        for (key, members, accs) in list {
+            match merged.get_mut(&key) {
+                Some((_, have)) => {
+                    for (a, b) in have.iter_mut().zip(&accs) {
+                        a.merge(b);
+                    }
+                }
+                None => {
+                    merged.insert(key, (members, accs));
+                }
+            }
+        }
+    }
+    if ungrouped && merged.is_empty() {
+        merged.insert(Vec::new(), (Vec::new(), vec![Acc::default(); specs.len()]));
+    }
+    Ok(merged)
+}
+
+/// The `statistics` member and an empty `features`, closing the answer.
+fn write_statistics(
+    out: &mut Vec<u8>,
+    merged: &Groups,
+    q: &QuerySpec,
+    columns: &[Option<usize>],
+) {
+    let specs = q.statistics.as_deref().unwrap_or(&[]);
+    out.extend_from_slice(b",\"statistics\":[");
+    for (gi, (_, (members, accs))) in merged.iter().enumerate() {
+        if gi > 0 {
+            out.push(b',');
+        }
+        out.push(b'{');
+        out.extend_from_slice(members);
+        let mut first = members.is_empty();
+        for ((spec, col), acc) in specs.iter().zip(columns).zip(accs) {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            write_str(out, &spec.out_name);
+            out.push(b':');
+            write_value(out, &acc.value(spec.kind, col.is_none()));
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"features\":[]}");
+}
+
+/// The parts of a spread query do not fit its plan: a node answered another question.
+fn mismatched() -> FeatureError {
+    tracing::error!("the parts of a spread query do not match its plan");
+    FeatureError::Internal("the nodes' parts of the answer do not match".into())
 }
 
 fn is_query(req: &FeatureRequest) -> bool {
