@@ -23,6 +23,7 @@ pub mod io_threads;
 mod manage;
 mod map;
 pub mod multipart;
+mod names;
 mod ogc;
 pub mod params;
 pub mod poll;
@@ -428,7 +429,7 @@ where
     }
     if let Some(cluster) = app.cluster.get() {
         resp.headers_mut()
-            .insert(router::SEQUENCE, cluster.visible().into());
+            .insert(names::SEQUENCE, cluster.visible().into());
     }
     let status = resp.status();
     let bytes_out = hyper::body::Body::size_hint(resp.body())

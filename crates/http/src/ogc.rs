@@ -270,7 +270,7 @@ const OAS30_TYPE: &str = "application/vnd.oai.openapi+json;version=3.0";
 fn openapi_30() -> &'static Bytes {
     static DOC: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
     DOC.get_or_init(|| {
-        let mut doc: Value = serde_json::from_str(super::router::OPENAPI).unwrap_or_default();
+        let mut doc: Value = serde_json::from_str(super::names::OPENAPI).unwrap_or_default();
         downgrade(&mut doc, false);
         doc["openapi"] = json!("3.0.3");
         Bytes::from(serde_json::to_vec(&doc).unwrap_or_default())

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use hyper::header::{ALLOW, AUTHORIZATION, CONNECTION, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request};
 
+use super::names::{AFTER, OPENAPI};
 use super::params::Params;
 use super::response::{self, Resp};
 use super::{App, BoxError, Ctx, documents, feature_service, flows, manage};
@@ -182,13 +183,6 @@ where
     resp
 }
 
-/// The header by which a client asks a cluster node to answer only once it has applied a log
-/// entry (the `X-Geoshard-Sequence` of an earlier answer), so it reads its own writes on any
-/// node.
-pub(crate) const AFTER: &str = "x-geoshard-after";
-/// The header of every answer of a cluster node: the last log entry it had applied.
-pub(crate) const SEQUENCE: &str = "x-geoshard-sequence";
-
 /// Cluster mode: wait until this node has applied the entry `X-Geoshard-After` names, within
 /// `query_time_limit_ms` (10 s when that is 0); the refusal when it has not or the header is
 /// not a number. Outside a cluster the header is ignored.
@@ -316,10 +310,6 @@ where
         response::error(&e)
     })
 }
-
-/// The OpenAPI 3.1 description of every route, kept by hand beside the code
-/// (`docs/openapi.json`); a test holds it to the router.
-pub(super) const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 /// The authenticated user of a request, on its answer for the access log.
 #[derive(Clone)]

@@ -104,7 +104,7 @@ pub(super) fn cluster_of(app: &App) -> Option<&Arc<Cluster>> {
 /// The log entry a request's `X-Geoshard-After` names (0 for none; the router has checked it).
 pub(super) fn after(ctx: &super::Ctx) -> u64 {
     ctx.headers
-        .get(super::router::AFTER)
+        .get(super::names::AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .unwrap_or(0)

@@ -11,7 +11,7 @@ use geozero::{ColumnValue, FeatureProperties, PropertyProcessor, ToJson};
 use serde_json::{Map, Value, json};
 
 use super::LoadError;
-use super::source::{At, Feature, Problem, Record, Unit};
+use super::record::{At, Feature, Problem, Record, Unit};
 
 /// Reprojection of coordinates from a file's CRS to WGS84 longitude and latitude.
 pub struct Reproject {

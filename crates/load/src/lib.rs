@@ -13,6 +13,7 @@ use geoshard_spatial as spatial;
 use geoshard_store as store;
 
 mod gis;
+mod record;
 mod schema;
 mod source;
 mod target;
@@ -29,8 +30,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+pub use record::{At, Feature, Problem};
 pub use schema::{Kind, Schema};
-pub use source::{At, CsvOptions, Feature, Format, Problem};
+pub use source::{CsvOptions, Format};
 
 use crate::features::descriptor::DESCRIPTOR_COLLECTION;
 use crate::features::template::TEMPLATE_COLLECTION;
@@ -306,7 +308,7 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
     progress.plain_every =
         Duration::try_from_secs_f64(args.progress_every.max(0.0)).unwrap_or(progress.plain_every);
     let mut result = Ok(());
-    let feed = |loader: &mut Loader, target: &mut dyn Target, chunk: Vec<source::Record>| {
+    let feed = |loader: &mut Loader, target: &mut dyn Target, chunk: Vec<record::Record>| {
         for record in chunk {
             loader.take(record, target)?;
         }
@@ -351,7 +353,7 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
     Ok(summary)
 }
 
-type Chunk = Result<Vec<source::Record>, LoadError>;
+type Chunk = Result<Vec<record::Record>, LoadError>;
 
 /// Start the thread that reads the files in turn and hands their records over in chunks,
 /// counting the bytes read into `bytes`, until `stop` is set or the receiver is dropped.
@@ -408,8 +410,8 @@ fn spawn_reader(
 fn take_sample(
     records: &mut impl Iterator<Item = Chunk>,
     args: &LoadArgs,
-) -> Result<Vec<source::Record>, LoadError> {
-    let mut held: Vec<source::Record> = Vec::new();
+) -> Result<Vec<record::Record>, LoadError> {
+    let mut held: Vec<record::Record> = Vec::new();
     let mut usable = 0;
     let most = args.sample.max(1).saturating_mul(10).max(CHUNK);
     while usable < args.sample.max(1) && held.len() < most {
@@ -426,7 +428,7 @@ fn take_sample(
 }
 
 /// The layer's schema: from `--schema`'s template, or inferred from the sample.
-fn schema_of(args: &LoadArgs, held: &[source::Record]) -> Result<Schema, LoadError> {
+fn schema_of(args: &LoadArgs, held: &[record::Record]) -> Result<Schema, LoadError> {
     let sample: Vec<&Feature> = held
         .iter()
         .filter_map(|(_, r)| r.as_ref().ok())
@@ -614,7 +616,7 @@ impl UriPattern {
 impl Loader<'_> {
     fn take(
         &mut self,
-        (at, record): source::Record,
+        (at, record): record::Record,
         target: &mut dyn Target,
     ) -> Result<(), LoadError> {
         self.ordinal += 1;
@@ -662,7 +664,7 @@ impl Loader<'_> {
         docs.sort_by(|a, b| a.0.cmp(&b.0));
         let first = self.first.take().unwrap_or(At {
             file: Arc::from(""),
-            unit: source::Unit::Line,
+            unit: record::Unit::Line,
             number: 0,
         });
         target.send(Batch { docs, first })

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::source::{Feature, Problem};
+use super::record::{Feature, Problem};
 use crate::time::parse_datetime;
 
 /// A column's type, as a template names it.

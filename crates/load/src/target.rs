@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use serde_json::Value;
 
 use super::LoadError;
-use super::source::At;
+use super::record::At;
 use crate::acl::{Caller, Capability, Permissions, Role};
 use crate::store::{Format, Op, PutDocument, Store, StoreOptions};
 

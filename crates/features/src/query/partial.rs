@@ -639,12 +639,7 @@ fn merge_statistics(
 }
 
 /// The `statistics` member and an empty `features`, closing the answer.
-fn write_statistics(
-    out: &mut Vec<u8>,
-    merged: &Groups,
-    q: &QuerySpec,
-    columns: &[Option<usize>],
-) {
+fn write_statistics(out: &mut Vec<u8>, merged: &Groups, q: &QuerySpec, columns: &[Option<usize>]) {
     let specs = q.statistics.as_deref().unwrap_or(&[]);
     out.extend_from_slice(b",\"statistics\":[");
     for (gi, (_, (members, accs))) in merged.iter().enumerate() {
