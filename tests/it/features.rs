@@ -963,7 +963,7 @@ fn a_template_change_is_built_in_the_background_while_writes_go_on() {
     assert!(out.status.success(), "{out:?}");
     let env = [
         ("GEOSHARD_BACKGROUND_BUILD_ROWS", "0"),
-        ("GEOSHARD_LOG", "warn,geoshard::features=info"),
+        ("GEOSHARD_LOG", "warn,geoshard_features=info"),
     ];
     let srv = ChildServer::start(dir.path(), &env);
     let addr = srv.addr;

@@ -13,6 +13,16 @@ use std::fmt;
 pub struct PluginStatus(u16);
 
 impl PluginStatus {
+    /// A flow's output that makes no envelope: the request's fault, as a plugin's 400 says.
+    pub const BAD_OUTPUT: PluginStatus = PluginStatus(400);
+    /// The flow runtime is stopping or stopped: a client may try again, as a 503 says.
+    pub const UNAVAILABLE: PluginStatus = PluginStatus(503);
+
+    /// The status as a number, as a flow's trace records it.
+    pub fn get(self) -> u16 {
+        self.0
+    }
+
     pub fn new(thrown: Option<u64>) -> PluginStatus {
         PluginStatus(
             thrown
@@ -186,6 +196,21 @@ impl ApiError {
         });
         serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec())
     }
+
+    /// The body of the 401 that challenges a client to authenticate: the contract's shows
+    /// no `messageCode` (REFERENCE §6), whatever the code.
+    pub fn challenge_body() -> Vec<u8> {
+        let status = ErrorCode::Unauthorized.status();
+        let phrase = reason_phrase(status);
+        let body = serde_json::json!({
+            "errorResponse": {
+                "statusCode": status,
+                "status": phrase,
+                "message": format!("{status} {phrase}"),
+            }
+        });
+        serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec())
+    }
 }
 
 impl fmt::Display for ApiError {
@@ -224,6 +249,14 @@ pub fn reason_phrase(status: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_challenge_body_is_the_contracts() {
+        assert_eq!(
+            String::from_utf8(ApiError::challenge_body()).unwrap(),
+            r#"{"errorResponse":{"statusCode":401,"status":"Unauthorized","message":"401 Unauthorized"}}"#
+        );
+    }
 
     #[test]
     fn body_has_the_four_members() {

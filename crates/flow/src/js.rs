@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::sync::{Semaphore, oneshot};
 
 use super::project::FlowDef;
+use crate::error::PluginStatus;
 
 const PRELUDE: &str = include_str!("prelude.js");
 /// Jobs that may wait per worker before callers wait for a place.
@@ -381,7 +382,10 @@ impl JsPool {
     ) -> RunResult {
         let Ok(_permit) = self.permits.acquire().await else {
             return RunResult::Failed {
-                error: failure("the flow runtime is shutting down", Some(503)),
+                error: failure(
+                    "the flow runtime is shutting down",
+                    Some(PluginStatus::UNAVAILABLE.get()),
+                ),
                 steps: Vec::new(),
             };
         };
@@ -397,12 +401,18 @@ impl JsPool {
         };
         if self.jobs.send(job).is_err() {
             return RunResult::Failed {
-                error: failure("the flow runtime is not running", Some(503)),
+                error: failure(
+                    "the flow runtime is not running",
+                    Some(PluginStatus::UNAVAILABLE.get()),
+                ),
                 steps: Vec::new(),
             };
         }
         answer.await.unwrap_or_else(|_| RunResult::Failed {
-            error: failure("the flow runtime stopped", Some(503)),
+            error: failure(
+                "the flow runtime stopped",
+                Some(PluginStatus::UNAVAILABLE.get()),
+            ),
             steps: Vec::new(),
         })
     }

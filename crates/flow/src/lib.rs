@@ -344,13 +344,13 @@ impl Flows {
                 Err(message) => {
                     let error = js::PluginError {
                         message: message.clone(),
-                        status: Some(400),
+                        status: Some(PluginStatus::BAD_OUTPUT.get()),
                         name: None,
                     };
                     Err(FlowFailure {
                         trace: Some(trace_for(&steps, Some(&error))),
                         error: FlowError::Plugin {
-                            status: PluginStatus::new(Some(400)),
+                            status: PluginStatus::BAD_OUTPUT,
                             message,
                         },
                     })

@@ -345,9 +345,11 @@ pub async fn shed(mut stream: tokio::net::TcpStream) {
         "the server is at its connection limit (max_connections); retry shortly",
     );
     let body = error.to_body();
+    let status = error.status();
     let mut answer = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\nconnection: close\r\n\
+        "HTTP/1.1 {status} {}\r\nretry-after: 1\r\nconnection: close\r\n\
          content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        crate::error::reason_phrase(status),
         body.len()
     )
     .into_bytes();

@@ -49,8 +49,8 @@ pub fn error(e: &ApiError) -> Resp {
 /// 401 with both challenges (Digest first) and the body REFERENCE §6 shows.
 pub(crate) fn unauthorized(challenges: &[String; 2]) -> Resp {
     let mut r = json_bytes(
-        401,
-        &br#"{"errorResponse":{"statusCode":401,"status":"Unauthorized","message":"401 Unauthorized"}}"#[..],
+        crate::error::ErrorCode::Unauthorized.status(),
+        crate::error::ApiError::challenge_body(),
     );
     for c in challenges {
         if let Ok(v) = HeaderValue::from_str(c) {
