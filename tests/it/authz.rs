@@ -1,7 +1,7 @@
 //! The authorization matrix, from one table: every endpoint, as each of the six built-in
 //! roles, a user with no roles, a wrong password and no credentials, over documents with
 //! four kinds of permission. Expected statuses are the contract's rules written out
-//! (REFERENCE §5 and §6, the README's Security section), not the server's own answers.
+//! (docs/contract.md §5 and §6, the README's Security section), not the server's own answers.
 //!
 //! Each principal works on its own copies of the documents, so the cells of one principal
 //! never see another's writes; within a principal, the rows run in order (reads, then
@@ -327,7 +327,7 @@ fn every_endpoint_for_every_role() {
     );
 }
 
-/// Templates and descriptors are schema (REFERENCE §5, Roles): writing or deleting one needs
+/// Templates and descriptors are schema (docs/contract.md §5, Roles): writing or deleting one needs
 /// `tde-admin` or `geo-data-services-writer` (or `admin`), by any route; `rest-writer` alone
 /// writes plain documents only. A refused write is a 403 `SEC-PRIV` and changes nothing.
 #[test]

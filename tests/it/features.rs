@@ -492,7 +492,7 @@ fn gkg_every_relation_agrees_with_geos() {
             .iter()
             .any(|f| f["name"] == "urltone" && f["type"] == "Double")
     );
-    // The service descriptor in the shape Koop reads (REFERENCE §5): layers' metadata.
+    // The service descriptor in the shape Koop reads (docs/contract.md §5): layers' metadata.
     let service = query(&mut geo, json!({"params": {"id": "GDeltGKG"}})).json();
     assert_eq!(service["maxRecordCount"], 5000);
     assert_eq!(service["name"], "GDeltGKG");

@@ -1,4 +1,4 @@
-//! The error codes of the contract (REFERENCE §1) and their HTTP statuses, in one table.
+//! The error codes of the contract (docs/contract.md §1) and their HTTP statuses, in one table.
 //!
 //! Every module keeps its own `thiserror` enum; each converts into an [`ApiError`], which is
 //! what the HTTP layer renders as an `errorResponse` body. The status of a code is chosen in
@@ -183,7 +183,7 @@ impl ApiError {
         self.code.status()
     }
 
-    /// The `errorResponse` body of REFERENCE §1.
+    /// The `errorResponse` body of docs/contract.md §1.
     pub fn to_body(&self) -> Vec<u8> {
         let status = self.status();
         let body = serde_json::json!({
@@ -198,7 +198,7 @@ impl ApiError {
     }
 
     /// The body of the 401 that challenges a client to authenticate: the contract's shows
-    /// no `messageCode` (REFERENCE §6), whatever the code.
+    /// no `messageCode` (docs/contract.md §6), whatever the code.
     pub fn challenge_body() -> Vec<u8> {
         let status = ErrorCode::Unauthorized.status();
         let phrase = reason_phrase(status);

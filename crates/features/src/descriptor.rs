@@ -1,4 +1,4 @@
-//! Service descriptors ("models", INTERFACE §2.4, REFERENCE §5): parsing, validation, the
+//! Service descriptors ("models", INTERFACE §2.4, docs/contract.md §5): parsing, validation, the
 //! listing entry, and layer lookup.
 
 use serde_json::{Map, Value, json};

@@ -1,5 +1,5 @@
 //! geoQueryService: the request as clients send it, its execution, and the GeoJSON response
-//! (REFERENCE §5).
+//! (docs/contract.md §5).
 //!
 //! Requests are coerced the way Koop-style clients need: `layer` as a string or a number,
 //! booleans as `true`/`"true"`/`1`, statistics as an array or a JSON string, `gis`/`esri`

@@ -1,4 +1,4 @@
-//! Row-extraction templates (INTERFACE §2.3, REFERENCE §4): parsing, validation, and the
+//! Row-extraction templates (INTERFACE §2.3, docs/contract.md §4): parsing, validation, and the
 //! typed values that rows hold.
 
 use std::sync::Arc;
@@ -88,7 +88,7 @@ impl ScalarType {
         }
     }
 
-    /// The field type of the feature-service metadata (REFERENCE §5).
+    /// The field type of the feature-service metadata (docs/contract.md §5).
     pub(crate) fn field_type(self) -> &'static str {
         match self.kind() {
             Kind::Int | Kind::Bool => "Integer",
@@ -303,7 +303,7 @@ fn string<'a>(v: &'a Value, name: &str, at: &str) -> Result<&'a str, String> {
     }
 }
 
-/// The feature-service `fields` of a view (REFERENCE §5): name, type, alias, and a length
+/// The feature-service `fields` of a view (docs/contract.md §5): name, type, alias, and a length
 /// for strings.
 fn fields_json(columns: &[ColumnDef]) -> Box<[u8]> {
     let fields: Vec<Value> = columns

@@ -1,5 +1,5 @@
 //! The `where` clause: a parser and evaluator for the SQL subset feature-service clients send
-//! (REFERENCE §5): `=`, `<>`, `!=`, `<`, `<=`, `>`, `>=`, `AND`, `OR`, `NOT`, parentheses,
+//! (docs/contract.md §5): `=`, `<>`, `!=`, `<`, `<=`, `>`, `>=`, `AND`, `OR`, `NOT`, parentheses,
 //! `[NOT] IN (...)`, `[NOT] LIKE` with `%` and `_` (and `ESCAPE`), `IS [NOT] NULL`,
 //! `[NOT] BETWEEN ... AND ...`, `TIMESTAMP '...'` and `DATE '...'` literals, `TRUE`/`FALSE`,
 //! `UPPER(...)`/`LOWER(...)`, and `1=1`.

@@ -1,4 +1,4 @@
-//! Envelopes (REFERENCE §3): what an input flow stores, built from its content, headers and
+//! Envelopes (docs/contract.md §3): what an input flow stores, built from its content, headers and
 //! triples.
 //!
 //! JSON: `{"envelope":{"headers":…,"triples":…,"instance":…,"attachments":…}}`, in that order.

@@ -1,4 +1,4 @@
-//! Input flows (INTERFACE §2.1, §4.1; REFERENCE §3): deployed projects, running a named flow
+//! Input flows (INTERFACE §2.1, §4.1; docs/contract.md §3): deployed projects, running a named flow
 //! on a document as it is written, the envelope it stores, and trace records.
 //!
 //! - [`project`]: reading and validating a project (directory, tar or zip).
@@ -359,7 +359,7 @@ impl Flows {
         }
     }
 
-    /// A trace record (REFERENCE §3) and its store key (`<job id>/<time>-<trace id>`).
+    /// A trace record (docs/contract.md §3) and its store key (`<job id>/<time>-<trace id>`).
     fn trace_record(
         &self,
         uri: &str,

@@ -1,5 +1,5 @@
 //! Projects: reading a project (a directory, or a tar or zip of one) and validating its input
-//! flows before anything is deployed (REFERENCE §3, "Project layout").
+//! flows before anything is deployed (docs/contract.md §3, "Project layout").
 //!
 //! ```text
 //! plugins/entities/<Entity>/input/<Flow>/<Flow>.properties

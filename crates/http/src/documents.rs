@@ -1,4 +1,4 @@
-//! `/v1/documents`: write, read and delete one document (REFERENCE §2).
+//! `/v1/documents`: write, read and delete one document (docs/contract.md §2).
 
 use bytes::Bytes;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};

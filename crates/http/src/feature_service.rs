@@ -1,5 +1,5 @@
 //! The feature-service resource extensions: `GET /v1/resources/modelService` and
-//! `POST /v1/resources/geoQueryService` (INTERFACE §4.2-4.3, REFERENCE §5).
+//! `POST /v1/resources/geoQueryService` (INTERFACE §4.2-4.3, docs/contract.md §5).
 //!
 //! Both need `geo-data-services-writer` (or `admin`), as the peer extension does; a user with
 //! only `geo-data-services-reader` gets 403 here (it may still read descriptor documents

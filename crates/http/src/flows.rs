@@ -1,5 +1,5 @@
 //! Input flows over HTTP: the flow path of `PUT /v1/documents`, `POST /v1/deploy` and
-//! `GET /v1/traces` (REFERENCE §3).
+//! `GET /v1/traces` (docs/contract.md §3).
 
 use bytes::Bytes;
 

@@ -46,7 +46,7 @@ pub fn error(e: &ApiError) -> Resp {
     json_bytes(e.status(), e.to_body())
 }
 
-/// 401 with both challenges (Digest first) and the body REFERENCE §6 shows.
+/// 401 with both challenges (Digest first) and the body docs/contract.md §6 shows.
 pub(crate) fn unauthorized(challenges: &[String; 2]) -> Resp {
     let mut r = json_bytes(
         crate::error::ErrorCode::Unauthorized.status(),

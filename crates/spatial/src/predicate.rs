@@ -1,4 +1,4 @@
-//! Spatial relations: the feature's relation to the query geometry (REFERENCE §5).
+//! Spatial relations: the feature's relation to the query geometry (docs/contract.md §5).
 //!
 //! - A query point against a line or polygon is answered by exact point location (the
 //!   striped parts of [`super::pip`]): `intersects` = not exterior, `contains` = interior,

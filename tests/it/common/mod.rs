@@ -238,7 +238,7 @@ impl Response {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    /// The `errorResponse` members, asserting the shape of REFERENCE §1.
+    /// The `errorResponse` members, asserting the shape of docs/contract.md §1.
     pub fn error(&self) -> (u64, String, String) {
         let v = self.json();
         let e = &v["errorResponse"];

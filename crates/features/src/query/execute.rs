@@ -56,7 +56,7 @@ impl Features {
         }
     }
 
-    /// The service descriptor as Koop reads it for `/FeatureServer` (REFERENCE §5): the
+    /// The service descriptor as Koop reads it for `/FeatureServer` (docs/contract.md §5): the
     /// info's members, `maxRecordCount`, and each layer's metadata in ascending id order.
     pub(super) fn service_description(&self, caller: &Caller, d: &Descriptor) -> Vec<u8> {
         self.service_description_with(d, &|layer| self.layer_extent(layer, caller))
