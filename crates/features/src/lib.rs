@@ -22,6 +22,7 @@ mod build;
 pub mod descriptor;
 mod diagnostics;
 mod extract;
+pub mod mvt;
 pub mod path;
 mod persist;
 pub mod placement;

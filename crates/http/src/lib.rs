@@ -9,7 +9,7 @@
 use geoshard_auth as security;
 use geoshard_cluster as cluster;
 use geoshard_config as config;
-use geoshard_core::{FastMap, acl, cpu, error, metrics, time};
+use geoshard_core::{acl, cpu, error, metrics, time};
 use geoshard_features as features;
 use geoshard_flow as flow;
 use geoshard_spatial as spatial;
@@ -69,7 +69,7 @@ pub struct App {
     /// Cluster mode: this node's membership (set once, after the views are built).
     pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     /// The low zooms' simplified geometries, for tiles (`tile_cache_bytes`).
-    pub(crate) simplified: tiles::Simplified,
+    pub(crate) simplified: crate::features::mvt::Simplified,
 }
 
 /// What every handler gets besides the body (made by the router, read by the handlers).
@@ -98,7 +98,7 @@ impl App {
         flows: Arc<Flows>,
     ) -> App {
         App {
-            simplified: tiles::Simplified::new(config.tile_cache_bytes),
+            simplified: crate::features::mvt::Simplified::new(config.tile_cache_bytes),
             config,
             store,
             security,

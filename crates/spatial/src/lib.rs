@@ -22,6 +22,7 @@ pub mod partition;
 pub mod pip;
 pub mod predicate;
 pub mod shard;
+pub mod tile;
 
 /// A feature's id in one engine. Dense ids keep the engine's registry small.
 pub(crate) type FeatureId = u32;
