@@ -45,7 +45,7 @@ mod typed;
 
 use execute::*;
 use geojson::*;
-pub use partial::{Acc, Key, Partial, Round};
+pub use partial::{Acc, Key, Partial, Round, merge_extents};
 pub use request::readers_agree;
 pub use request::{
     Coercible, DEFAULT_MAX_QUERY_VERTICES, EsriError, FeatureRequest, QuerySpec, RequestError,

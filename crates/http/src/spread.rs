@@ -215,17 +215,7 @@ pub(super) async fn layer_extents(
         Gathered::Whole(_) => return Ok(None),
         Gathered::Parts(parts) => parts,
     };
-    let mut extents = std::collections::HashMap::new();
-    for p in parts {
-        let Partial::Extents(list) = p else { continue };
-        for (id, e) in list.into_iter().filter_map(|(id, e)| Some((id, e?))) {
-            extents
-                .entry(id)
-                .and_modify(|b| *b = crate::spatial::entry::union(*b, e))
-                .or_insert(e);
-        }
-    }
-    Ok(Some(extents))
+    Ok(Some(crate::features::query::merge_extents(&parts)))
 }
 
 /// Route a parsed request over the cluster: one node's whole answer, or the parts.

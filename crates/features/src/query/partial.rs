@@ -504,16 +504,7 @@ impl Features {
         let resolved = match resolved {
             Some(r) if is_query(req) => r,
             other => {
-                let mut extents: HashMap<i64, BBox> = HashMap::new();
-                for p in &parts {
-                    let Partial::Extents(list) = p else { continue };
-                    for (id, e) in list.iter().filter_map(|(id, e)| Some((*id, (*e)?))) {
-                        extents
-                            .entry(id)
-                            .and_modify(|b| *b = crate::spatial::entry::union(*b, e))
-                            .or_insert(e);
-                    }
-                }
+                let extents = merge_extents(&parts);
                 let extent_of = |l: &Layer| extents.get(&l.id).copied();
                 return Ok(match other {
                     None => self.service_description_with(&descriptor, &extent_of),
@@ -599,6 +590,22 @@ impl Features {
             }
         })
     }
+}
+
+/// Each layer's extent over the parts' extents (the union of their boxes); other parts are
+/// passed over.
+pub fn merge_extents(parts: &[Partial]) -> HashMap<i64, BBox> {
+    let mut extents: HashMap<i64, BBox> = HashMap::new();
+    for p in parts {
+        let Partial::Extents(list) = p else { continue };
+        for (id, e) in list.iter().filter_map(|(id, e)| Some((*id, (*e)?))) {
+            extents
+                .entry(id)
+                .and_modify(|b| *b = crate::spatial::entry::union(*b, e))
+                .or_insert(e);
+        }
+    }
+    extents
 }
 
 /// Statistics by group: a group's key, its members' JSON, and its accumulators.
