@@ -280,7 +280,7 @@ fn http_path(c: &mut Criterion) {
                 .collect();
             let start = Instant::now();
             for r in &reqs {
-                black_box(app.features.execute(&caller, r).unwrap());
+                black_box(app.features.queries().execute(&caller, r).unwrap());
             }
             start.elapsed()
         })

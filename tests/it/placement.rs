@@ -50,6 +50,7 @@ fn parts_of(
         .map(|((n, shards), round)| {
             let part = nodes[*n]
                 .features
+                .queries()
                 .execute_partial(&Caller::system(), req, Some(shards), None, round)
                 .unwrap();
             let bytes = postcard::to_stdvec(&part).unwrap();
@@ -75,7 +76,7 @@ fn routed(nodes: &[Arc<App>], live: &[usize], body: &Value) -> (Value, Went) {
     let held: Vec<(usize, Vec<usize>)> = live.iter().map(|&i| (i, HOLDS[i].to_vec())).collect();
     match placement.route(req.region().as_ref(), &held).unwrap() {
         Route::One(n) => {
-            let answer = nodes[n].features.execute(&caller, &req).unwrap();
+            let answer = nodes[n].features.queries().execute(&caller, &req).unwrap();
             (serde_json::from_slice(&answer).unwrap(), Went::One)
         }
         Route::Spread(asks) => {
@@ -83,13 +84,20 @@ fn routed(nodes: &[Arc<App>], live: &[usize], body: &Value) -> (Value, Went) {
             let max_records = merger.settings().max_record_count;
             let (parts, went) = if req.deep_page(max_records) {
                 let keys = parts_of(nodes, &req, &asks, &vec![Round::Keys; asks.len()]);
-                let rounds = merger.second_round(&caller, &req, &keys).unwrap().unwrap();
+                let rounds = merger
+                    .queries()
+                    .second_round(&caller, &req, &keys)
+                    .unwrap()
+                    .unwrap();
                 (parts_of(nodes, &req, &asks, &rounds), Went::TwoRounds)
             } else {
                 let one = vec![Round::One; asks.len()];
                 (parts_of(nodes, &req, &asks, &one), Went::Spread)
             };
-            let answer = merger.merge_partials(&caller, &req, parts).unwrap();
+            let answer = merger
+                .queries()
+                .merge_partials(&caller, &req, parts)
+                .unwrap();
             (serde_json::from_slice(&answer).unwrap(), went)
         }
     }
@@ -101,9 +109,14 @@ fn check_all(full: &App, nodes: &[Arc<App>], live: &[usize], when: &str) -> (usi
     let (mut alone, mut spread, mut two) = (0, 0, 0);
     for (name, body) in queries().into_iter().chain(more_queries()) {
         let req = FeatureRequest::parse(body.to_string().as_bytes()).unwrap();
-        let want: Value =
-            serde_json::from_slice(&full.features.execute(&Caller::system(), &req).unwrap())
-                .unwrap();
+        let want: Value = serde_json::from_slice(
+            &full
+                .features
+                .queries()
+                .execute(&Caller::system(), &req)
+                .unwrap(),
+        )
+        .unwrap();
         let (got, went) = routed(nodes, live, &body);
         if let Err(e) = same_json(&got, &want, "") {
             panic!("{when}, {name} ({went:?}): {e}");

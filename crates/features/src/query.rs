@@ -53,6 +53,21 @@ pub use request::{
 };
 pub use typed::{Attr, ItemsHead, ItemsPage, TileFeature, TileGeometry, TilePage};
 
+/// The query service over the views of a [`Features`]: geoQueryService's answers, the
+/// partial answers of a spread query, OGC API items and tiles. The catalog, the builds and
+/// the saves stay with `Features`; this type only reads them.
+#[derive(Clone, Copy)]
+pub struct Queries<'a> {
+    features: &'a Features,
+}
+
+impl Features {
+    /// The query service over these views.
+    pub fn queries(&self) -> Queries<'_> {
+        Queries { features: self }
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum FeatureError {
     #[error("Service {0} not found")]

@@ -133,8 +133,9 @@ where
         let out = within(
             limit,
             crate::cpu::run_cpu_intensive(move || {
-                let out = FeatureRequest::parse_for(caller.name(), &body, max_vertices)
-                    .and_then(|request| features.execute_within(&caller, &request, limit));
+                let out = FeatureRequest::parse_for(caller.name(), &body, max_vertices).and_then(
+                    |request| features.queries().execute_within(&caller, &request, limit),
+                );
                 drop(body);
                 crate::features::release_freed_memory();
                 out
@@ -146,12 +147,14 @@ where
     }
     let request = FeatureRequest::parse_for(ctx.caller.name(), &body, max_vertices)?;
     let out = if request.is_light() {
-        features.execute_within(&caller, &request, limit)?
+        features
+            .queries()
+            .execute_within(&caller, &request, limit)?
     } else {
         within(
             limit,
             crate::cpu::run_cpu_intensive(move || {
-                features.execute_within(&caller, &request, limit)
+                features.queries().execute_within(&caller, &request, limit)
             }),
         )
         .await?

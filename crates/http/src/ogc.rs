@@ -388,7 +388,7 @@ fn collection(
     });
     let extent = match extents {
         Some(e) => e.get(&layer.id).copied(),
-        None => app.features.layer_extent(layer, &ctx.caller),
+        None => app.features.queries().layer_extent(layer, &ctx.caller),
     };
     if let Some([xmin, ymin, xmax, ymax]) = extent {
         c["extent"] = json!({"spatial": {"bbox": [[xmin, ymin, xmax, ymax]], "crs": CRS84}});
@@ -577,10 +577,11 @@ pub(super) async fn run_bytes(
     request.query.spread = spread;
     let features = app.features.clone();
     let caller = ctx.caller.clone();
-    let out =
-        crate::cpu::run_cpu_intensive(move || features.execute_within(&caller, &request, None))
-            .await
-            .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??;
+    let out = crate::cpu::run_cpu_intensive(move || {
+        features.queries().execute_within(&caller, &request, None)
+    })
+    .await
+    .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??;
     Ok(Bytes::from(out))
 }
 
@@ -684,7 +685,9 @@ async fn items_page(
         let (features, caller, limit) =
             (app.features.clone(), ctx.caller.clone(), app.query_limit());
         let page = crate::cpu::run_cpu_intensive(move || {
-            features.items_page(&caller, &request, limit, &*head)
+            features
+                .queries()
+                .items_page(&caller, &request, limit, &*head)
         })
         .await
         .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))?;

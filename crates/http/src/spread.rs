@@ -174,10 +174,12 @@ pub(super) async fn geo_query(
     };
     let (features, caller) = (app.features.clone(), caller.clone());
     let merged = if parts.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
-        Some(features.merge_partials(&caller, &request, parts))
+        Some(features.queries().merge_partials(&caller, &request, parts))
     } else {
-        crate::cpu::run_cpu_intensive(move || features.merge_partials(&caller, &request, parts))
-            .await
+        crate::cpu::run_cpu_intensive(move || {
+            features.queries().merge_partials(&caller, &request, parts)
+        })
+        .await
     };
     merged
         .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))?
@@ -340,11 +342,11 @@ async fn two_rounds(
     // The merge of every part's keys, off the async thread unless small, as the merge of rows.
     let (features, caller, request) = (q.app.features.clone(), q.caller.clone(), q.request.clone());
     let (keys, rounds) = if keys.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
-        let rounds = features.second_round(&caller, &request, &keys);
+        let rounds = features.queries().second_round(&caller, &request, &keys);
         (keys, rounds)
     } else {
         crate::cpu::run_cpu_intensive(move || {
-            let rounds = features.second_round(&caller, &request, &keys);
+            let rounds = features.queries().second_round(&caller, &request, &keys);
             (keys, rounds)
         })
         .await
@@ -463,9 +465,11 @@ fn answer(
 ) -> Reply {
     let out = match shards {
         None => features
+            .queries()
             .execute_within(caller, request, limit)
             .map(Reply::Whole),
         Some(s) => features
+            .queries()
             .execute_partial(caller, request, Some(&s), limit, round)
             .map(Reply::Part),
     };

@@ -92,7 +92,7 @@ async fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError>
     });
     let bounds = match super::spread::layer_extents(app, ctx, &d.name).await? {
         Some(extents) => extents.get(&layer.id).copied(),
-        None => app.features.layer_extent(layer, &ctx.caller),
+        None => app.features.queries().layer_extent(layer, &ctx.caller),
     };
     if let Some(b) = bounds {
         doc["bounds"] = json!(b);
@@ -184,7 +184,9 @@ async fn tile(
     };
     let (features, caller, app2) = (app.features.clone(), ctx.caller.clone(), app.clone());
     let encoded = crate::cpu::run_cpu_intensive(move || {
-        let page = features.tile_page(&caller, &request, time_limit)?;
+        let page = features
+            .queries()
+            .tile_page(&caller, &request, time_limit)?;
         Ok::<_, ApiError>(encode_page(&name, &page, &tile, &app2.simplified)?)
     })
     .await

@@ -9,7 +9,7 @@ pub(super) struct Resolved<'a> {
     pub(super) view: Option<Arc<ViewState>>,
 }
 
-impl Features {
+impl Queries<'_> {
     pub(super) fn resolve<'d>(
         &self,
         req: &FeatureRequest,
@@ -23,7 +23,7 @@ impl Features {
         })?;
         Ok(Some(Resolved {
             layer,
-            view: self.view(&layer.view),
+            view: self.features.view(&layer.view),
         }))
     }
 
@@ -32,7 +32,7 @@ impl Features {
         self.execute_within(caller, req, None)
     }
 
-    /// [`Features::execute`], given up with [`FeatureError::TimeLimit`] once `limit` (a
+    /// [`Queries::execute`], given up with [`FeatureError::TimeLimit`] once `limit` (a
     /// deadline and the limit it came from, in ms) has passed: the spatial tests and the row
     /// filter look at the clock as they go.
     pub fn execute_within(
@@ -42,6 +42,7 @@ impl Features {
         limit: Option<(std::time::Instant, u64)>,
     ) -> Result<Vec<u8>, FeatureError> {
         let descriptor = self
+            .features
             .descriptor(&req.service, caller.roles())
             .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
         let resolved = self.resolve(req, &descriptor)?;
@@ -72,7 +73,7 @@ impl Features {
         top.insert("description".into(), d.description.clone().into());
         top.insert(
             "maxRecordCount".into(),
-            self.settings.max_record_count.into(),
+            self.features.settings.max_record_count.into(),
         );
         if let Some(Value::Object(info)) = d.raw.get("info") {
             for (k, v) in info {
@@ -81,7 +82,7 @@ impl Features {
         }
         let mut layers: Vec<&Layer> = d.layers.iter().collect();
         layers.sort_by_key(|l| l.id);
-        let views: Vec<_> = layers.iter().map(|l| self.view(&l.view)).collect();
+        let views: Vec<_> = layers.iter().map(|l| self.features.view(&l.view)).collect();
         // The service's extent holds its layers' data (Koop's fullExtent).
         let extent = layers
             .iter()
@@ -145,7 +146,7 @@ impl Features {
         let mut meta = serde_json::Map::new();
         meta.insert(
             "maxRecordCount".into(),
-            self.settings.max_record_count.into(),
+            self.features.settings.max_record_count.into(),
         );
         meta.insert("useStandardizedQueries".into(), true.into());
         for (k, v) in &layer.raw {
@@ -239,7 +240,7 @@ impl Features {
         let deadline = limit.map(|l| l.0);
         let past_limit = || FeatureError::TimeLimit(limit.map_or(0, |l| l.1));
         let q = &req.query;
-        let plan = Plan::new(&view.def, layer, q, &self.settings)?;
+        let plan = Plan::new(&view.def, layer, q, &self.features.settings)?;
         let data = view.data.read();
         let readable = |slot: u32| data.readable(caller, slot);
         let candidates =
@@ -267,7 +268,7 @@ impl Features {
                 .sum()
         });
         let bytes = geometry.saturating_add(page.len().saturating_mul(64 + 32 * columns));
-        let limit = self.settings.max_answer_bytes;
+        let limit = self.features.settings.max_answer_bytes;
         if bytes > limit {
             return Err(FeatureError::AnswerTooLarge { bytes, limit });
         }
@@ -282,7 +283,7 @@ pub(super) struct Matched<'v> {
     pub(super) rows: Vec<(i64, u32)>,
 }
 
-impl Features {
+impl Queries<'_> {
     /// The box `[xmin, ymin, xmax, ymax]` of the layer's features that `caller` may read
     /// (none without such features): a row the caller may not read never widens it.
     pub fn layer_extent(
@@ -290,7 +291,7 @@ impl Features {
         layer: &Layer,
         caller: &Caller,
     ) -> Option<crate::spatial::pip::BBox> {
-        let view = self.view(&layer.view)?;
+        let view = self.features.view(&layer.view)?;
         let index = view
             .indexes
             .read()

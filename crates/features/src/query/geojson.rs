@@ -97,7 +97,7 @@ pub(super) fn write_timestamp(out: &mut Vec<u8>, ms: i64) {
     });
 }
 
-impl Features {
+impl Queries<'_> {
     /// `returnCountOnly`: the count and no features.
     pub(super) fn write_count(
         &self,
@@ -170,7 +170,7 @@ impl Features {
         out.extend_from_slice(b",\"metadata\":{\"name\":");
         write_str(out, &descriptor.name);
         out.extend_from_slice(b",\"maxRecordCount\":");
-        write_int(out, self.settings.max_record_count);
+        write_int(out, self.features.settings.max_record_count);
         out.extend_from_slice(b",\"fields\":");
         match def {
             Some(d) => out.extend_from_slice(&d.fields_json),

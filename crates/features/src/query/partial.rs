@@ -313,7 +313,7 @@ fn merge_ordered<T>(
     all
 }
 
-impl Features {
+impl Queries<'_> {
     /// This node's part of a query spread over several nodes: the rows whose primary shard
     /// is in `shards` (every row it holds when `None`).
     pub fn execute_partial(
@@ -325,6 +325,7 @@ impl Features {
         round: &Round,
     ) -> Result<Partial, FeatureError> {
         let descriptor = self
+            .features
             .descriptor(&req.service, caller.roles())
             .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
         let resolved = self.resolve(req, &descriptor)?;
@@ -346,7 +347,7 @@ impl Features {
             plan,
             mut rows,
         } = self.matched(caller, req, resolved.layer, view, limit)?;
-        if let (Some(shards), Some(placement)) = (shards, self.placement()) {
+        if let (Some(shards), Some(placement)) = (shards, self.features.placement()) {
             let geometries = data.geometry_column(resolved.layer.geometry_path.text());
             rows.retain(|&(id, slot)| {
                 shards.contains(&placement.primary_of(geometries.get(slot), id))
@@ -445,6 +446,7 @@ impl Features {
         parts: &[Partial],
     ) -> Result<Option<Vec<Round>>, FeatureError> {
         let descriptor = self
+            .features
             .descriptor(&req.service, caller.roles())
             .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
         let Some(resolved) = self.resolve(req, &descriptor)?.filter(|_| is_query(req)) else {
@@ -453,7 +455,12 @@ impl Features {
         let Some(view) = resolved.view.as_ref() else {
             return Ok(None);
         };
-        let plan = Plan::new(&view.def, resolved.layer, &req.query, &self.settings)?;
+        let plan = Plan::new(
+            &view.def,
+            resolved.layer,
+            &req.query,
+            &self.features.settings,
+        )?;
         let Output::Page { offset, limit } = plan.output else {
             return Ok(None);
         };
@@ -490,7 +497,7 @@ impl Features {
     }
 
     /// The answer to `req` from the parts of every node it was spread over, as
-    /// [`Features::execute`] writes it on a node holding every row.
+    /// [`Queries::execute`] writes it on a node holding every row.
     pub fn merge_partials(
         &self,
         caller: &Caller,
@@ -498,6 +505,7 @@ impl Features {
         parts: Vec<Partial>,
     ) -> Result<Vec<u8>, FeatureError> {
         let descriptor = self
+            .features
             .descriptor(&req.service, caller.roles())
             .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
         let resolved = self.resolve(req, &descriptor)?;
@@ -517,7 +525,7 @@ impl Features {
             return Ok(self.write_features(&descriptor, &resolved, None, &[], &[], false, q, 0));
         };
         let def = &view.def;
-        let plan = Plan::new(def, resolved.layer, q, &self.settings)?;
+        let plan = Plan::new(def, resolved.layer, q, &self.features.settings)?;
         Ok(match &plan.output {
             Output::Count => {
                 let mut n = 0u64;

@@ -54,10 +54,11 @@ pub struct TilePage {
 /// the view's template exists).
 type Target = (Arc<Descriptor>, usize, Option<Arc<ViewState>>);
 
-impl Features {
+impl Queries<'_> {
     /// The layer `req` names and its view, for the typed readers (which always name one).
     fn typed_target(&self, caller: &Caller, req: &FeatureRequest) -> Result<Target, FeatureError> {
         let descriptor = self
+            .features
             .descriptor(&req.service, caller.roles())
             .ok_or_else(|| FeatureError::ServiceNotFound(req.service.clone()))?;
         let resolved = self.resolve(req, &descriptor)?.ok_or_else(|| {
