@@ -20,6 +20,7 @@ use geoshard_store as store;
 
 mod ask;
 mod snapshot;
+pub mod spread;
 mod status;
 
 use std::sync::Arc;

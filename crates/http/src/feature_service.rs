@@ -117,12 +117,12 @@ where
     let caller = ctx.caller.clone();
     let failed = || ApiError::new(ErrorCode::Internal, "the query failed");
     let limit = app.query_limit();
-    if let Some(cluster) = super::spread::cluster_of(app) {
+    if let Some(cluster) = app.spread() {
         // Nodes hold some shards each: the query is routed and its parts merged.
-        let after = super::spread::after(ctx);
+        let after = ctx.after();
         let out = within(
             limit,
-            super::spread::geo_query(app, cluster, &caller, after, body, limit, false),
+            crate::cluster::spread::geo_query(cluster, &caller, after, body, limit, false),
         )
         .await??;
         return Ok(response::json_bytes(200, out));

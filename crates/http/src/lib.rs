@@ -29,7 +29,6 @@ pub mod params;
 pub mod poll;
 pub mod response;
 mod router;
-pub mod spread;
 mod tiles;
 mod wire;
 
@@ -68,6 +67,8 @@ pub struct App {
     pub started: Instant,
     /// Cluster mode: this node's membership (set once, after the views are built).
     pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// Cluster mode with placed shards: queries are routed over the nodes (set with `cluster`).
+    pub spread: std::sync::OnceLock<Arc<crate::cluster::spread::Spread>>,
     /// The low zooms' simplified geometries, for tiles (`tile_cache_bytes`).
     pub(crate) simplified: crate::features::mvt::Simplified,
 }
@@ -80,7 +81,39 @@ pub(crate) struct Ctx {
     pub path: String,
 }
 
+/// Each layer's data extent over every node, by layer id, for service `service` (the OGC
+/// collections' and TileJSON's bounds); `None` when this node answers alone.
+pub(crate) async fn spread_extents(
+    app: &App,
+    ctx: &Ctx,
+    service: &str,
+) -> Result<Option<std::collections::HashMap<i64, crate::spatial::pip::BBox>>, ApiError> {
+    match app.spread() {
+        None => Ok(None),
+        Some(spread) => {
+            crate::cluster::spread::layer_extents(spread, &ctx.caller, ctx.after(), service).await
+        }
+    }
+}
+
+impl Ctx {
+    /// The log entry the request's `X-Geoshard-After` names (0 for none; the router has
+    /// checked it).
+    pub(crate) fn after(&self) -> u64 {
+        self.headers
+            .get(names::AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    }
+}
+
 impl App {
+    /// The routing of queries when this node's views hold some shards only, else `None`.
+    pub(crate) fn spread(&self) -> Option<&Arc<crate::cluster::spread::Spread>> {
+        self.spread.get()
+    }
+
     /// The deadline of a query starting now and the limit it comes from
     /// (`query_time_limit_ms`); `None` without a limit.
     pub(crate) fn query_limit(&self) -> Option<(Instant, u64)> {
@@ -106,6 +139,7 @@ impl App {
             flows,
             started: Instant::now(),
             cluster: std::sync::OnceLock::new(),
+            spread: std::sync::OnceLock::new(),
         }
     }
 }

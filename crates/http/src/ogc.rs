@@ -106,7 +106,7 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
         ["collections"] => collections(app, ctx).await,
         ["collections", id] => {
             let (d, layer) = find(app, ctx, id)?;
-            let extents = super::spread::layer_extents(app, ctx, &d.name).await?;
+            let extents = super::spread_extents(app, ctx, &d.name).await?;
             Ok(response::json_value(
                 200,
                 &collection(app, ctx, &d, layer, extents.as_ref()),
@@ -400,7 +400,7 @@ async fn collections(app: &Arc<App>, ctx: &Ctx) -> Result<Resp, ApiError> {
     let b = base(app, ctx);
     let mut list = Vec::new();
     for d in app.features.descriptors(ctx.caller.roles()) {
-        let extents = super::spread::layer_extents(app, ctx, &d.name).await?;
+        let extents = super::spread_extents(app, ctx, &d.name).await?;
         let mut layers: Vec<i64> = d.layers.iter().map(|l| l.id).collect();
         layers.sort_unstable();
         for l in layers {
@@ -566,10 +566,11 @@ pub(super) async fn run_bytes(
     spread: bool,
 ) -> Result<Bytes, ApiError> {
     let bytes = Bytes::from(body.to_string());
-    if let Some(cluster) = super::spread::cluster_of(app) {
-        let after = super::spread::after(ctx);
+    if let Some(cluster) = app.spread() {
+        let after = ctx.after();
         let out =
-            super::spread::geo_query(app, cluster, &ctx.caller, after, bytes, None, spread).await?;
+            crate::cluster::spread::geo_query(cluster, &ctx.caller, after, bytes, None, spread)
+                .await?;
         return Ok(Bytes::from(out));
     }
     let max_vertices = app.features.settings().max_query_vertices;
@@ -680,7 +681,7 @@ async fn items_page(
         (Some(_), 400) => bad(format!("filter: {}", e.message)),
         _ => e,
     };
-    if super::spread::cluster_of(app).is_none() {
+    if app.spread().is_none() {
         let request = items_request(&d.name, layer_id, q, id_column);
         let (features, caller, limit) =
             (app.features.clone(), ctx.caller.clone(), app.query_limit());

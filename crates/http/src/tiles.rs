@@ -90,7 +90,7 @@ async fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError>
         "maxzoom": MAX_ZOOM,
         "vector_layers": [{"id": collection, "fields": fields}],
     });
-    let bounds = match super::spread::layer_extents(app, ctx, &d.name).await? {
+    let bounds = match super::spread_extents(app, ctx, &d.name).await? {
         Some(extents) => extents.get(&layer.id).copied(),
         None => app.features.queries().layer_extent(layer, &ctx.caller),
     };
@@ -140,7 +140,7 @@ async fn tile(
         band: band_of(z),
         deadline: time_limit,
     };
-    if super::spread::cluster_of(app).is_some() {
+    if app.spread().is_some() {
         // A node with some shards only: the query is routed, its answer read back.
         let body = json!({
             "params": {"id": d.name, "layer": layer_id, "method": "query"},

@@ -203,8 +203,16 @@ async fn join_cluster(app: &Arc<App>) -> Result<(), StartError> {
         applied = cluster.visible(),
         "joined the cluster"
     );
-    if app.features.placement().is_some() {
-        cluster.answer_asks(crate::http::spread::answerer(Arc::downgrade(app)));
+    // With placed shards, queries are routed over the nodes, and this node answers theirs
+    // until the app is dropped.
+    let spread = crate::cluster::spread::Spread::new(
+        app.features.clone(),
+        cluster.clone(),
+        app.config.query_time_limit_ms,
+    );
+    if let Some(spread) = spread.map(Arc::new) {
+        cluster.answer_asks(crate::cluster::spread::answerer(Arc::downgrade(&spread)));
+        let _ = app.spread.set(spread);
     }
     let _ = app.cluster.set(cluster);
     if let Some(dir) = &app.config.project {

@@ -10,14 +10,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::App;
-use crate::acl::{Caller, RoleSet};
-use crate::cluster::{Answerer, Cluster};
-use crate::error::{ApiError, ErrorCode};
-use crate::features::placement::Route;
-use crate::features::query::{Partial, Round};
-use crate::features::{FeatureError, FeatureRequest};
-use crate::spatial::pip::BBox;
+use geoshard_core::acl::{Caller, RoleSet};
+use geoshard_core::cpu;
+use geoshard_core::error::{ApiError, ErrorCode};
+use geoshard_features::placement::Route;
+use geoshard_features::query::{Partial, Round};
+use geoshard_features::{FeatureError, FeatureRequest, Features};
+use geoshard_spatial::pip::BBox;
+
+use crate::{Answerer, AskError, Cluster};
 
 /// How long a node waits for another's answer when queries have no time limit.
 const ASK_LIMIT: Duration = Duration::from_secs(30);
@@ -95,19 +96,13 @@ fn refusal(e: &FeatureError) -> Reply {
     Reply::Refused(Refusal::of(e), e.to_string())
 }
 
-/// The cluster when this node's views hold some shards only (queries are routed), else `None`.
-pub(super) fn cluster_of(app: &App) -> Option<&Arc<Cluster>> {
-    app.features.placement()?;
-    app.cluster.get()
-}
-
-/// The log entry a request's `X-Geoshard-After` names (0 for none; the router has checked it).
-pub(super) fn after(ctx: &super::Ctx) -> u64 {
-    ctx.headers
-        .get(super::names::AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0)
+/// Queries routed over a cluster whose nodes hold some shards each: this node's views and
+/// its membership.
+pub struct Spread {
+    features: Arc<Features>,
+    cluster: Arc<Cluster>,
+    /// `query_time_limit_ms`, for the questions other nodes ask (0: none).
+    query_time_limit_ms: u64,
 }
 
 /// Why one node's part is missing.
@@ -121,8 +116,7 @@ static ROTATION: AtomicUsize = AtomicUsize::new(0);
 
 /// One query routed over the cluster: what every node asked about it needs.
 struct Routed<'a> {
-    app: &'a Arc<App>,
-    cluster: &'a Arc<Cluster>,
+    spread: &'a Spread,
     caller: &'a Caller,
     /// `X-Geoshard-After`, 0 for none.
     after: u64,
@@ -138,30 +132,51 @@ enum Gathered {
     Parts(Vec<Partial>),
 }
 
+impl Spread {
+    /// Routing for a node whose views hold some shards only; `None` for one that holds every
+    /// row (it answers alone).
+    pub fn new(
+        features: Arc<Features>,
+        cluster: Arc<Cluster>,
+        query_time_limit_ms: u64,
+    ) -> Option<Spread> {
+        features.placement()?;
+        Some(Spread {
+            features,
+            cluster,
+            query_time_limit_ms,
+        })
+    }
+
+    /// The deadline of a question answered now, and the limit it comes from.
+    fn query_limit(&self) -> Option<(Instant, u64)> {
+        let ms = self.query_time_limit_ms;
+        (ms > 0).then(|| (Instant::now() + Duration::from_millis(ms), ms))
+    }
+}
+
 /// Answer a geoQueryService request (its JSON body) by routing it over the cluster.
-pub(super) async fn geo_query(
-    app: &Arc<App>,
-    cluster: &Arc<Cluster>,
+pub async fn geo_query(
+    spread: &Spread,
     caller: &Caller,
     after: u64,
     body: Bytes,
     limit: Option<(Instant, u64)>,
     sample: bool,
 ) -> Result<Vec<u8>, ApiError> {
-    let max_vertices = app.features.settings().max_query_vertices;
+    let max_vertices = spread.features.settings().max_query_vertices;
     let mut request = if body.len() <= INLINE_BYTES {
         FeatureRequest::parse_for(caller.name(), &body, max_vertices)?
     } else {
         let (body, name) = (body.clone(), caller.name().to_string());
-        crate::cpu::run_cpu_intensive(move || FeatureRequest::parse_for(&name, &body, max_vertices))
+        cpu::run_cpu_intensive(move || FeatureRequest::parse_for(&name, &body, max_vertices))
             .await
             .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))??
     };
     request.query.spread = sample;
     let request = Arc::new(request);
     let routed = Routed {
-        app,
-        cluster,
+        spread,
         caller,
         after,
         body: &body,
@@ -172,14 +187,12 @@ pub(super) async fn geo_query(
         Gathered::Whole(bytes) => return Ok(bytes),
         Gathered::Parts(parts) => parts,
     };
-    let (features, caller) = (app.features.clone(), caller.clone());
+    let (features, caller) = (spread.features.clone(), caller.clone());
     let merged = if parts.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
         Some(features.queries().merge_partials(&caller, &request, parts))
     } else {
-        crate::cpu::run_cpu_intensive(move || {
-            features.queries().merge_partials(&caller, &request, parts)
-        })
-        .await
+        cpu::run_cpu_intensive(move || features.queries().merge_partials(&caller, &request, parts))
+            .await
     };
     merged
         .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the query failed"))?
@@ -189,25 +202,21 @@ pub(super) async fn geo_query(
 /// Each layer's data extent over every node, by layer id, for service `service`: what the
 /// OGC collections and TileJSON give as bounds. `None` when this node holds every shard or
 /// is not placed (its own views then say).
-pub(super) async fn layer_extents(
-    app: &Arc<App>,
-    ctx: &super::Ctx,
+pub async fn layer_extents(
+    spread: &Spread,
+    caller: &Caller,
+    after: u64,
     service: &str,
 ) -> Result<Option<std::collections::HashMap<i64, BBox>>, ApiError> {
-    let Some(cluster) = cluster_of(app) else {
-        return Ok(None);
-    };
     let body = Bytes::from(serde_json::json!({"params": {"id": service}}).to_string());
     let request = Arc::new(FeatureRequest::parse_for(
-        ctx.caller.name(),
+        caller.name(),
         &body,
-        app.features.settings().max_query_vertices,
+        spread.features.settings().max_query_vertices,
     )?);
-    let after = after(ctx);
     let routed = Routed {
-        app,
-        cluster,
-        caller: &ctx.caller,
+        spread,
+        caller,
         after,
         body: &body,
         request: &request,
@@ -217,13 +226,13 @@ pub(super) async fn layer_extents(
         Gathered::Whole(_) => return Ok(None),
         Gathered::Parts(parts) => parts,
     };
-    Ok(Some(crate::features::query::merge_extents(&parts)))
+    Ok(Some(geoshard_features::query::merge_extents(&parts)))
 }
 
 /// Route a parsed request over the cluster: one node's whole answer, or the parts.
 async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
-    let (cluster, request) = (q.cluster, q.request);
-    let features = &q.app.features;
+    let (cluster, request) = (&q.spread.cluster, q.request);
+    let features = &q.spread.features;
     let Some(placement) = features.placement() else {
         return Err(ApiError::new(ErrorCode::Internal, "no shard placement"));
     };
@@ -340,12 +349,16 @@ async fn two_rounds(
         .map(|(n, s)| (n.clone(), s.clone(), Round::Keys));
     let keys = ask_parts(q, asks.collect()).await?;
     // The merge of every part's keys, off the async thread unless small, as the merge of rows.
-    let (features, caller, request) = (q.app.features.clone(), q.caller.clone(), q.request.clone());
+    let (features, caller, request) = (
+        q.spread.features.clone(),
+        q.caller.clone(),
+        q.request.clone(),
+    );
     let (keys, rounds) = if keys.iter().map(Partial::rows).sum::<usize>() <= INLINE_ROWS {
         let rounds = features.queries().second_round(&caller, &request, &keys);
         (keys, rounds)
     } else {
-        crate::cpu::run_cpu_intensive(move || {
+        cpu::run_cpu_intensive(move || {
             let rounds = features.queries().second_round(&caller, &request, &keys);
             (keys, rounds)
         })
@@ -389,20 +402,21 @@ async fn answer_from(
     round: Round,
 ) -> Result<Reply, Failed> {
     let Routed {
-        app,
-        cluster,
+        spread,
         caller,
         after,
         body,
         request,
         limit,
     } = *q;
+    let cluster = &spread.cluster;
     if node == cluster.node() {
-        let (features, caller, request) = (app.features.clone(), caller.clone(), request.clone());
+        let (features, caller, request) =
+            (spread.features.clone(), caller.clone(), request.clone());
         let reply = if request.is_light() {
             answer(&features, &caller, &request, shards, limit, &round)
         } else {
-            crate::cpu::run_cpu_intensive(move || {
+            cpu::run_cpu_intensive(move || {
                 answer(&features, &caller, &request, shards, limit, &round)
             })
             .await
@@ -432,11 +446,11 @@ async fn answer_from(
         deadline.saturating_duration_since(Instant::now())
     });
     let answer = cluster.ask(node, bytes, wait).await.map_err(|e| match e {
-        crate::cluster::AskError::TooLarge(n) => Failed::Api(ApiError::new(
+        AskError::TooLarge(n) => Failed::Api(ApiError::new(
             ErrorCode::PayloadTooLarge,
             format!("a query of {n} bytes is more than the cluster's messages hold"),
         )),
-        crate::cluster::AskError::Timeout(..) if limit.is_some() => {
+        AskError::Timeout(..) if limit.is_some() => {
             Failed::Api(FeatureError::TimeLimit(limit.map_or(0, |l| l.1)).into())
         }
         e => Failed::Node(node.to_string(), e.to_string()),
@@ -456,7 +470,7 @@ async fn answer_from(
 
 /// This node's whole answer, or its part for `shards`.
 fn answer(
-    features: &crate::features::Features,
+    features: &Features,
     caller: &Caller,
     request: &FeatureRequest,
     shards: Option<Vec<usize>>,
@@ -476,28 +490,30 @@ fn answer(
     out.unwrap_or_else(|e| refusal(&e))
 }
 
-/// How this node answers other nodes' questions.
-pub fn answerer(app: Weak<App>) -> Answerer {
+/// How this node answers other nodes' questions: refused once `spread` is dropped (the
+/// node is stopping).
+pub fn answerer(spread: Weak<Spread>) -> Answerer {
     Arc::new(move |bytes: Bytes| {
-        let app = app.clone();
+        let spread = spread.clone();
         Box::pin(async move {
-            let reply = match (app.upgrade(), postcard::from_bytes::<Question>(&bytes)) {
+            let reply = match (spread.upgrade(), postcard::from_bytes::<Question>(&bytes)) {
                 (None, _) => Reply::Refused(Refusal::Unable, "the node is stopping".into()),
                 (_, Err(e)) => {
                     Reply::Refused(Refusal::Invalid, format!("an unreadable question: {e}"))
                 }
-                (Some(app), Ok(q)) => answer_question(&app, q).await,
+                (Some(spread), Ok(q)) => answer_question(&spread, q).await,
             };
             postcard::to_stdvec(&reply).unwrap_or_default()
         })
     })
 }
 
-pub async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
-    let limit = app.query_limit();
+/// This node's answer to another's question.
+pub async fn answer_question(spread: &Spread, q: Question) -> Reply {
+    let limit = spread.query_limit();
     if q.after > 0
-        && let Some(cluster) = app.cluster.get()
-        && !cluster
+        && !spread
+            .cluster
             .wait_visible(
                 q.after,
                 limit.map_or(ASK_LIMIT, |(_, ms)| Duration::from_millis(ms)),
@@ -510,12 +526,12 @@ pub async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
         );
     }
     let caller = Caller::new(q.user, RoleSet::from_bits(q.roles));
-    let features = app.features.clone();
+    let features = spread.features.clone();
     let max_vertices = features.settings().max_query_vertices;
     let (shards, sample, round) = (q.shards, q.sample, q.round);
     let failed = || Reply::Refused(Refusal::Unable, "the query failed".into());
     if q.body.len() > INLINE_BYTES {
-        return crate::cpu::run_cpu_intensive(move || {
+        return cpu::run_cpu_intensive(move || {
             match FeatureRequest::parse_for(caller.name(), &q.body, max_vertices) {
                 Ok(mut request) => {
                     request.query.spread = sample;
@@ -536,11 +552,9 @@ pub async fn answer_question(app: &Arc<App>, q: Question) -> Reply {
     if request.is_light() {
         return answer(&features, &caller, &request, shards, limit, &round);
     }
-    crate::cpu::run_cpu_intensive(move || {
-        answer(&features, &caller, &request, shards, limit, &round)
-    })
-    .await
-    .unwrap_or_else(failed)
+    cpu::run_cpu_intensive(move || answer(&features, &caller, &request, shards, limit, &round))
+        .await
+        .unwrap_or_else(failed)
 }
 
 #[cfg(test)]
@@ -599,7 +613,7 @@ mod tests {
             body: b"{}".to_vec(),
             sample: false,
             round: Round::Rows {
-                rows: vec![(vec![crate::features::query::Key::Str("a".into())], 4)],
+                rows: vec![(vec![geoshard_features::query::Key::Str("a".into())], 4)],
                 skipped: 9,
             },
         };
@@ -614,7 +628,7 @@ mod tests {
         assert_eq!(skipped, 9);
         assert_eq!(
             rows,
-            [(vec![crate::features::query::Key::Str("a".into())], 4)]
+            [(vec![geoshard_features::query::Key::Str("a".into())], 4)]
         );
         let part = Partial::Count(12);
         let bytes = postcard::to_stdvec(&Reply::Part(part)).unwrap();
