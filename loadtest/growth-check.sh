@@ -3,12 +3,13 @@
 # size (default 1m 2m 4m): an offline `geoshard load` of its NDJSON (timed), a first start and
 # clean stop (the view built and saved), then a restart timed from exec to the first answered
 # query, with the restarted server's anonymous resident memory (RssAnon), the data directory's
-# bytes, and small-box queries a second (the envelope workload: 0.1° boxes around stored
-# points, 64 connections, answers checked). Then the checks the storage issue sets, the
+# bytes, and point queries a second (the point-eq workload: a stored point's own position, 64
+# connections, answers checked; a fixed box would match more points as the data grows, so
+# its rate measures the answers' size, not the index's cost). Then the checks the storage issue sets, the
 # largest size against the smallest:
 #
 #   load rate at least 0.8 of the smallest's;   restart at most 1.5 times the smallest's + 0.5 s;
-#   small-box queries/s at least 0.8 of the smallest's;
+#   point queries/s at least 0.8 of the smallest's;
 #   at most 150 bytes a point on disk and 60 bytes a point of anonymous memory.
 #
 # A measurement, not a CI test. Prints one line a size and one a check; the figures go to
@@ -16,6 +17,7 @@
 #
 #   loadtest/growth-check.sh                    # 1m 2m 4m
 #   SIZES="1m 4m" DURATION=8 loadtest/growth-check.sh
+#   KEEP=1 loadtest/growth-check.sh             # keep each size's data directory
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SIZES=${SIZES:-1m 2m 4m}
@@ -67,7 +69,7 @@ for size in $SIZES; do
   serve_timed "$data"
   restart_s=$took
   anon_kib=$(awk '/RssAnon/ {print $2}' /proc/$GS_PID/status)
-  "$LT" run --target geoshard --addr $GS --user lt --password lt --workload envelope \
+  "$LT" run --target geoshard --addr $GS --user lt --password lt --workload point-eq \
     --connections 64 --duration "$DURATION" --warmup 2 --threads 1 --dataset "$places" \
     --server-pid $GS_PID --out "$WORK/run-$size.jsonl" > /dev/null
   qps=$(tail -1 "$WORK/run-$size.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(round(r["throughput"])); sys.exit(1 if r["mismatched"] + r["errors"] else 0)')
@@ -79,13 +81,13 @@ out, size, n, load_s, restart_s, disk, anon_kib, qps = sys.argv[1:]
 n = int(n)
 r = {"size": size, "points": n, "load_s": float(load_s), "load_per_s": n / float(load_s),
      "restart_s": float(restart_s), "disk_b_per_point": int(disk) / n,
-     "anon_b_per_point": int(anon_kib) * 1024 / n, "small_box_qps": int(qps)}
+     "anon_b_per_point": int(anon_kib) * 1024 / n, "point_qps": int(qps)}
 open(out, "a").write(json.dumps(r) + "\n")
 print(f"{size}: load {r['load_s']:.1f} s ({r['load_per_s']:,.0f} points/s), restart {r['restart_s']:.2f} s, "
       f"disk {r['disk_b_per_point']:.0f} B/point, anonymous {r['anon_b_per_point']:.0f} B/point, "
-      f"small boxes {r['small_box_qps']:,}/s")
+      f"point queries {r['point_qps']:,}/s")
 PY
-  rm -rf "$data"
+  [ -n "${KEEP:-}" ] || rm -rf "$data"
 done
 
 python3 - "$OUT" << 'PY'
@@ -97,8 +99,8 @@ checks = [
      f"{b['load_per_s'] / a['load_per_s']:.2f}x"),
     (f"restart at {b['size']} <= 1.5 x {a['size']} + 0.5 s", b["restart_s"] <= 1.5 * a["restart_s"] + 0.5,
      f"{b['restart_s']:.2f} s against {1.5 * a['restart_s'] + 0.5:.2f} s"),
-    (f"small-box queries/s at {b['size']} >= 0.8 x {a['size']}", b["small_box_qps"] >= 0.8 * a["small_box_qps"],
-     f"{b['small_box_qps'] / a['small_box_qps']:.2f}x"),
+    (f"point queries/s at {b['size']} >= 0.8 x {a['size']}", b["point_qps"] >= 0.8 * a["point_qps"],
+     f"{b['point_qps'] / a['point_qps']:.2f}x"),
     ("disk <= 150 B a point at every size", all(r["disk_b_per_point"] <= 150 for r in rows),
      ", ".join(f"{r['disk_b_per_point']:.0f}" for r in rows)),
     ("anonymous memory <= 60 B a point at every size", all(r["anon_b_per_point"] <= 60 for r in rows),

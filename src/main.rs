@@ -1,6 +1,6 @@
 //! The `geoshard` command: serve, demo, load, user administration.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -49,6 +49,12 @@ enum Command {
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
+    },
+    /// Rewrite a stopped server's store: documents in key order and compressed with a
+    /// dictionary trained on them (as `load --data-dir` does at its end).
+    Compact {
+        #[arg(long, default_value = "./geoshard-data")]
+        data_dir: PathBuf,
     },
     /// Deploy a project's input flows into a stopped server's data directory.
     Deploy {
@@ -144,6 +150,7 @@ fn main() -> ExitCode {
         } => demo(listen, config, examples),
         Command::User { command } => user(command),
         Command::Deploy { data_dir, project } => deploy(&data_dir, &project),
+        Command::Compact { data_dir } => compact(&data_dir),
         Command::Cluster { command } => cluster(command),
         Command::Load(args) => return load(&args),
     };
@@ -383,4 +390,25 @@ fn user(command: UserCommand) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+fn compact(dir: &Path) -> Result<(), String> {
+    if !geoshard::store::snapshot::store_file(dir).exists() {
+        return Err(format!("{}: no store here", dir.display()));
+    }
+    let r = geoshard::store::repack(dir, |_, _| {})
+        .map_err(|e| format!("{e} (is a server running on this data directory? stop it first)"))?;
+    println!(
+        "{} documents {} in {:.1} s: the store is {} MB, was {} MB",
+        r.documents,
+        if r.trained {
+            "compressed and packed"
+        } else {
+            "packed (too few to train a dictionary)"
+        },
+        r.took.as_secs_f64(),
+        r.bytes_after / 1_000_000,
+        r.bytes_before / 1_000_000
+    );
+    Ok(())
 }

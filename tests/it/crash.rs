@@ -514,3 +514,51 @@ fn acknowledged_writes_survive_repeated_sigkills_under_mixed_load() {
         "{total_acked} acknowledged"
     );
 }
+
+/// `geoshard compact` killed at moments spread over its run: every kill leaves a store that
+/// opens whole, old or new, with every document as written and the layer's answers unchanged.
+#[test]
+fn a_killed_compaction_leaves_a_whole_store() {
+    let srv = TestServer::start();
+    let mut c = srv.client(ADMIN);
+    let all = common::layers::load_counties(&mut c);
+    let probe = json!({"returnGeometry": false, "outFields": "name", "orderByFields": "name",
+        "spatialRel": "esriSpatialRelIntersects",
+        "extension": {"geometry": {"type": "Polygon", "coordinates": [[[-106.0, 38.5], [-103.5, 39.0], [-105.0, 40.5], [-106.0, 38.5]]]}}});
+    let before =
+        common::layers::query(&mut c, "Counties", probe.clone()).json()["features"].clone();
+    assert!(before.as_array().unwrap().len() > 5, "{before}");
+    let dir = srv.stop();
+
+    let compact = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_geoshard"))
+            .args(["compact", "--data-dir"])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // How long a whole compaction takes here, to spread the kills over it.
+    let started = Instant::now();
+    assert!(compact().wait().unwrap().success());
+    let whole = started.elapsed();
+    let kills = 6;
+    for k in 0..kills {
+        let mut child = compact();
+        std::thread::sleep(whole * k / kills);
+        let _ = child.kill();
+        let _ = child.wait();
+        let srv = TestServer::start_in(dir.path(), |_| {});
+        let mut c = srv.client(ADMIN);
+        for (id, _, doc) in all.iter().step_by(7) {
+            let r = c.get(&format!("/v1/documents?uri=/counties/{id}.json"));
+            assert_eq!(r.status, 200, "kill {k}: {}", r.text());
+            assert_eq!(&r.json(), doc, "kill {k}: county {id}");
+        }
+        let after =
+            common::layers::query(&mut c, "Counties", probe.clone()).json()["features"].clone();
+        assert_eq!(after, before, "kill {k}");
+        srv.stop();
+    }
+}

@@ -98,6 +98,13 @@ fn load_all(target: &Target) {
     for (file, service, code, (loaded, read)) in loads {
         let r = load_into(target, &file, service, &[]);
         assert_eq!(r.code, code, "{}", r.report);
+        if let Target::Offline(_) = target {
+            assert!(
+                r.report.contains("documents compressed and packed in"),
+                "{}",
+                r.report
+            );
+        }
         assert!(
             r.report
                 .contains(&format!("loaded {loaded} of {read} records")),
@@ -289,6 +296,19 @@ fn offline_into_a_stopped_server_then_served() {
         "{}",
         log.join("\n")
     );
+    // The load's end compressed the documents: each reads back with its feature's geometry
+    // and properties.
+    let text = std::fs::read_to_string(real("world-countries-50m.geojson")).unwrap();
+    let source: Value = serde_json::from_str(&text).unwrap();
+    for (i, f) in source["features"].as_array().unwrap().iter().enumerate() {
+        let r = c.get(&format!("/v1/documents?uri=/countries/0/{}.json", i + 1));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let doc = r.json();
+        assert_eq!(doc["geometry"], f["geometry"], "feature {i}");
+        for (k, v) in f["properties"].as_object().unwrap() {
+            assert_eq!(&doc["properties"][k], v, "feature {i}: {k}");
+        }
+    }
     srv.kill();
 }
 

@@ -203,6 +203,14 @@ impl Summary {
             )),
             None => {}
         }
+        if let Some(r) = self.views_built.map(|b| b.repacked) {
+            out.push_str(&format!(
+                "documents compressed and packed in {:.1} s of it: the store is {} MB, was {} MB\n",
+                r.took.as_secs_f64(),
+                r.bytes_after / 1_000_000,
+                r.bytes_before / 1_000_000
+            ));
+        }
         if let Some((at, problem)) = &self.strict_stop {
             out.push_str(&format!("stopped at {at}: {problem} (--strict)\n"));
         }
@@ -336,7 +344,7 @@ pub fn run(args: &LoadArgs) -> Result<Summary, LoadError> {
         result = loader.flush(target.as_mut());
     }
     let outcomes = target.outcomes().clone();
-    let finished = target.finish();
+    let finished = target.finish(&mut |name, done, all| progress.phase(name, done, all));
     for o in outcomes.try_iter() {
         count(loader.summary, o, args.show);
     }
@@ -765,6 +773,26 @@ impl Progress {
                 s.loaded,
                 s.skipped
             );
+        }
+    }
+
+    /// A step after the records are in: `done` of `all`.
+    fn phase(&mut self, name: &str, done: u64, all: u64) {
+        if let Some(bar) = &self.bar {
+            if let Ok(style) =
+                indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ETA {eta}")
+            {
+                bar.set_style(style);
+            }
+            bar.set_length(all);
+            bar.set_position(done);
+            bar.set_message(name.to_string());
+            return;
+        }
+        let now = Instant::now();
+        if self.plain && (done == 0 || done == all || now - self.last >= self.plain_every) {
+            self.last = now;
+            eprintln!("{name}: {done} of {all}");
         }
     }
 

@@ -57,7 +57,12 @@ pub trait Target {
     fn outcomes(&self) -> &Receiver<Outcome>;
     /// Wait for every queued batch and close; how building the views went, when the target
     /// builds them (offline).
-    fn finish(self: Box<Self>) -> Result<Option<ViewsBuilt>, LoadError>;
+    /// Wait for every write; an offline target then builds and saves what a start needs,
+    /// telling `phase` its steps (a name, done, in all).
+    fn finish(
+        self: Box<Self>,
+        phase: &mut dyn FnMut(&str, u64, u64),
+    ) -> Result<Option<ViewsBuilt>, LoadError>;
 }
 
 /// The views and indexes an offline load built and saved for the server's start.
@@ -67,6 +72,8 @@ pub struct ViewsBuilt {
     /// Views built but not saved (too little free disk, or a write failed): the server's
     /// start builds them from the documents.
     pub unsaved: usize,
+    /// The store rewritten: documents in key order and compressed.
+    pub repacked: crate::store::Repacked,
 }
 
 /// The offline loader's page cache: a load rereads the B-tree pages it writes, and the
@@ -195,13 +202,17 @@ impl Target for Offline {
         &self.outcomes
     }
 
-    fn finish(mut self: Box<Self>) -> Result<Option<ViewsBuilt>, LoadError> {
+    fn finish(
+        mut self: Box<Self>,
+        phase: &mut dyn FnMut(&str, u64, u64),
+    ) -> Result<Option<ViewsBuilt>, LoadError> {
         drop(self.queue.take());
         if let Some(w) = self.writer.take() {
             w.join()
                 .map_err(|_| LoadError::Target("the writer failed".into()))?;
         }
         let started = std::time::Instant::now();
+        phase("building the views and spatial indexes", 0, 1);
         // The views and spatial indexes a server would build when it starts, built and saved
         // here (with the default settings), so that it starts from them.
         let features = crate::features::Features::open(
@@ -209,12 +220,24 @@ impl Target for Offline {
             crate::config::Config::default().feature_settings(),
         )
         .map_err(|e| LoadError::Target(format!("building the views: {e}")))?;
+        phase("saving the views and spatial indexes", 0, 1);
         let unsaved = features.save_views();
         drop(features);
         self.store.shutdown_blocking();
+        let took = started.elapsed();
+        // The documents went in by the batch, in id order: their pages are half full and
+        // plain. Rewritten in key order and compressed, they take a fraction of the disk.
+        let dir = self.store.path().parent().map(Path::to_path_buf);
+        drop(self.store);
+        let dir = dir.ok_or_else(|| LoadError::Target("the store has no directory".into()))?;
+        let repacked = crate::store::repack(&dir, |done, all| {
+            phase("compressing the documents", done, all)
+        })
+        .map_err(|e| LoadError::Target(format!("compressing the documents: {e}")))?;
         Ok(Some(ViewsBuilt {
-            took: started.elapsed(),
+            took,
             unsaved,
+            repacked,
         }))
     }
 }
@@ -595,7 +618,10 @@ mod http {
             &self.outcomes
         }
 
-        fn finish(mut self: Box<Self>) -> Result<Option<ViewsBuilt>, LoadError> {
+        fn finish(
+            mut self: Box<Self>,
+            _: &mut dyn FnMut(&str, u64, u64),
+        ) -> Result<Option<ViewsBuilt>, LoadError> {
             drop(self.queue.take());
             let tasks = std::mem::take(&mut self.tasks);
             self.runtime.block_on(async {

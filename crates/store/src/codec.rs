@@ -2,22 +2,29 @@
 //! followed by the content, so one redb value holds everything one read needs.
 //!
 //! ```text
-//! [0]      codec version (1)
+//! [0]      codec version: 1 (content as it is) or 2 (content compressed)
 //! [1]      format
 //! [2..6]   permissions: one role set per capability
 //! [6..8]   collection count, u16 LE
 //! then     per collection: u16 LE length + UTF-8 bytes
-//! then     the content, to the end of the value
+//! then     version 1: the content, to the end of the value
+//!          version 2: the dictionary's id (u32 LE), the content's length (u32 LE) and its
+//!          zstd frame, to the end of the value (`compress`)
 //! ```
+//!
+//! The header stays plain in both, so a scan can pass over a document on its header alone.
 
 use bytes::Bytes;
 
-use super::{Document, Format, StoreError};
+use super::{Document, Format, StoreError, compress};
 use crate::acl::Permissions;
 
 const VERSION: u8 = 1;
+const VERSION_COMPRESSED: u8 = 2;
 
-pub fn encode(doc: &Document) -> Vec<u8> {
+/// The stored bytes of `doc`, its content compressed with dictionary `dictionary` when that
+/// makes it smaller (0: no dictionary).
+pub fn encode(doc: &Document, dictionary: u32) -> Vec<u8> {
     let meta: usize = doc.collections.iter().map(|c| 2 + c.len()).sum();
     let mut out = Vec::with_capacity(8 + meta + doc.content.len());
     out.push(VERSION);
@@ -29,6 +36,15 @@ pub fn encode(doc: &Document) -> Vec<u8> {
         let len = u16::try_from(c.len()).unwrap_or(u16::MAX);
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(&c.as_bytes()[..len as usize]);
+    }
+    if dictionary != 0 {
+        let header = out.len();
+        out.extend_from_slice(&dictionary.to_le_bytes());
+        if compress::compress(dictionary, &doc.content, &mut out) {
+            out[0] = VERSION_COMPRESSED;
+            return out;
+        }
+        out.truncate(header);
     }
     out.extend_from_slice(&doc.content);
     out
@@ -78,7 +94,7 @@ impl<'a> Iterator for Names<'a> {
 }
 
 fn header_ok(bytes: &[u8]) -> bool {
-    bytes.len() >= 8 && bytes[0] == VERSION
+    bytes.len() >= 8 && (bytes[0] == VERSION || bytes[0] == VERSION_COMPRESSED)
 }
 
 /// Decode the header only: format, permissions, collections, and where the content starts.
@@ -120,8 +136,21 @@ pub(crate) fn decode(uri: &str, bytes: &[u8]) -> Result<Document, StoreError> {
         format,
         collections,
         permissions,
-        content: Bytes::copy_from_slice(&bytes[start..]),
+        content: content(uri, bytes, start)?,
     })
+}
+
+/// The content of stored bytes whose header ends at `start`.
+fn content(uri: &str, bytes: &[u8], start: usize) -> Result<Bytes, StoreError> {
+    if bytes[0] == VERSION {
+        return Ok(Bytes::copy_from_slice(&bytes[start..]));
+    }
+    let (id, stored) = bytes[start..]
+        .split_first_chunk::<4>()
+        .ok_or_else(|| corrupt(uri, "truncated compressed content"))?;
+    compress::decompress(u32::from_le_bytes(*id), stored)
+        .map(Bytes::from)
+        .map_err(|e| corrupt(uri, &e))
 }
 
 #[cfg(test)]
@@ -140,7 +169,7 @@ mod tests {
             permissions,
             content: Bytes::from_static(b"{\"a\":1}"),
         };
-        let bytes = encode(&doc);
+        let bytes = encode(&doc, 0);
         assert_eq!(decode("/a/b.json", &bytes).unwrap(), doc);
     }
 
@@ -153,7 +182,7 @@ mod tests {
             permissions: Permissions::document_default(),
             content: Bytes::from_static(b"{\"templates\":1}"),
         };
-        let bytes = encode(&doc);
+        let bytes = encode(&doc, 0);
         assert!(in_any_collection(&bytes, &["x", "templates"]));
         assert!(!in_any_collection(&bytes, &["template", "b"]));
         // The content is not a collection, and a cut header names none.
@@ -172,9 +201,87 @@ mod tests {
             permissions: Permissions::document_default(),
             content: Bytes::from_static(b"hi"),
         };
-        let bytes = encode(&doc);
+        let bytes = encode(&doc, 0);
         for cut in 0..11 {
             assert!(decode("/x", &bytes[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    fn sample(i: usize) -> Vec<u8> {
+        format!(
+            r#"{{"type":"Feature","properties":{{"name":"Place {i}","cc":"{}"}},"geometry":{{"type":"Point","coordinates":[{}.{},{}.{}]}}}}"#,
+            ["DE", "US", "FR", "ID"][i % 4],
+            i % 180,
+            i * 7919 % 100_000,
+            i % 90,
+            i * 104_729 % 100_000
+        )
+        .into_bytes()
+    }
+
+    fn trained() -> u32 {
+        let samples: Vec<Vec<u8>> = (0..2_000).map(sample).collect();
+        let dictionary = compress::train(&samples).expect("a dictionary");
+        compress::register(&dictionary).unwrap()
+    }
+
+    #[test]
+    fn compressed_content_reads_back_and_is_smaller() {
+        let id = trained();
+        for i in [3, 5_000, 77_777] {
+            let doc = Document {
+                uri: format!("/p/{i}.json"),
+                format: Format::Json,
+                collections: vec!["places".into()],
+                permissions: Permissions::document_default(),
+                content: Bytes::from(sample(i)),
+            };
+            let plain = encode(&doc, 0);
+            let packed = encode(&doc, id);
+            assert_eq!((plain[0], packed[0]), (VERSION, VERSION_COMPRESSED));
+            assert!(
+                packed.len() * 2 < plain.len(),
+                "{} bytes compressed, {} plain",
+                packed.len(),
+                plain.len()
+            );
+            assert_eq!(decode(&doc.uri, &packed).unwrap(), doc);
+            assert_eq!(decode(&doc.uri, &plain).unwrap(), doc);
+            // The header reads alike in both.
+            assert!(in_any_collection(&packed, &["places"]));
+            // Every cut of the compressed value is an error, not a panic or other content.
+            for cut in 0..packed.len() {
+                assert!(decode(&doc.uri, &packed[..cut]).is_err(), "cut at {cut}");
+            }
+        }
+        // Short contents stay plain, and an unknown dictionary is an error naming it.
+        let short = Document {
+            uri: "/s".into(),
+            format: Format::Json,
+            collections: vec![],
+            permissions: Permissions::document_default(),
+            content: Bytes::from_static(b"{}"),
+        };
+        assert_eq!(encode(&short, id)[0], VERSION);
+        let mut packed = encode(
+            &Document {
+                content: Bytes::from(sample(9)),
+                ..short
+            },
+            id,
+        );
+        packed[8..12].copy_from_slice(&(id ^ 0x5555).to_le_bytes());
+        let err = decode("/s", &packed).unwrap_err().to_string();
+        assert!(err.contains("is unknown"), "{err}");
+    }
+
+    #[test]
+    fn a_dictionary_id_names_its_bytes() {
+        let a = compress::train(&(0..2_000).map(sample).collect::<Vec<_>>()).unwrap();
+        assert_eq!(compress::register(&a).unwrap(), compress::id_of(&a));
+        assert_eq!(compress::register(&a).unwrap(), compress::id_of(&a));
+        assert_ne!(compress::id_of(&a), 0);
+        // Too few samples train none.
+        assert!(compress::train(&(0..10).map(sample).collect::<Vec<_>>()).is_none());
     }
 }

@@ -12,12 +12,15 @@ use geoshard_core::{FastMap, acl, cpu, error, metrics};
 
 mod changes;
 mod codec;
+mod compress;
 pub mod content;
 pub mod logged;
+mod repack;
 pub mod snapshot;
 mod types;
 mod writer;
 
+pub use repack::{Repacked, repack};
 pub use types::*;
 use writer::*;
 
@@ -144,6 +147,8 @@ impl Store {
             message: e.to_string(),
         })?;
         let path = dir.join("geoshard.redb");
+        // What a repack that did not finish left: the store it would have replaced is whole.
+        let _ = std::fs::remove_file(repack::repack_file(dir));
         let db = Database::builder()
             .set_cache_size(options.cache_bytes)
             .create(&path)
@@ -160,8 +165,10 @@ impl Store {
                 txn.open_table(t.definition()).map_err(storage)?;
             }
             txn.open_table(changes::CHANGES).map_err(storage)?;
+            txn.open_table(compress::DICTIONARIES).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
+        let dictionary = compress::load(&db)?;
         let (applied, last_commit) = {
             let txn = db.begin_read().map_err(storage)?;
             let meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
@@ -191,6 +198,7 @@ impl Store {
                     min: options.min_free_bytes,
                 },
                 quick_repair: options.quick_repair,
+                dictionary,
             };
             std::thread::Builder::new()
                 .name("store-writer".into())

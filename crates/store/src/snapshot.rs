@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use redb::ReadableTableMetadata;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::{APPLIED_KEY, DOCUMENTS, Store, StoreError, Table, changes, storage};
+use super::{APPLIED_KEY, DOCUMENTS, Store, StoreError, Table, changes, compress, storage};
 #[cfg(test)]
 use crate::acl::Caller;
 
@@ -34,12 +34,13 @@ impl Store {
             copy_table(&read, &out, t.definition())?;
         }
         copy_table(&read, &out, changes::CHANGES)?;
+        copy_table(&read, &out, compress::DICTIONARIES)?;
         let meta = read.open_table(Table::Meta.definition()).map_err(storage)?;
         Ok(changes::read_number(&meta, APPLIED_KEY)?.unwrap_or(0))
     }
 }
 
-fn copy_table<K, V>(
+pub(crate) fn copy_table<K, V>(
     read: &redb::ReadTransaction,
     out: &Database,
     table: TableDefinition<'static, K, V>,

@@ -488,3 +488,140 @@ fn records_by_prefix() {
     assert!(matches!(err, StoreError::Forbidden { .. }));
     store.shutdown_blocking();
 }
+
+fn place(i: usize) -> String {
+    format!(
+        r#"{{"type":"Feature","properties":{{"name":"Place {i}","n":{i}}},"geometry":{{"type":"Point","coordinates":[{}.{},{}.{}]}}}}"#,
+        i % 180,
+        i * 7919 % 100_000,
+        i % 90,
+        i * 104_729 % 100_000
+    )
+}
+
+fn every_document(dir: &std::path::Path) -> Vec<Document> {
+    let store = Store::open(dir, StoreOptions::default()).unwrap();
+    let mut docs = Vec::new();
+    store
+        .scan_documents(|d| {
+            docs.push(d);
+            Ok(())
+        })
+        .unwrap();
+    store.shutdown_blocking();
+    docs
+}
+
+/// The first byte of each stored value: the codec's version (2: compressed).
+fn stored_versions(store: &Store) -> Vec<u8> {
+    let txn = store.db.begin_read().unwrap();
+    let table = txn.open_table(DOCUMENTS).unwrap();
+    table
+        .iter()
+        .unwrap()
+        .map(|r| r.unwrap().1.value()[0])
+        .collect()
+}
+
+#[test]
+fn a_repack_keeps_every_document_and_record_and_compresses_later_writes() {
+    let dir = tempdir();
+    let n = 3_000;
+    let (point, commits) = {
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+            let ops = chunk
+                .iter()
+                .map(|i| put(&format!("/p/{i}.json"), &place(*i)))
+                .collect();
+            store.write_blocking(&writer(), ops).unwrap();
+        }
+        let record = Op::PutRecord {
+            table: Table::Meta,
+            key: "k".into(),
+            value: b"v".to_vec(),
+        };
+        store
+            .write_blocking(&Caller::system(), vec![record])
+            .unwrap();
+        let point = store.last_commit();
+        store.saved_at(point).unwrap();
+        store
+            .write_blocking(&writer(), vec![put("/p/7.json", &place(70_007))])
+            .unwrap();
+        assert!(stored_versions(&store).iter().all(|v| *v == 1));
+        let commits = store.last_commit();
+        store.shutdown_blocking();
+        (point, commits)
+    };
+    let before = every_document(&dir);
+    assert_eq!(before.len(), n);
+    // What a repack cut short left is no store: it is passed over.
+    std::fs::write(dir.join("geoshard.redb.repack"), b"half a file").unwrap();
+
+    let mut told = Vec::new();
+    let r = repack(&dir, |done, all| told.push((done, all))).unwrap();
+    assert!(r.trained);
+    assert_eq!(r.documents, n as u64);
+    assert_eq!(told.last(), Some(&(n as u64, n as u64)));
+    assert!(
+        r.bytes_after < r.bytes_before,
+        "{} bytes after, {} before",
+        r.bytes_after,
+        r.bytes_before
+    );
+    assert!(!dir.join("geoshard.redb.repack").exists());
+
+    assert_eq!(every_document(&dir), before);
+    let store = Store::open(&dir, StoreOptions::default()).unwrap();
+    assert!(stored_versions(&store).iter().all(|v| *v == 2));
+    assert_eq!(
+        store.get_record(Table::Meta, "k").unwrap(),
+        Some(b"v".to_vec())
+    );
+    assert_eq!(store.last_commit(), commits);
+    let changed = store.changed_since(point).unwrap().unwrap();
+    assert_eq!(changed.into_iter().collect::<Vec<_>>(), ["/p/7.json"]);
+    // Later writes are compressed with the dictionary, and read back.
+    store
+        .write_blocking(&writer(), vec![put("/q/1.json", &place(123_456))])
+        .unwrap();
+    assert_eq!(
+        stored_versions(&store).iter().filter(|v| **v == 2).count(),
+        n + 1
+    );
+    let doc = store.get(&writer(), "/q/1.json").unwrap().unwrap();
+    assert_eq!(&doc.content[..], place(123_456).as_bytes());
+    store.shutdown_blocking();
+    drop(store);
+
+    // A second repack reads the first's dictionary and trains its own.
+    let again = repack(&dir, |_, _| {}).unwrap();
+    assert_eq!(again.documents, n as u64 + 1);
+    let after = every_document(&dir);
+    assert_eq!(after.len(), n + 1);
+    assert_eq!(
+        after
+            .iter()
+            .filter(|d| d.uri != "/q/1.json")
+            .cloned()
+            .collect::<Vec<_>>(),
+        before
+    );
+}
+
+#[test]
+fn a_repack_of_a_few_documents_keeps_them_plain() {
+    let dir = tempdir();
+    {
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        store
+            .write_blocking(&writer(), vec![put("/a", &place(1)), put("/b", "2")])
+            .unwrap();
+        store.shutdown_blocking();
+    }
+    let before = every_document(&dir);
+    let r = repack(&dir, |_, _| {}).unwrap();
+    assert!(!r.trained);
+    assert_eq!(every_document(&dir), before);
+}

@@ -28,6 +28,8 @@ pub(crate) struct WriterSettings {
     pub(crate) batch_max: usize,
     pub(crate) space: SpaceCheck,
     pub(crate) quick_repair: bool,
+    /// The compression dictionary documents are written with (0: none).
+    pub(crate) dictionary: u32,
 }
 
 pub(crate) fn writer_loop(
@@ -115,7 +117,7 @@ pub(crate) fn commit_batch(
     writer: &WriterSettings,
 ) {
     let before = applied.load(Ordering::Acquire);
-    match write_batch(db, batch, hook, before, writer.quick_repair) {
+    match write_batch(db, batch, hook, before, writer) {
         Ok(done) => {
             applied.store(done.last, Ordering::Release);
             crate::metrics::record(|m| {
@@ -173,7 +175,7 @@ fn write_batch(
     batch: &mut [WriteRequest],
     hook: Option<&dyn CommitHook>,
     before: u64,
-    quick_repair: bool,
+    writer: &WriterSettings,
 ) -> Result<CommittedBatch, StoreError> {
     let mut last = before;
     let mut answers = Vec::with_capacity(batch.len());
@@ -181,7 +183,7 @@ fn write_batch(
     let mut spans = Vec::with_capacity(batch.len());
     let mut commit = None;
     let mut txn = db.begin_write().map_err(storage)?;
-    txn.set_quick_repair(quick_repair);
+    txn.set_quick_repair(writer.quick_repair);
     {
         let mut docs = txn.open_table(DOCUMENTS).map_err(storage)?;
         // The hook's state moves only in `committed`, after this transaction.
@@ -210,7 +212,7 @@ fn write_batch(
             let answer = match plan_request(&docs, &req.caller, ops, checks) {
                 Err(e) => Err(e),
                 Ok((planned, written)) => {
-                    apply_plan(&txn, &mut docs, planned, &mut changes)?;
+                    apply_plan(&txn, &mut docs, planned, writer.dictionary, &mut changes)?;
                     Ok(written)
                 }
             };
@@ -607,6 +609,7 @@ pub(crate) fn apply_plan(
     txn: &redb::WriteTransaction,
     docs: &mut DocTable<'_>,
     planned: Vec<Planned>,
+    dictionary: u32,
     changes: &mut Vec<Change>,
 ) -> Result<(), StoreError> {
     for p in planned {
@@ -614,7 +617,7 @@ pub(crate) fn apply_plan(
             Planned::Document { uri, doc, prepared } => {
                 match &doc {
                     Some(d) => {
-                        docs.insert(uri.as_str(), codec::encode(d).as_slice())
+                        docs.insert(uri.as_str(), codec::encode(d, dictionary).as_slice())
                             .map_err(storage)?;
                     }
                     None => {

@@ -1,0 +1,185 @@
+//! Documents compressed with a zstd dictionary trained on the store's own documents.
+//!
+//! Small JSON documents compress poorly one by one, and well against a dictionary of what
+//! they share (member names, common values). A dictionary is trained by [`crate::repack`]
+//! from a sample of the documents, kept in the `dictionaries` table under an id that is a
+//! checksum of its bytes, and used by every later write of the store. A stored value names
+//! its dictionary, so values of an older dictionary stay readable until a repack rewrites
+//! them. Dictionaries are registered once per process, by id, and never dropped: a store
+//! has one or two in its life.
+
+use std::cell::RefCell;
+use std::sync::LazyLock;
+
+use parking_lot::RwLock;
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use zstd::bulk::{Compressor, Decompressor};
+use zstd::dict::{DecoderDictionary, EncoderDictionary};
+
+use super::{FastMap, StoreError, storage};
+
+/// Dictionary id -> the dictionary's bytes; key [`CURRENT`] holds the id new writes use.
+pub(crate) const DICTIONARIES: TableDefinition<u32, &[u8]> = TableDefinition::new("dictionaries");
+/// The key of the current dictionary's id (no dictionary has id 0).
+const CURRENT: u32 = 0;
+/// zstd's level: its default, which compresses these documents as well as higher levels do.
+const LEVEL: i32 = 3;
+/// The size a dictionary is trained to.
+pub(crate) const DICTIONARY_BYTES: usize = 64 * 1024;
+/// Contents shorter than this are stored as they are.
+const MIN_BYTES: usize = 32;
+
+struct Dictionary {
+    bytes: Vec<u8>,
+    encoder: EncoderDictionary<'static>,
+    decoder: DecoderDictionary<'static>,
+}
+
+static REGISTRY: LazyLock<RwLock<FastMap<u32, &'static Dictionary>>> =
+    LazyLock::new(Default::default);
+
+thread_local! {
+    static COMPRESSOR: RefCell<Option<Compressor<'static>>> = const { RefCell::new(None) };
+    static DECOMPRESSOR: RefCell<Option<Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+/// The id of a dictionary: a checksum of its bytes, never 0.
+pub(crate) fn id_of(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes).max(1)
+}
+
+/// Make a dictionary usable by this process; its id.
+pub(crate) fn register(bytes: &[u8]) -> Result<u32, StoreError> {
+    let id = id_of(bytes);
+    if let Some(known) = REGISTRY.read().get(&id) {
+        return if known.bytes == bytes {
+            Ok(id)
+        } else {
+            Err(StoreError::Corrupt(format!(
+                "two different compression dictionaries have the id {id}"
+            )))
+        };
+    }
+    let dictionary: &'static Dictionary = Box::leak(Box::new(Dictionary {
+        bytes: bytes.to_vec(),
+        encoder: EncoderDictionary::copy(bytes, LEVEL),
+        decoder: DecoderDictionary::copy(bytes),
+    }));
+    REGISTRY.write().entry(id).or_insert(dictionary);
+    Ok(id)
+}
+
+fn get(id: u32) -> Option<&'static Dictionary> {
+    REGISTRY.read().get(&id).copied()
+}
+
+/// Register the dictionaries of a store; the id its writes use (0: none, stored plainly).
+pub(crate) fn load(db: &redb::Database) -> Result<u32, StoreError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let table = match txn.open_table(DICTIONARIES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(e) => return Err(storage(e)),
+    };
+    let mut current = 0;
+    for entry in table.iter().map_err(storage)? {
+        let (k, v) = entry.map_err(storage)?;
+        if k.value() == CURRENT {
+            let b = v.value();
+            let id: [u8; 4] = b.try_into().map_err(|_| {
+                StoreError::Corrupt("the current dictionary's id is not 4 bytes".into())
+            })?;
+            current = u32::from_le_bytes(id);
+        } else if register(v.value())? != k.value() {
+            return Err(StoreError::Corrupt(format!(
+                "compression dictionary {} does not match its id",
+                k.value()
+            )));
+        }
+    }
+    if current != 0 && get(current).is_none() {
+        return Err(StoreError::Corrupt(format!(
+            "the current compression dictionary {current} is missing"
+        )));
+    }
+    Ok(current)
+}
+
+/// Write `dictionary` (already registered) as the one writes use, in a new store's write
+/// transaction.
+pub(crate) fn store_current(
+    txn: &redb::WriteTransaction,
+    id: u32,
+    dictionary: &[u8],
+) -> Result<(), StoreError> {
+    let mut table = txn.open_table(DICTIONARIES).map_err(storage)?;
+    table.insert(id, dictionary).map_err(storage)?;
+    table
+        .insert(CURRENT, id.to_le_bytes().as_slice())
+        .map_err(storage)?;
+    Ok(())
+}
+
+/// Append `content` compressed with dictionary `id` to `out` as `[length u32 LE][frame]`;
+/// false (and `out` unchanged) when it would not be smaller, or is too short to try.
+pub(crate) fn compress(id: u32, content: &[u8], out: &mut Vec<u8>) -> bool {
+    let (Some(dictionary), Ok(len)) = (get(id), u32::try_from(content.len())) else {
+        return false;
+    };
+    if content.len() < MIN_BYTES {
+        return false;
+    }
+    let frame = COMPRESSOR.with_borrow_mut(|c| {
+        let c = match c {
+            Some(c) => c,
+            None => c.insert(Compressor::new(LEVEL).ok()?),
+        };
+        c.set_prepared_dictionary(&dictionary.encoder).ok()?;
+        c.compress(content).ok()
+    });
+    match frame {
+        Some(frame) if frame.len() + 4 < content.len() => {
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(&frame);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The content of `[length u32 LE][frame]` compressed with dictionary `id`.
+pub(crate) fn decompress(id: u32, stored: &[u8]) -> Result<Vec<u8>, String> {
+    let dictionary = get(id).ok_or_else(|| format!("compression dictionary {id} is unknown"))?;
+    let (len, frame) = stored
+        .split_first_chunk::<4>()
+        .ok_or("the compressed content is cut short")?;
+    let len = u32::from_le_bytes(*len) as usize;
+    let content = DECOMPRESSOR.with_borrow_mut(|d| {
+        let d = match d {
+            Some(d) => d,
+            None => d.insert(Decompressor::new().map_err(|e| e.to_string())?),
+        };
+        d.set_prepared_dictionary(&dictionary.decoder)
+            .map_err(|e| e.to_string())?;
+        d.decompress(frame, len).map_err(|e| e.to_string())
+    })?;
+    if content.len() != len {
+        return Err(format!(
+            "the content is {} bytes, not the {len} recorded",
+            content.len()
+        ));
+    }
+    Ok(content)
+}
+
+/// A dictionary trained on `samples` (documents' contents), or `None` when they are too few
+/// or too alike to train one.
+pub(crate) fn train(samples: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let total: usize = samples.iter().map(Vec::len).sum();
+    // zstd's trainer wants about a hundred times the dictionary's size in samples.
+    let size = DICTIONARY_BYTES.min(total / 100);
+    if samples.len() < 100 || size < 1024 {
+        return None;
+    }
+    zstd::dict::from_samples(samples, size).ok()
+}
