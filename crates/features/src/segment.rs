@@ -522,8 +522,14 @@ fn decode_documents(c: &mut Cursor<'_>, rows: usize) -> Result<Decoded, Fault> {
     by_uri.reserve(docs);
     let mut readers = Vec::with_capacity(rows);
     let mut slots: Vec<u32> = Vec::new();
+    let mut previous: Option<&str> = None;
     for _ in 0..docs {
         let uri = c.str()?;
+        // Saved in the order of their bytes, each once: so listed, none needs looking up.
+        if previous.is_some_and(|p| p >= uri) {
+            return Err("damaged (documents out of order, or listed twice)".into());
+        }
+        previous = Some(uri);
         let r = RoleSet::from_bits(c.u8()?);
         let n = c.u32()? as usize;
         let first = readers.len();
@@ -536,9 +542,7 @@ fn decode_documents(c: &mut Cursor<'_>, rows: usize) -> Result<Decoded, Fault> {
         readers.resize(first + n, r);
         slots.clear();
         slots.extend(first as u32..(first + n) as u32);
-        if !by_uri.set(uri, &slots) {
-            return Err("damaged (a document listed twice)".into());
-        }
+        by_uri.add_new(uri, &slots);
     }
     if readers.len() != rows {
         return Err("damaged (fewer rows than the view holds)".into());

@@ -528,6 +528,20 @@ impl DocIndex {
             self.drop_many(old);
             return false;
         }
+        self.add(uri, (dir, rest), h, code);
+        true
+    }
+
+    /// Add `uri`, which the index does not hold (the caller knows: a saved view's documents
+    /// are listed once each, in order), with its slots (at least one).
+    pub fn add_new(&mut self, uri: &str, slots: &[u32]) {
+        let code = self.encode(slots);
+        let parts = split(uri);
+        let h = hash_split(&self.state, parts);
+        self.add(uri, parts, h, code);
+    }
+
+    fn add(&mut self, uri: &str, (dir, rest): (&str, &str), h: u64, code: u32) {
         let c = self.directory(dir);
         let d = self.rests.push(if c == 0 { uri } else { rest });
         let d_at = d as usize;
@@ -541,7 +555,6 @@ impl DocIndex {
         let mut table = std::mem::take(&mut self.table);
         table.insert_unique(h, d, |d| hash_split(&self.state, self.split_at(*d)));
         self.table = table;
-        true
     }
 
     /// Take `uri` out; returns its slots.

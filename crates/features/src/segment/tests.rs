@@ -269,3 +269,40 @@ fn file_names_escape_what_a_path_must_not_hold() {
     );
     assert_eq!(file_name(&ViewKey::new("a/b", "..")), "a%2fb....seg");
 }
+
+/// The documents section as `encode_documents` writes it, for the URIs given, a row each.
+fn documents_section(uris: &[&str]) -> Vec<u8> {
+    let mut w = Vec::new();
+    put_u64(&mut w, uris.len() as u64);
+    for uri in uris {
+        put_u32(&mut w, uri.len() as u32);
+        w.extend_from_slice(uri.as_bytes());
+        w.push(RoleSet::from_bits(1).bits());
+        put_u32(&mut w, 1);
+    }
+    w
+}
+
+#[test]
+fn documents_must_be_listed_once_each_in_order() {
+    let good = documents_section(&["/a/1.json", "/a/10.json", "/a/2.json", "/b"]);
+    let Decoded::Documents { docs, readers } =
+        decode_documents(&mut Cursor(&good), 4).expect("in order")
+    else {
+        panic!("not documents")
+    };
+    assert_eq!(readers.len(), 4);
+    assert_eq!(docs.get("/a/10.json"), [1]);
+    assert_eq!(docs.get("/b"), [3]);
+    assert!(docs.get("/a/3.json").is_empty());
+    for (uris, why) in [
+        (["/a/2.json", "/a/10.json", "/b"], "out of order"),
+        (["/a/1.json", "/a/1.json", "/b"], "listed twice"),
+    ] {
+        let bytes = documents_section(&uris);
+        let err = decode_documents(&mut Cursor(&bytes), 3)
+            .err()
+            .unwrap_or_else(|| panic!("{uris:?} taken"));
+        assert!(err.contains(why), "{err}");
+    }
+}
