@@ -698,7 +698,13 @@ fn mollusks_through_a_js_flow_then_a_point_query() {
 /// both data formats.
 #[test]
 fn deep_flow_output_is_refused_or_enveloped_whole() {
-    let srv = flow_server(false);
+    // Room to reach QuickJS's stack limit before the time limit on a loaded machine.
+    let srv = TestServer::start_with(|c| {
+        c.project = Some(project_dir());
+        c.js_time_limit_ms = 5_000;
+        c.js_memory_limit_bytes = 32 * 1024 * 1024;
+        c.js_pool_size = 2;
+    });
     let mut w = srv.client(WRITER);
     let deep = |w: &mut Client, uri: &str, depth: usize| {
         flow_put(
