@@ -3,6 +3,9 @@
 //! them) and the same commits (10,000 documents, durable), written
 //!
 //! - by `Store::write_blocking`, as the offline loader does, and
+//! - by `Store::write_blocking` into a store with a compression dictionary (trained by a
+//!   repack of 20,000 other documents of the same shape first), so each document is
+//!   compressed on the writer thread, and
 //! - straight into a redb table of the same shape (`&str` URI to bytes), one `get` and one
 //!   `insert` a document, as the store's writer does.
 //!
@@ -47,6 +50,18 @@ fn documents(n: usize) -> Vec<(String, Bytes)> {
         chunk.sort_by(|a, b| a.0.cmp(&b.0));
     }
     docs
+}
+
+/// A store whose writes are compressed: seeded with `seed` and repacked, which trains its
+/// dictionary.
+fn with_dictionary(dir: &std::path::Path, seed: &[(String, Bytes)]) {
+    let renamed: Vec<(String, Bytes)> = seed
+        .iter()
+        .map(|(uri, d)| (format!("/seed{uri}"), d.clone()))
+        .collect();
+    through_store(dir, &renamed);
+    let r = geoshard::store::repack(dir, |_, _| {}).unwrap();
+    assert!(r.trained);
 }
 
 fn through_store(dir: &std::path::Path, docs: &[(String, Bytes)]) -> f64 {
@@ -125,16 +140,21 @@ fn main() {
         bytes / 1_000_000
     );
     let work = std::env::temp_dir().join(format!("geoshard-store-writes-{}", std::process::id()));
-    let (mut store, mut alone) = (Vec::new(), Vec::new());
+    let seed = documents(20_000);
+    let (mut store, mut compressed, mut alone) = (Vec::new(), Vec::new(), Vec::new());
     for run in 1..=repeat {
         let _ = std::fs::remove_dir_all(&work);
         let s = n as f64 / through_store(&work.join("store"), &docs);
+        with_dictionary(&work.join("compressed"), &seed);
+        let c = n as f64 / through_store(&work.join("compressed"), &docs);
         let a = n as f64 / redb_alone(&work.join("alone"), &docs);
-        println!("run {run}: store {s:.0}/s, redb alone {a:.0}/s");
+        println!("run {run}: store {s:.0}/s, compressed {c:.0}/s, redb alone {a:.0}/s");
         store.push(s);
+        compressed.push(c);
         alone.push(a);
     }
     let _ = std::fs::remove_dir_all(&work);
     summary("store (Store::write_blocking)", store);
+    summary("store with a dictionary", compressed);
     summary("redb alone (get + insert)", alone);
 }
