@@ -26,7 +26,7 @@ use parking_lot::RwLock;
 use rayon::prelude::*;
 
 /// Bumped whenever what a view holds for a document changes meaning.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 const MAGIC: &[u8; 8] = b"GSVIEWS\0";
 const END: &[u8; 4] = b"END.";
 
@@ -130,6 +130,15 @@ fn put_u64(w: &mut Vec<u8>, v: u64) {
     w.extend_from_slice(&v.to_le_bytes());
 }
 
+/// LEB128: seven bits a byte, low first, the high bit set on every byte but the last.
+fn put_varint(w: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        w.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    w.push(v as u8);
+}
+
 fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
     put_u32(w, b.len() as u32);
     w.extend_from_slice(b);
@@ -177,6 +186,19 @@ impl<'a> Cursor<'a> {
 
     fn u32(&mut self) -> Result<u32, Fault> {
         Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    /// A [`put_varint`] value that fits in a `u32`.
+    fn varint(&mut self) -> Result<u32, Fault> {
+        let mut v: u64 = 0;
+        for i in 0..5 {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return u32::try_from(v).map_err(|_| "damaged (a number too large)".into());
+            }
+        }
+        Err("damaged (a number too long)".into())
     }
 
     fn u64(&mut self) -> Result<u64, Fault> {
@@ -251,13 +273,25 @@ struct Dictionary {
 fn encode_documents(listing: &Listing) -> Vec<u8> {
     let mut w = Vec::new();
     put_u64(&mut w, listing.len() as u64);
+    // Each URI front-coded against the one before (they are in byte order): the bytes it
+    // shares with it, then the rest.
+    let (mut previous, mut current) = (Vec::new(), Vec::new());
     for (uri, readers, slots) in listing.iter() {
-        put_u32(&mut w, uri.len() as u32);
+        current.clear();
         for part in uri.parts() {
-            w.extend_from_slice(part.as_bytes());
+            current.extend_from_slice(part.as_bytes());
         }
+        let shared = previous
+            .iter()
+            .zip(&current)
+            .take_while(|(a, b)| a == b)
+            .count();
+        put_varint(&mut w, shared as u64);
+        put_varint(&mut w, (current.len() - shared) as u64);
+        w.extend_from_slice(&current[shared..]);
         w.push(readers.bits());
-        put_u32(&mut w, slots.len() as u32);
+        put_varint(&mut w, slots.len() as u64);
+        std::mem::swap(&mut previous, &mut current);
     }
     w
 }
@@ -517,21 +551,33 @@ enum Decoded {
 
 /// The documents section: each URI with its readers and rows, numbered in order.
 fn decode_documents(c: &mut Cursor<'_>, rows: usize) -> Result<Decoded, Fault> {
-    let docs = c.count(9)?;
+    let docs = c.count(4)?;
     let mut by_uri = DocIndex::default();
     by_uri.reserve(docs);
     let mut readers = Vec::with_capacity(rows);
     let mut slots: Vec<u32> = Vec::new();
-    let mut previous: Option<&str> = None;
-    for _ in 0..docs {
-        let uri = c.str()?;
+    let mut uri = String::new();
+    for i in 0..docs {
+        let shared = c.varint()? as usize;
+        let len = c.varint()? as usize;
+        let rest = c.take(len)?;
         // Saved in the order of their bytes, each once: so listed, none needs looking up.
-        if previous.is_some_and(|p| p >= uri) {
+        // The URI is greater than the one before exactly when its own part starts with a
+        // greater byte, or it follows the whole of the one before.
+        let greater = match (uri.as_bytes().get(shared), rest.first()) {
+            _ if i == 0 => shared == 0,
+            _ if shared > uri.len() => false,
+            (None, Some(_)) => true,
+            (Some(before), Some(first)) => first > before,
+            (_, None) => false,
+        };
+        if !greater || !uri.is_char_boundary(shared) {
             return Err("damaged (documents out of order, or listed twice)".into());
         }
-        previous = Some(uri);
+        uri.truncate(shared);
+        uri.push_str(std::str::from_utf8(rest).map_err(|_| "a URI is not UTF-8".to_string())?);
         let r = RoleSet::from_bits(c.u8()?);
-        let n = c.u32()? as usize;
+        let n = c.varint()? as usize;
         let first = readers.len();
         if first + n > rows {
             return Err("damaged (more rows than the view holds)".into());
@@ -542,7 +588,7 @@ fn decode_documents(c: &mut Cursor<'_>, rows: usize) -> Result<Decoded, Fault> {
         readers.resize(first + n, r);
         slots.clear();
         slots.extend(first as u32..(first + n) as u32);
-        by_uri.add_new(uri, &slots);
+        by_uri.add_new(&uri, &slots);
     }
     if readers.len() != rows {
         return Err("damaged (fewer rows than the view holds)".into());

@@ -358,10 +358,6 @@ fn split(uri: &str) -> (&str, &str) {
 pub(crate) struct Uri<'a>(&'a str, &'a str);
 
 impl Uri<'_> {
-    pub fn len(&self) -> usize {
-        self.0.len() + self.1.len()
-    }
-
     pub fn bytes(&self) -> impl Iterator<Item = u8> + '_ {
         self.0.bytes().chain(self.1.bytes())
     }

@@ -270,15 +270,24 @@ fn file_names_escape_what_a_path_must_not_hold() {
     assert_eq!(file_name(&ViewKey::new("a/b", "..")), "a%2fb....seg");
 }
 
-/// The documents section as `encode_documents` writes it, for the URIs given, a row each.
+/// The documents section as `encode_documents` writes it, for the URIs given, a row each
+/// (front-coded as `encode_documents` does, whatever their order).
 fn documents_section(uris: &[&str]) -> Vec<u8> {
     let mut w = Vec::new();
     put_u64(&mut w, uris.len() as u64);
+    let mut previous: &[u8] = b"";
     for uri in uris {
-        put_u32(&mut w, uri.len() as u32);
-        w.extend_from_slice(uri.as_bytes());
+        let shared = previous
+            .iter()
+            .zip(uri.as_bytes())
+            .take_while(|(a, b)| a == b)
+            .count();
+        put_varint(&mut w, shared as u64);
+        put_varint(&mut w, (uri.len() - shared) as u64);
+        w.extend_from_slice(&uri.as_bytes()[shared..]);
         w.push(RoleSet::from_bits(1).bits());
-        put_u32(&mut w, 1);
+        put_varint(&mut w, 1);
+        previous = uri.as_bytes();
     }
     w
 }
@@ -298,6 +307,7 @@ fn documents_must_be_listed_once_each_in_order() {
     for (uris, why) in [
         (["/a/2.json", "/a/10.json", "/b"], "out of order"),
         (["/a/1.json", "/a/1.json", "/b"], "listed twice"),
+        (["/a/1.json", "/a/1", "/b"], "out of order"),
     ] {
         let bytes = documents_section(&uris);
         let err = decode_documents(&mut Cursor(&bytes), 3)
@@ -305,4 +315,19 @@ fn documents_must_be_listed_once_each_in_order() {
             .unwrap_or_else(|| panic!("{uris:?} taken"));
         assert!(err.contains(why), "{err}");
     }
+}
+
+#[test]
+fn varints_read_back_and_refuse_what_does_not_fit() {
+    for v in [0u64, 1, 127, 128, 300, 16_383, 16_384, u32::MAX as u64] {
+        let mut w = Vec::new();
+        put_varint(&mut w, v);
+        let mut c = Cursor(&w);
+        assert_eq!(c.varint().unwrap() as u64, v);
+        assert!(c.end().is_ok());
+    }
+    let mut w = Vec::new();
+    put_varint(&mut w, u32::MAX as u64 + 1);
+    assert!(Cursor(&w).varint().is_err());
+    assert!(Cursor(&[0x80, 0x80]).varint().is_err());
 }
