@@ -396,8 +396,12 @@ fn compact(dir: &Path) -> Result<(), String> {
     if !geoshard::store::snapshot::store_file(dir).exists() {
         return Err(format!("{}: no store here", dir.display()));
     }
-    let r = geoshard::store::repack(dir, |_, _| {})
-        .map_err(|e| format!("{e} (is a server running on this data directory? stop it first)"))?;
+    let r = geoshard::store::repack(dir, |_, _| {}).map_err(|e| match e {
+        geoshard::store::StoreError::Open { .. } => {
+            format!("{e} (is a server running on this data directory? stop it first)")
+        }
+        e => e.to_string(),
+    })?;
     println!(
         "{} documents {} in {:.1} s: the store is {} MB, was {} MB",
         r.documents,

@@ -99,11 +99,15 @@ fn load_all(target: &Target) {
         let r = load_into(target, &file, service, &[]);
         assert_eq!(r.code, code, "{}", r.report);
         if let Target::Offline(_) = target {
-            assert!(
-                r.report.contains("documents compressed and packed in"),
-                "{}",
-                r.report
-            );
+            // A load that writes a quarter of the store's documents or more rewrites it: the
+            // first (the counties) and the places; the others are small beside them.
+            let rewrites = matches!(service, "counties" | "places");
+            let said = if rewrites {
+                "documents compressed and packed in"
+            } else {
+                "the store was not rewritten: the load wrote less than 1/4 of its documents"
+            };
+            assert!(r.report.contains(said), "{service}: {}", r.report);
         }
         assert!(
             r.report

@@ -203,13 +203,19 @@ impl Summary {
             )),
             None => {}
         }
-        if let Some(r) = self.views_built.map(|b| b.repacked) {
-            out.push_str(&format!(
+        match self.views_built.map(|b| b.repacked) {
+            Some(Some(r)) => out.push_str(&format!(
                 "documents compressed and packed in {:.1} s of it: the store is {} MB, was {} MB\n",
                 r.took.as_secs_f64(),
                 r.bytes_after / 1_000_000,
                 r.bytes_before / 1_000_000
-            ));
+            )),
+            Some(None) => out.push_str(&format!(
+                "the store was not rewritten: the load wrote less than 1/{} of its documents \
+                 (`geoshard compact` packs and compresses them)\n",
+                target::REPACK_SHARE
+            )),
+            None => {}
         }
         if let Some((at, problem)) = &self.strict_stop {
             out.push_str(&format!("stopped at {at}: {problem} (--strict)\n"));

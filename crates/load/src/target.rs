@@ -72,9 +72,14 @@ pub struct ViewsBuilt {
     /// Views built but not saved (too little free disk, or a write failed): the server's
     /// start builds them from the documents.
     pub unsaved: usize,
-    /// The store rewritten: documents in key order and compressed.
-    pub repacked: crate::store::Repacked,
+    /// The store rewritten (documents in key order and compressed), when the load wrote at
+    /// least a [`REPACK_SHARE`]th of its documents; `None` otherwise.
+    pub repacked: Option<crate::store::Repacked>,
 }
+
+/// A load that writes at least 1/`REPACK_SHARE` of the store's documents rewrites the store
+/// at its end; a smaller one into a large store would cost a rewrite of the whole for little.
+pub const REPACK_SHARE: u64 = 4;
 
 /// The offline loader's page cache: a load rereads the B-tree pages it writes, and the
 /// server's default (128 MiB) holds too few of them past about a million documents.
@@ -86,6 +91,8 @@ pub struct Offline {
     queue: Option<Sender<Batch>>,
     outcomes: Receiver<Outcome>,
     writer: Option<JoinHandle<()>>,
+    /// Documents this load wrote.
+    written: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Offline {
@@ -103,8 +110,10 @@ impl Offline {
         let store = Arc::new(store);
         let (queue, batches) = bounded::<Batch>(2);
         let (report, outcomes) = crossbeam_channel::unbounded();
+        let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let writer = {
             let store = store.clone();
+            let written = written.clone();
             let collection = collection.to_string();
             std::thread::Builder::new()
                 .name("geoshard-load-writer".into())
@@ -118,15 +127,18 @@ impl Offline {
                             .map(|(uri, content)| put(uri, content, &collection, perms))
                             .collect();
                         let outcome = match store.write_blocking(&Caller::system(), ops) {
-                            Ok(w) => Outcome {
-                                written: n,
-                                warnings: w
-                                    .warnings
-                                    .into_iter()
-                                    .map(|w| (w.uri, w.message))
-                                    .collect(),
-                                failed: None,
-                            },
+                            Ok(w) => {
+                                written.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                                Outcome {
+                                    written: n,
+                                    warnings: w
+                                        .warnings
+                                        .into_iter()
+                                        .map(|w| (w.uri, w.message))
+                                        .collect(),
+                                    failed: None,
+                                }
+                            }
                             Err(e) => Outcome {
                                 failed: Some((b.first, e.to_string(), n)),
                                 ..Outcome::default()
@@ -144,6 +156,7 @@ impl Offline {
             queue: Some(queue),
             outcomes,
             writer: Some(writer),
+            written,
         })
     }
 }
@@ -227,13 +240,23 @@ impl Target for Offline {
         let took = started.elapsed();
         // The documents went in by the batch, in id order: their pages are half full and
         // plain. Rewritten in key order and compressed, they take a fraction of the disk.
+        let written = self.written.load(std::sync::atomic::Ordering::Relaxed);
+        let held = self
+            .store
+            .document_count()
+            .map_err(|e| LoadError::Target(e.to_string()))?;
         let dir = self.store.path().parent().map(Path::to_path_buf);
         drop(self.store);
         let dir = dir.ok_or_else(|| LoadError::Target("the store has no directory".into()))?;
-        let repacked = crate::store::repack(&dir, |done, all| {
-            phase("compressing the documents", done, all)
-        })
-        .map_err(|e| LoadError::Target(format!("compressing the documents: {e}")))?;
+        let repacked = if written > 0 && written.saturating_mul(REPACK_SHARE) >= held {
+            let r = crate::store::repack(&dir, |done, all| {
+                phase("compressing the documents", done, all)
+            })
+            .map_err(|e| LoadError::Target(format!("compressing the documents: {e}")))?;
+            Some(r)
+        } else {
+            None
+        };
         Ok(Some(ViewsBuilt {
             took,
             unsaved,

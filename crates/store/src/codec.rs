@@ -8,8 +8,8 @@
 //! [6..8]   collection count, u16 LE
 //! then     per collection: u16 LE length + UTF-8 bytes
 //! then     version 1: the content, to the end of the value
-//!          version 2: the dictionary's id (u32 LE), the content's length (u32 LE) and its
-//!          zstd frame, to the end of the value (`compress`)
+//!          version 2: the dictionary's id (u32 LE), then the content's zstd frame (which
+//!          records its size), to the end of the value (`compress`)
 //! ```
 //!
 //! The header stays plain in both, so a scan can pass over a document on its header alone.
@@ -145,10 +145,10 @@ fn content(uri: &str, bytes: &[u8], start: usize) -> Result<Bytes, StoreError> {
     if bytes[0] == VERSION {
         return Ok(Bytes::copy_from_slice(&bytes[start..]));
     }
-    let (id, stored) = bytes[start..]
+    let (id, frame) = bytes[start..]
         .split_first_chunk::<4>()
         .ok_or_else(|| corrupt(uri, "truncated compressed content"))?;
-    compress::decompress(u32::from_le_bytes(*id), stored)
+    compress::decompress(u32::from_le_bytes(*id), frame)
         .map(Bytes::from)
         .map_err(|e| corrupt(uri, &e))
 }

@@ -26,8 +26,11 @@ const CURRENT: u32 = 0;
 const LEVEL: i32 = 3;
 /// The size a dictionary is trained to.
 pub(crate) const DICTIONARY_BYTES: usize = 64 * 1024;
-/// Contents shorter than this are stored as they are.
+/// Contents shorter than this, or longer than the largest, are stored as they are.
 const MIN_BYTES: usize = 32;
+/// The largest content compressed: a frame claiming more is damaged, and its claim never
+/// sizes an allocation.
+const MAX_BYTES: usize = 64 * 1024 * 1024;
 
 struct Dictionary {
     bytes: Vec<u8>,
@@ -120,13 +123,14 @@ pub(crate) fn store_current(
     Ok(())
 }
 
-/// Append `content` compressed with dictionary `id` to `out` as `[length u32 LE][frame]`;
-/// false (and `out` unchanged) when it would not be smaller, or is too short to try.
+/// Append `content` compressed with dictionary `id` to `out` (a zstd frame, which records
+/// the content's size); false (and `out` unchanged) when it would not be smaller, or is too
+/// short or too long to try.
 pub(crate) fn compress(id: u32, content: &[u8], out: &mut Vec<u8>) -> bool {
-    let (Some(dictionary), Ok(len)) = (get(id), u32::try_from(content.len())) else {
+    let Some(dictionary) = get(id) else {
         return false;
     };
-    if content.len() < MIN_BYTES {
+    if !(MIN_BYTES..=MAX_BYTES).contains(&content.len()) {
         return false;
     }
     let frame = COMPRESSOR.with_borrow_mut(|c| {
@@ -138,8 +142,7 @@ pub(crate) fn compress(id: u32, content: &[u8], out: &mut Vec<u8>) -> bool {
         c.compress(content).ok()
     });
     match frame {
-        Some(frame) if frame.len() + 4 < content.len() => {
-            out.extend_from_slice(&len.to_le_bytes());
+        Some(frame) if frame.len() < content.len() => {
             out.extend_from_slice(&frame);
             true
         }
@@ -147,13 +150,14 @@ pub(crate) fn compress(id: u32, content: &[u8], out: &mut Vec<u8>) -> bool {
     }
 }
 
-/// The content of `[length u32 LE][frame]` compressed with dictionary `id`.
-pub(crate) fn decompress(id: u32, stored: &[u8]) -> Result<Vec<u8>, String> {
+/// The content of a frame compressed with dictionary `id`.
+pub(crate) fn decompress(id: u32, frame: &[u8]) -> Result<Vec<u8>, String> {
     let dictionary = get(id).ok_or_else(|| format!("compression dictionary {id} is unknown"))?;
-    let (len, frame) = stored
-        .split_first_chunk::<4>()
-        .ok_or("the compressed content is cut short")?;
-    let len = u32::from_le_bytes(*len) as usize;
+    let len = match zstd::zstd_safe::get_frame_content_size(frame) {
+        Ok(Some(len)) if len <= MAX_BYTES as u64 => len as usize,
+        Ok(Some(len)) => return Err(format!("a compressed content claims {len} bytes")),
+        Ok(None) | Err(_) => return Err("the compressed content's frame is damaged".into()),
+    };
     let content = DECOMPRESSOR.with_borrow_mut(|d| {
         let d = match d {
             Some(d) => d,
@@ -165,7 +169,7 @@ pub(crate) fn decompress(id: u32, stored: &[u8]) -> Result<Vec<u8>, String> {
     })?;
     if content.len() != len {
         return Err(format!(
-            "the content is {} bytes, not the {len} recorded",
+            "the content is {} bytes, not the {len} its frame records",
             content.len()
         ));
     }

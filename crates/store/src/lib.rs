@@ -301,6 +301,13 @@ impl Store {
         changes::recorded(&txn)
     }
 
+    /// How many documents the store holds.
+    pub fn document_count(&self) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
+        redb::ReadableTableMetadata::len(&table).map_err(storage)
+    }
+
     /// The last log entry this store applied (0 before any).
     pub fn applied(&self) -> u64 {
         self.applied.load(Ordering::Acquire)

@@ -63,17 +63,14 @@ pub fn repack(dir: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Repacked
         None => kept,
     };
     let mut out = Database::builder().create(&tmp).map_err(storage)?;
-    {
-        let txn = out.begin_write().map_err(storage)?;
-        match &dictionary {
-            Some(d) => compress::store_current(&txn, id, d)?,
-            // Keep every dictionary: the documents keep theirs.
-            None => drop(txn.open_table(compress::DICTIONARIES).map_err(storage)?),
+    match &dictionary {
+        Some(d) => {
+            let txn = out.begin_write().map_err(storage)?;
+            compress::store_current(&txn, id, d)?;
+            txn.commit().map_err(storage)?;
         }
-        txn.commit().map_err(storage)?;
-    }
-    if dictionary.is_none() {
-        copy_table(&read, &out, compress::DICTIONARIES)?;
+        // Every dictionary kept: the documents keep theirs.
+        None => copy_table(&read, &out, compress::DICTIONARIES)?,
     }
 
     let written = copy_documents(&docs, &out, id, total, &mut progress)?;
