@@ -12,8 +12,11 @@
 //! Templates and descriptors are validated before they land (a 400 naming the fault). This
 //! module knows nothing of HTTP; [`query`] runs the geoQueryService queries.
 
+#![forbid(unsafe_code)]
+
 // Sibling crates under the module names the code uses.
 use geoshard_core::{FastMap, acl, error, time};
+use geoshard_paged as paged;
 use geoshard_spatial as spatial;
 use geoshard_store as store;
 
@@ -28,6 +31,7 @@ mod persist;
 pub mod placement;
 pub mod query;
 mod segment;
+mod sorted;
 pub mod strings;
 pub mod template;
 pub mod view;

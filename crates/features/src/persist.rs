@@ -99,30 +99,31 @@ impl Features {
             );
             let reading = std::time::Instant::now();
             let index = |items| self.index(items).map_err(|e| e.to_string());
-            let loaded = segment::load(&file, def, &paths, &print, &index).and_then(|l| {
-                if l.point > last {
-                    return Err(format!(
-                        "saved at commit {}, past the store's last ({last})",
-                        l.point
-                    ));
-                }
-                let changed = match changes.get(&l.point) {
-                    Some(c) => c.clone(),
-                    None => {
-                        let c = self
-                            .store
-                            .changed_since(l.point)
-                            .map_err(|e| e.to_string())?
-                            .map(|c| Arc::new(c.into_iter().collect::<Vec<_>>()));
-                        changes.insert(l.point, c.clone());
-                        c
+            let loaded = segment::load(&file, def, &paths, &print, &index, self.settings.engine)
+                .and_then(|l| {
+                    if l.point > last {
+                        return Err(format!(
+                            "saved at commit {}, past the store's last ({last})",
+                            l.point
+                        ));
                     }
-                };
-                let changed = changed.ok_or_else(|| {
-                    "the documents changed since it was saved were not all recorded".to_string()
-                })?;
-                Ok((l, changed))
-            });
+                    let changed = match changes.get(&l.point) {
+                        Some(c) => c.clone(),
+                        None => {
+                            let c = self
+                                .store
+                                .changed_since(l.point)
+                                .map_err(|e| e.to_string())?
+                                .map(|c| Arc::new(c.into_iter().collect::<Vec<_>>()));
+                            changes.insert(l.point, c.clone());
+                            c
+                        }
+                    };
+                    let changed = changed.ok_or_else(|| {
+                        "the documents changed since it was saved were not all recorded".to_string()
+                    })?;
+                    Ok((l, changed))
+                });
             match loaded {
                 Ok((l, changed)) => {
                     tracing::debug!(view = %key, secs = reading.elapsed().as_secs_f64(), "saved view read");
@@ -471,8 +472,11 @@ impl Features {
             file,
             &view.data,
             &view.paths,
-            &print,
-            point,
+            &segment::Saving {
+                fingerprint: &print,
+                point,
+                engine: self.settings.engine,
+            },
             diagnostics,
             &segment::SaveLimits {
                 cancelled,

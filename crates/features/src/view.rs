@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::paged::Paged;
 use super::strings::{DocIndex, DocList, StrColumn, Uri};
 use super::template::{Cell, Kind, ViewDef};
 use super::where_clause::{Datum, Row};
@@ -15,18 +16,18 @@ use crate::acl::{Caller, Permissions, RoleSet};
 
 /// One bit a slot.
 #[derive(Debug, Default, Clone)]
-pub struct Bits(Vec<u64>);
+pub struct Bits(pub(crate) Paged<u64>);
 
 impl Bits {
     /// `n` bits, all set.
-    fn all(n: usize) -> Bits {
+    pub(crate) fn all(n: usize) -> Bits {
         let mut words = vec![u64::MAX; n.div_ceil(64)];
         if let Some(last) = words.last_mut()
             && !n.is_multiple_of(64)
         {
             *last = (1 << (n % 64)) - 1;
         }
-        Bits(words)
+        Bits(Paged::from_vec(words))
     }
 
     #[inline]
@@ -63,12 +64,12 @@ impl Bits {
 
 /// Values of a fixed size, with a bit a row saying which are present (not null).
 #[derive(Debug, Default)]
-pub struct Nullable<T> {
-    values: Vec<T>,
-    present: Bits,
+pub struct Nullable<T: bytemuck::Pod> {
+    pub(crate) values: Paged<T>,
+    pub(crate) present: Bits,
 }
 
-impl<T: Copy + Default> Nullable<T> {
+impl<T: bytemuck::Pod + Default> Nullable<T> {
     #[inline]
     pub fn get(&self, slot: usize) -> Option<T> {
         self.present.get(slot).then(|| self.values[slot])
@@ -124,7 +125,7 @@ impl Ints {
                 Some(Ok(n)) => return v.set(slot, Some(n)),
                 Some(Err(_)) => {
                     let wide = Nullable {
-                        values: v.values.iter().map(|&n| i64::from(n)).collect(),
+                        values: Paged::from_vec(v.values.iter().map(|&n| i64::from(n)).collect()),
                         present: std::mem::take(&mut v.present),
                     };
                     *self = Ints::Wide(wide);
@@ -158,8 +159,9 @@ pub enum Column {
     Int(Ints),
     Float(Nullable<f64>),
     /// Strings as a dictionary: real columns repeat (country codes, types).
-    Str(StrColumn),
-    Bool(Nullable<bool>),
+    Str(Box<StrColumn>),
+    /// 0 or 1 (a byte, so that any byte of a mapped file is a valid value).
+    Bool(Nullable<u8>),
     Date(Nullable<i64>),
 }
 
@@ -168,7 +170,7 @@ impl Column {
         match kind {
             Kind::Int => Column::Int(Ints::default()),
             Kind::Float => Column::Float(Nullable::default()),
-            Kind::Str => Column::Str(StrColumn::default()),
+            Kind::Str => Column::Str(Box::default()),
             Kind::Bool => Column::Bool(Nullable::default()),
             Kind::Date => Column::Date(Nullable::default()),
         }
@@ -179,7 +181,7 @@ impl Column {
             (Column::Int(v), Some(Cell::Int(i))) => v.set(slot, Some(i)),
             (Column::Float(v), Some(Cell::Float(f))) => v.set(slot, Some(f)),
             (Column::Str(v), Some(Cell::Str(s))) => v.set(slot, Some(&s)),
-            (Column::Bool(v), Some(Cell::Bool(b))) => v.set(slot, Some(b)),
+            (Column::Bool(v), Some(Cell::Bool(b))) => v.set(slot, Some(u8::from(b))),
             (Column::Date(v), Some(Cell::Date(d))) => v.set(slot, Some(d)),
             (Column::Int(v), _) => v.set(slot, None),
             (Column::Date(v), _) => v.set(slot, None),
@@ -206,7 +208,7 @@ impl Column {
             Column::Str(v) => v
                 .get(slot)
                 .map_or(Datum::Null, |s| Datum::Str(std::borrow::Cow::Borrowed(s))),
-            Column::Bool(v) => v.get(slot).map_or(Datum::Null, Datum::Bool),
+            Column::Bool(v) => v.get(slot).map_or(Datum::Null, |b| Datum::Bool(b != 0)),
             Column::Date(v) => v.get(slot).map_or(Datum::Null, Datum::Date),
         }
     }
@@ -241,7 +243,7 @@ pub enum GeometryRef<'v> {
 #[derive(Debug)]
 pub enum Geometries {
     /// `[NaN, NaN]`: no geometry (JSON has no NaN, so no point is ever that).
-    Points(Vec<[f64; 2]>),
+    Points(Paged<[f64; 2]>),
     Mixed(Vec<Option<GeometryOut>>),
 }
 
@@ -249,7 +251,7 @@ const NO_POINT: [f64; 2] = [f64::NAN, f64::NAN];
 
 impl Default for Geometries {
     fn default() -> Geometries {
-        Geometries::Points(Vec::new())
+        Geometries::Points(Paged::default())
     }
 }
 
@@ -308,8 +310,9 @@ pub struct ViewData {
     pub def: Arc<ViewDef>,
     pub columns: Vec<Column>,
     live: Bits,
-    /// The readers of each row's document (effective roles holding `read`).
-    readers: Vec<RoleSet>,
+    /// The readers of each row's document (effective roles holding `read`), as
+    /// [`RoleSet::bits`].
+    readers: Paged<u8>,
     /// Slots of each document's rows.
     docs: DocIndex,
     /// Dead slots whose removal from the spatial indexes is done; ready for reuse.
@@ -357,7 +360,7 @@ impl ViewData {
             def,
             columns,
             live: Bits::default(),
-            readers: Vec::new(),
+            readers: Paged::default(),
             docs: DocIndex::default(),
             free: Vec::new(),
             geometries: crate::FastMap::default(),
@@ -368,19 +371,17 @@ impl ViewData {
         }
     }
 
-    /// A view read back whole: every row live, slots in document order.
+    /// A view read back whole: every row live, slots in document order; `reader_sets`
+    /// counts the rows of each set of readers.
     pub(crate) fn from_parts(
         def: Arc<ViewDef>,
         columns: Vec<Column>,
-        readers: Vec<RoleSet>,
+        readers: Paged<u8>,
+        reader_sets: Vec<(RoleSet, usize)>,
         docs: DocIndex,
         geometries: crate::FastMap<String, Geometries>,
     ) -> ViewData {
         let rows = readers.len();
-        let mut reader_sets: Vec<(RoleSet, usize)> = Vec::new();
-        for r in &readers {
-            count_readers(&mut reader_sets, *r, 1);
-        }
         ViewData {
             def,
             columns,
@@ -449,10 +450,10 @@ impl ViewData {
             && self
                 .readers
                 .get(slot as usize)
-                .is_some_and(|r| Permissions::readable_by(*r, caller.roles()))
+                .is_some_and(|r| Permissions::readable_by(RoleSet::from_bits(*r), caller.roles()))
     }
 
-    pub(crate) fn slots_of(&self, uri: &str) -> &[u32] {
+    pub(crate) fn slots_of(&self, uri: &str) -> std::borrow::Cow<'_, [u32]> {
         self.docs.get(uri)
     }
 
@@ -466,7 +467,7 @@ impl ViewData {
             };
             let s = slot as usize;
             if self.readers.len() <= s {
-                self.readers.resize(s + 1, RoleSet::EMPTY);
+                self.readers.resize(s + 1, 0);
             }
             for (col, cell) in self.columns.iter_mut().zip(row.cells) {
                 col.set(s, cell);
@@ -475,7 +476,7 @@ impl ViewData {
                 self.geometries.entry(path).or_default().set(s, g);
             }
             self.live.set(s, true);
-            self.readers[s] = readers;
+            self.readers[s] = readers.bits();
             self.rows += 1;
             slots.push(slot);
         }
@@ -495,7 +496,7 @@ impl ViewData {
         for &s in slots.iter() {
             let s = s as usize;
             if self.live.get(s) {
-                let r = self.readers[s];
+                let r = RoleSet::from_bits(self.readers[s]);
                 count_readers(&mut self.reader_sets, r, -1);
             }
             self.live.set(s, false);
@@ -515,6 +516,11 @@ impl ViewData {
         self.free.extend_from_slice(slots);
         // The indexes have followed the last change: extents computed before are stale.
         self.version += 1;
+    }
+
+    /// The readers of a row's document, as [`RoleSet::bits`].
+    pub(crate) fn reader_bits(&self, slot: u32) -> u8 {
+        self.readers.get(slot as usize).copied().unwrap_or(0)
     }
 
     /// The id (OBJECTID) of a row.
@@ -569,7 +575,7 @@ impl Listing {
                 slots
                     .first()
                     .and_then(|s| data.readers.get(*s as usize))
-                    .map_or(0, |r| r.bits())
+                    .map_or(0, |r| *r)
             };
             data.docs.copy_range(from..to, readers, &mut list);
             let done = to >= data.docs.numbers();
@@ -585,12 +591,8 @@ impl Listing {
         Listing(list)
     }
 
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
     /// Each document's URI, readers (those of its first row) and slots, in URI order.
-    pub fn iter(&self) -> impl Iterator<Item = (Uri<'_>, RoleSet, &[u32])> + '_ {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (Uri<'_>, RoleSet, &[u32])> + '_ {
         self.0
             .iter()
             .map(|(uri, readers, slots)| (uri, RoleSet::from_bits(readers), slots))

@@ -13,7 +13,9 @@
 //!   two cache misses, where a walk over a million points costs several. Several features at one location are just further probes.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
+use geoshard_paged::{Mapping, Paged};
 use rstar::{AABB, PointDistance, RTree, RTreeObject};
 
 use super::FeatureId;
@@ -48,7 +50,7 @@ impl PointDistance for Bucket {
     }
 }
 
-fn bucket(slots: Vec<u32>, arena: &[PointEntry]) -> Bucket {
+fn bucket(slots: Vec<u32>, arena: &Paged<PointEntry>) -> Bucket {
     let mut bbox = [
         f64::INFINITY,
         f64::INFINITY,
@@ -106,7 +108,7 @@ const TOMB: u32 = u32::MAX - 1;
 #[derive(Default)]
 struct ExactTable {
     /// Arena slot, [`EMPTY`] or [`TOMB`]; length a power of two (or zero).
-    table: Vec<u32>,
+    table: Paged<u32>,
     /// Live entries plus tombstones: what the probe lengths depend on.
     used: usize,
     live: usize,
@@ -114,9 +116,9 @@ struct ExactTable {
 
 impl ExactTable {
     /// A table for `capacity` entries, at most three quarters full, holding the arena's.
-    fn rebuild(&mut self, arena: &[PointEntry], capacity: usize) {
+    fn rebuild(&mut self, arena: &Paged<PointEntry>, capacity: usize) {
         let cap = (capacity * 4 / 3 + 1).next_power_of_two().max(16);
-        self.table = vec![EMPTY; cap];
+        self.table = Paged::from_vec(vec![EMPTY; cap]);
         self.used = 0;
         self.live = 0;
         for (slot, e) in arena.iter().enumerate() {
@@ -143,7 +145,7 @@ impl ExactTable {
         }
     }
 
-    fn insert(&mut self, slot: u32, arena: &[PointEntry]) {
+    fn insert(&mut self, slot: u32, arena: &Paged<PointEntry>) {
         if (self.used + 1) * 4 > self.table.len() * 3 {
             // Room for half as many again, so growth is not paid on every few inserts.
             self.rebuild(arena, (self.live + 1) * 3 / 2);
@@ -173,12 +175,17 @@ impl ExactTable {
     }
 
     #[inline]
-    fn for_each_at(&self, xy: [f64; 2], arena: &[PointEntry], mut f: impl FnMut(u32, &PointEntry)) {
+    fn for_each_at(
+        &self,
+        xy: [f64; 2],
+        arena: &Paged<PointEntry>,
+        mut f: impl FnMut(u32, &PointEntry),
+    ) {
         for (_, s) in self.probe(xy) {
-            if s == TOMB {
+            // A slot past the arena is never written; a damaged saved table is not trusted.
+            let Some(e) = arena.get(s as usize) else {
                 continue;
-            }
-            let e = &arena[s as usize];
+            };
             if e.xy[0] == xy[0] && e.xy[1] == xy[1] {
                 f(s, e);
             }
@@ -188,7 +195,7 @@ impl ExactTable {
 
 /// Linear probing from a home position: `(position, slot)` until an [`EMPTY`] one.
 struct Probe<'t> {
-    table: &'t [u32],
+    table: &'t Paged<u32>,
     i: usize,
     mask: usize,
 }
@@ -211,8 +218,9 @@ impl Iterator for Probe<'_> {
 /// The point index of one shard.
 #[derive(Default)]
 pub(crate) struct PointIndex {
-    /// Every point once; dead slots have id [`DEAD`] and are reused.
-    arena: Vec<PointEntry>,
+    /// Every point once; dead slots have id [`DEAD`] and are reused. Read back from a saved
+    /// view, its first part is that file's.
+    arena: Paged<PointEntry>,
     free: Vec<u32>,
     tree: RTree<Bucket, Params>,
     exact: ExactTable,
@@ -221,23 +229,79 @@ pub(crate) struct PointIndex {
 
 impl PointIndex {
     /// Build from scratch (the caller includes any existing content).
-    pub fn bulk(mut points: Vec<PointEntry>) -> PointIndex {
-        points.sort_by_cached_key(|p| hilbert(p.xy[0], p.xy[1]));
-        let len = points.len();
-        let buckets: Vec<Bucket> = (0..len as u32)
-            .collect::<Vec<u32>>()
-            .chunks(BULK_FILL)
-            .map(|c| bucket(c.to_vec(), &points))
+    pub fn bulk(points: Vec<PointEntry>) -> PointIndex {
+        let (arena, exact) = packed(points);
+        PointIndex::with(arena, exact)
+    }
+
+    /// An index over `arena` (in Hilbert order, its dead slots marked) and its table: the
+    /// tree over buckets of [`BULK_FILL`] consecutive slots.
+    fn with(arena: Paged<PointEntry>, exact: ExactTable) -> PointIndex {
+        let n = arena.len() as u32;
+        let mut free = Vec::new();
+        let buckets: Vec<Bucket> = (0..n.div_ceil(BULK_FILL as u32))
+            .filter_map(|b| {
+                let start = b * BULK_FILL as u32;
+                let slots: Vec<u32> = (start..(start + BULK_FILL as u32).min(n))
+                    .filter(|&s| {
+                        let live = arena[s as usize].id != DEAD;
+                        if !live {
+                            free.push(s);
+                        }
+                        live
+                    })
+                    .collect();
+                (!slots.is_empty()).then(|| bucket(slots, &arena))
+            })
             .collect();
-        let mut exact = ExactTable::default();
-        exact.rebuild(&points, len);
         PointIndex {
-            arena: points,
-            free: Vec::new(),
+            len: n as usize - free.len(),
+            arena,
+            free,
             tree: RTree::bulk_load_with_params(buckets),
             exact,
-            len,
         }
+    }
+
+    /// `points` as a saved view keeps them ([`PointIndex::read`]): the arena in Hilbert order,
+    /// then the exact-point table, each eight-aligned.
+    pub fn encode(points: Vec<PointEntry>, w: &mut Vec<u8>) {
+        let (arena, exact) = packed(points);
+        let arena = arena.as_slice();
+        for v in [arena.len(), exact.table.len(), exact.used, exact.live] {
+            w.extend_from_slice(&(v as u64).to_le_bytes());
+        }
+        w.extend_from_slice(bytemuck::cast_slice(arena));
+        w.resize(w.len().div_ceil(8) * 8, 0);
+        w.extend_from_slice(bytemuck::cast_slice(exact.table.as_slice()));
+        w.resize(w.len().div_ceil(8) * 8, 0);
+    }
+
+    /// The index [`PointIndex::encode`] wrote at byte `at` of `map`, its arrays used in place;
+    /// returns it and the byte after it.
+    pub fn read(map: &Arc<Mapping>, at: usize) -> Result<(PointIndex, usize), String> {
+        let b = map.bytes();
+        let field = |k: usize| -> Result<usize, String> {
+            b.get(at + k * 8..at + k * 8 + 8)
+                .and_then(|x| usize::try_from(u64::from_le_bytes(x.try_into().ok()?)).ok())
+                .ok_or_else(|| "truncated (a point index's header)".to_string())
+        };
+        let (n, cap, used, live) = (field(0)?, field(1)?, field(2)?, field(3)?);
+        if !cap.is_power_of_two() || used > cap || live > used || live > n {
+            return Err("damaged (a point index's table)".into());
+        }
+        let arena_at = at + 32;
+        let table_at = (n.checked_mul(20).ok_or("damaged (a count)")? + arena_at).div_ceil(8) * 8;
+        let end = (cap.checked_mul(4).ok_or("damaged (a count)")? + table_at).div_ceil(8) * 8;
+        let exact = ExactTable {
+            table: Paged::mapped(map, table_at, cap)?,
+            used,
+            live,
+        };
+        Ok((
+            PointIndex::with(Paged::mapped(map, arena_at, n)?, exact),
+            end,
+        ))
     }
 
     pub fn len(&self) -> usize {
@@ -378,7 +442,9 @@ impl PointIndex {
             .tree
             .locate_in_envelope_intersecting_int(aabb(bbox), |b| {
                 for &s in &b.slots {
-                    let p = &arena[s as usize];
+                    let Some(p) = arena.get(s as usize) else {
+                        continue;
+                    };
                     if bbox_contains(bbox, p.xy[0], p.xy[1]) {
                         f(p);
                     }
@@ -386,6 +452,15 @@ impl PointIndex {
                 ControlFlow::<()>::Continue(())
             });
     }
+}
+
+/// `points` sorted along the Hilbert curve, and their exact-point table.
+fn packed(mut points: Vec<PointEntry>) -> (Paged<PointEntry>, ExactTable) {
+    points.sort_by_cached_key(|p| hilbert(p.xy[0], p.xy[1]));
+    let arena = Paged::from_vec(points);
+    let mut exact = ExactTable::default();
+    exact.rebuild(&arena, arena.len());
+    (arena, exact)
 }
 
 /// Selects the (one) empty bucket with this box, for removal.

@@ -234,6 +234,34 @@ impl Engine {
         })
     }
 
+    /// An engine over points alone, whose shards' point indexes were read back
+    /// ([`super::saved`]), each id below `rows` once.
+    pub(crate) fn from_point_shards(
+        config: EngineConfig,
+        shards: Vec<super::buckets::PointIndex>,
+        rows: usize,
+    ) -> Result<Engine, String> {
+        let engine = Engine::new(config)?;
+        if shards.len() != engine.shards.len() {
+            return Err("damaged (shards not the engine's)".into());
+        }
+        let mut registry = engine.registry.lock();
+        if rows > 0 {
+            registry.reserve(rows as FeatureId - 1);
+        }
+        for (s, points) in shards.into_iter().enumerate() {
+            for (slot, id) in points.slots() {
+                if id as usize >= rows || registry.point_slot[id as usize] != NO_POINT {
+                    return Err("damaged (a point index's ids)".into());
+                }
+                registry.put_point(id, s, slot);
+            }
+            engine.shards[s].write().points = points;
+        }
+        drop(registry);
+        Ok(engine)
+    }
+
     /// Features indexed.
     pub fn len(&self) -> usize {
         self.registry.lock().len()

@@ -19,8 +19,9 @@ impl RTreeParams for Params {
     type DefaultInsertionStrategy = RStarInsertionStrategy;
 }
 
-/// 20 bytes, not 24: four-byte aligned, the arenas hold millions.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// 20 bytes, not 24: four-byte aligned, the arenas hold millions. Plain data (`Pod`): a saved
+/// view's arena is used in place.
+#[derive(Debug, Clone, Copy, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, packed(4))]
 pub(crate) struct PointEntry {
     pub xy: [f64; 2],

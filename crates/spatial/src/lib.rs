@@ -9,6 +9,8 @@
 //!   point-probe grid over polygon parts.
 //! - [`engine`]: insert/remove/bulk load, point and region queries, the async bridge.
 
+#![forbid(unsafe_code)]
+
 // Sibling crates under the module names the code uses.
 use geoshard_core::FastMap;
 
@@ -21,6 +23,7 @@ pub mod grid;
 pub mod partition;
 pub mod pip;
 pub mod predicate;
+pub mod saved;
 pub mod shard;
 pub mod tile;
 

@@ -2,13 +2,26 @@
 
 use super::*;
 use crate::template::{Cell, parse_template};
-use crate::view::NewRow;
+use crate::view::{GeometryOut, GeometryRef, NewRow};
 use serde_json::json;
 
 const UNLIMITED: SaveLimits = SaveLimits {
     cancelled: &|| false,
     room: &|_| true,
 };
+
+const ENGINE: crate::spatial::EngineConfig = crate::spatial::EngineConfig {
+    shards: 4,
+    resolution: 2,
+};
+
+fn saving(fingerprint: &str, point: u64) -> Saving<'_> {
+    Saving {
+        fingerprint,
+        point,
+        engine: ENGINE,
+    }
+}
 
 fn template() -> Template {
     let column =
@@ -95,7 +108,15 @@ fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
     let file = dir.join("s.v.seg");
     let data = RwLock::new(data);
     assert_eq!(
-        save(&file, &data, &paths, &print, 42, &diagnostics, &UNLIMITED).unwrap(),
+        save(
+            &file,
+            &data,
+            &paths,
+            &saving(&print, 42),
+            &diagnostics,
+            &UNLIMITED
+        )
+        .unwrap(),
         4
     );
     // Without room for the third section, a save stops there and leaves no file of its
@@ -108,7 +129,7 @@ fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
             cancelled: &|| false,
             room: &room,
         };
-        let e = save(&target, &data, &paths, &print, 43, &[], &limits).unwrap_err();
+        let e = save(&target, &data, &paths, &saving(&print, 43), &[], &limits).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
         assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 3);
         assert!(!target.with_extension("seg.tmp").exists());
@@ -122,13 +143,13 @@ fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
         engine.bulk_load(items);
         Ok(Arc::new(engine))
     };
-    let loaded = load(&file, def.clone(), &paths, &print, &index).unwrap();
+    let loaded = load(&file, def.clone(), &paths, &print, &index, ENGINE).unwrap();
     assert_eq!(loaded.point, 42);
     assert_eq!(loaded.diagnostics, diagnostics);
     assert_eq!(loaded.data.len(), 4);
     // Rows in URI order, as a build from the documents gives them.
-    assert_eq!(loaded.data.slots_of("/a.json"), &[0, 1]);
-    assert_eq!(loaded.data.slots_of("/c.json"), &[3]);
+    assert_eq!(*loaded.data.slots_of("/a.json"), [0, 1]);
+    assert_eq!(*loaded.data.slots_of("/c.json"), [3]);
     assert_eq!(dump(&RwLock::new(loaded.data)), dump(&data));
     // Three geometries indexed: the polygon and the two points.
     assert_eq!(points.load(std::sync::atomic::Ordering::Relaxed), 3);
@@ -141,7 +162,8 @@ fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
             def.clone(),
             &paths,
             &fingerprint(&t, &def, &paths, 99, ""),
-            &index
+            &index,
+            ENGINE
         )
         .is_err()
     );
@@ -152,14 +174,14 @@ fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
         b[i] ^= 0x01;
         std::fs::write(&damaged, &b).unwrap();
         assert!(
-            load(&damaged, def.clone(), &paths, &print, &index).is_err(),
+            load(&damaged, def.clone(), &paths, &print, &index, ENGINE).is_err(),
             "byte {i}"
         );
     }
     for len in [0, 10, bytes.len() / 2, bytes.len() - 1] {
         std::fs::write(&damaged, &bytes[..len]).unwrap();
         assert!(
-            load(&damaged, def.clone(), &paths, &print, &index).is_err(),
+            load(&damaged, def.clone(), &paths, &print, &index, ENGINE).is_err(),
             "{len} bytes"
         );
     }
@@ -226,20 +248,53 @@ fn a_view_saved_while_written_is_right_once_the_documents_changed_are_applied() 
             std::thread::yield_now();
         }
         let before = writes.load(Ordering::Relaxed);
-        save(&file, &view, &paths, &print, 7, &[], &UNLIMITED).unwrap();
+        save(&file, &view, &paths, &saving(&print, 7), &[], &UNLIMITED).unwrap();
         let during = writes.load(Ordering::Relaxed) - before;
         done.store(true, Ordering::Relaxed);
         (during, writer.join().unwrap())
     });
     assert!(during > 0, "no write while saving");
 
+    let built = AtomicBool::new(false);
     let index = |items: Vec<(u32, geo::Geometry<f64>)>| -> Result<Arc<Engine>, Fault> {
+        built.store(true, Ordering::Relaxed);
         let engine = Engine::new(Default::default()).map_err(|e| e.to_string())?;
         engine.bulk_load(items);
         Ok(Arc::new(engine))
     };
-    let mut loaded = load(&file, def.clone(), &paths, &print, &index).unwrap();
+    let mut loaded = load(&file, def.clone(), &paths, &print, &index, ENGINE).unwrap();
     assert_eq!(loaded.point, 7);
+    // The points' index was read back, not built, and finds every row at its point.
+    assert!(!built.load(Ordering::Relaxed));
+    let engine = &loaded.indexes["geometry"];
+    let with_points = loaded
+        .data
+        .live_slots()
+        .filter(|&s| loaded.data.geometry_column("geometry").get(s).is_some())
+        .count();
+    assert_eq!(engine.len(), with_points);
+    for slot in loaded.data.live_slots().step_by(37) {
+        // A row whose document changed while saving may have none.
+        let Some(GeometryRef::Point(x, y)) = loaded.data.geometry_column("geometry").get(slot)
+        else {
+            continue;
+        };
+        let q = crate::spatial::predicate::Query::point(x, y);
+        let found = engine.query(&q, crate::spatial::predicate::Relation::Intersects);
+        assert!(found.contains(&slot), "{slot} at {x} {y}: {found:?}");
+    }
+    // Saved for other spatial settings, the index is built again.
+    let other = crate::spatial::EngineConfig {
+        shards: 3,
+        ..ENGINE
+    };
+    load(&file, def.clone(), &paths, &print, &index, other).unwrap();
+    assert!(built.load(Ordering::Relaxed));
+    let before = dump(&RwLock::new(
+        load(&file, def.clone(), &paths, &print, &index, ENGINE)
+            .unwrap()
+            .data,
+    ));
     // A start applies every document changed since the save's point: its rows replaced.
     for (uri, new) in last {
         let old = loaded.data.kill_rows(&uri);
@@ -249,16 +304,28 @@ fn a_view_saved_while_written_is_right_once_the_documents_changed_are_applied() 
         loaded.data.release(&old);
     }
     let want = dump(&view);
-    let got = dump(&RwLock::new(loaded.data));
+    let loaded = RwLock::new(loaded.data);
+    let got = dump(&loaded);
     assert!(want.len() > DOCS as usize / 2);
-    let wrong: Vec<_> = got
-        .iter()
-        .zip(&want)
-        .filter(|(g, w)| g != w)
-        .take(3)
-        .collect();
-    assert!(wrong.is_empty(), "{wrong:?}");
-    assert_eq!(got.len(), want.len());
+    let same = |got: &[String]| {
+        let wrong: Vec<_> = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| g != w)
+            .take(3)
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:?}");
+        assert_eq!(got.len(), want.len());
+    };
+    same(&got);
+    // The file read back in place was not written by those changes.
+    let reread = load(&file, def.clone(), &paths, &print, &index, ENGINE).unwrap();
+    assert_eq!(dump(&RwLock::new(reread.data)), before);
+    // A view read back and changed saves and reads back again as it is.
+    let again = dir.join("again.seg");
+    save(&again, &loaded, &paths, &saving(&print, 8), &[], &UNLIMITED).unwrap();
+    let third = load(&again, def.clone(), &paths, &print, &index, ENGINE).unwrap();
+    same(&dump(&RwLock::new(third.data)));
 }
 
 #[test]
@@ -268,66 +335,4 @@ fn file_names_escape_what_a_path_must_not_hold() {
         "places.places_0.seg"
     );
     assert_eq!(file_name(&ViewKey::new("a/b", "..")), "a%2fb....seg");
-}
-
-/// The documents section as `encode_documents` writes it, for the URIs given, a row each
-/// (front-coded as `encode_documents` does, whatever their order).
-fn documents_section(uris: &[&str]) -> Vec<u8> {
-    let mut w = Vec::new();
-    put_u64(&mut w, uris.len() as u64);
-    let mut previous: &[u8] = b"";
-    for uri in uris {
-        let shared = previous
-            .iter()
-            .zip(uri.as_bytes())
-            .take_while(|(a, b)| a == b)
-            .count();
-        put_varint(&mut w, shared as u64);
-        put_varint(&mut w, (uri.len() - shared) as u64);
-        w.extend_from_slice(&uri.as_bytes()[shared..]);
-        w.push(RoleSet::from_bits(1).bits());
-        put_varint(&mut w, 1);
-        previous = uri.as_bytes();
-    }
-    w
-}
-
-#[test]
-fn documents_must_be_listed_once_each_in_order() {
-    let good = documents_section(&["/a/1.json", "/a/10.json", "/a/2.json", "/b"]);
-    let Decoded::Documents { docs, readers } =
-        decode_documents(&mut Cursor(&good), 4).expect("in order")
-    else {
-        panic!("not documents")
-    };
-    assert_eq!(readers.len(), 4);
-    assert_eq!(docs.get("/a/10.json"), [1]);
-    assert_eq!(docs.get("/b"), [3]);
-    assert!(docs.get("/a/3.json").is_empty());
-    for (uris, why) in [
-        (["/a/2.json", "/a/10.json", "/b"], "out of order"),
-        (["/a/1.json", "/a/1.json", "/b"], "listed twice"),
-        (["/a/1.json", "/a/1", "/b"], "out of order"),
-    ] {
-        let bytes = documents_section(&uris);
-        let err = decode_documents(&mut Cursor(&bytes), 3)
-            .err()
-            .unwrap_or_else(|| panic!("{uris:?} taken"));
-        assert!(err.contains(why), "{err}");
-    }
-}
-
-#[test]
-fn varints_read_back_and_refuse_what_does_not_fit() {
-    for v in [0u64, 1, 127, 128, 300, 16_383, 16_384, u32::MAX as u64] {
-        let mut w = Vec::new();
-        put_varint(&mut w, v);
-        let mut c = Cursor(&w);
-        assert_eq!(c.varint().unwrap() as u64, v);
-        assert!(c.end().is_ok());
-    }
-    let mut w = Vec::new();
-    put_varint(&mut w, u32::MAX as u64 + 1);
-    assert!(Cursor(&w).varint().is_err());
-    assert!(Cursor(&[0x80, 0x80]).varint().is_err());
 }
