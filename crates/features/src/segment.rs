@@ -16,9 +16,8 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
-use super::paged::{Mapping, Paged};
+use super::paged::{self, Mapping, Paged};
 use super::path::Path;
-use super::sorted;
 use super::strings::DocIndex;
 use super::template::{Template, ViewDef, ViewKey};
 use super::view::{Listing, ViewData};
@@ -193,7 +192,7 @@ pub(super) fn save(
     let table_at = head.len();
     head.resize(table_at + all.len() * ENTRY + 4, 0);
     // Sections start eight-aligned, as their arrays are mapped in place.
-    let first = sorted::align8(head.len());
+    let first = paged::align8(head.len());
     let tmp = file.with_extension("seg.tmp");
     let written = (|| {
         let mut out = std::fs::File::create(&tmp)?;
@@ -293,7 +292,7 @@ pub(super) fn load(
         return Err("damaged (its head's checksum does not match)".into());
     }
     // The bytes between the head and the first section are zeros (no sum covers them).
-    let mut next = sorted::align8(n);
+    let mut next = paged::align8(n);
     if bytes
         .get(n..next)
         .is_none_or(|pad| pad.iter().any(|&b| b != 0))

@@ -12,21 +12,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::paged::{Mapping, Paged};
+use super::paged::{MappedStr, Mapping, Paged};
+use super::paged::{align8, pad8, u64_at, usize_at};
 
 type Fault = String;
 
 /// Documents a block of [`UriBlocks`].
 pub(crate) const BLOCK: usize = 16;
-
-/// Round `n` up to a multiple of eight, where the next array starts.
-pub(crate) fn align8(n: usize) -> usize {
-    n.div_ceil(8) * 8
-}
-
-pub(crate) fn pad8(w: &mut Vec<u8>) {
-    w.resize(align8(w.len()), 0);
-}
 
 /// LEB128: seven bits a byte, low first, the high bit set on every byte but the last.
 pub(crate) fn put_varint(w: &mut Vec<u8>, mut v: u64) {
@@ -51,13 +43,6 @@ fn varint(b: &mut &[u8]) -> Option<u64> {
     None
 }
 
-/// The `u64` at byte `at` of `b`.
-pub(crate) fn u64_at(b: &[u8], at: usize) -> Result<u64, Fault> {
-    b.get(at..at + 8)
-        .map(|x| u64::from_le_bytes(x.try_into().expect("8 bytes")))
-        .ok_or_else(|| "truncated (a section's header)".to_string())
-}
-
 /// Where each string ends in the bytes: four bytes an end while the bytes are under 4 GiB.
 #[derive(Debug, Default)]
 enum Ends {
@@ -70,7 +55,7 @@ enum Ends {
 /// Strings in byte order, numbered from 0: a saved string column's values.
 #[derive(Debug, Default)]
 pub(crate) struct SortedStrings {
-    bytes: Paged<u8>,
+    text: MappedStr,
     ends: Ends,
     len: usize,
 }
@@ -104,8 +89,8 @@ impl SortedStrings {
     /// byte after it. Every string is checked to be UTF-8 on its own.
     pub fn read(map: &Arc<Mapping>, at: usize) -> Result<(SortedStrings, usize), Fault> {
         let b = map.bytes();
-        let len = usize::try_from(u64_at(b, at)?).map_err(|_| "damaged (a count)")?;
-        let total = usize::try_from(u64_at(b, at + 8)?).map_err(|_| "damaged (a length)")?;
+        let len = usize_at(b, at)?;
+        let total = usize_at(b, at + 8)?;
         let wide = u64_at(b, at + 16)? != 0;
         let ends_at = at + 24;
         let width = if wide { 8 } else { 4 };
@@ -115,20 +100,17 @@ impl SortedStrings {
                 .ok_or("damaged (a count)")?,
         );
         let end = align8(bytes_at.checked_add(total).ok_or("damaged (a length)")?);
-        let text = b
-            .get(bytes_at..bytes_at + total)
-            .ok_or("truncated (a dictionary)")?;
-        let text = std::str::from_utf8(text).map_err(|_| "a value is not UTF-8".to_string())?;
         let ends = if wide {
             Ends::Wide(Paged::mapped(map, ends_at, len)?)
         } else {
             Ends::Narrow(Paged::mapped(map, ends_at, len)?)
         };
         let out = SortedStrings {
-            bytes: Paged::mapped(map, bytes_at, total)?,
+            text: MappedStr::mapped(map, bytes_at, total)?,
             ends,
             len,
         };
+        let text = out.text.as_str();
         let mut start = 0;
         for i in 0..len {
             let e = out.end(i);
@@ -162,14 +144,8 @@ impl SortedStrings {
         let i = i as usize;
         let start = if i == 0 { 0 } else { self.end(i - 1) };
         let end = self.end(i);
-        // `read` checked that the bytes are UTF-8 and every end a char boundary.
-        std::str::from_utf8(&self.slice()[start..end]).unwrap_or_default()
-    }
-
-    #[inline]
-    fn slice(&self) -> &[u8] {
-        // Mapped whole, never added to: one slice.
-        self.bytes.as_slice()
+        // `read` checked that every end is a char boundary.
+        self.text.as_str().get(start..end).unwrap_or_default()
     }
 
     /// The number of `s`, when it is here.
@@ -259,9 +235,7 @@ impl UriBlocks {
     /// after it. Its blocks' bounds are checked here, their contents as they are decoded.
     pub fn read(map: &Arc<Mapping>, at: usize) -> Result<(UriBlocks, usize), Fault> {
         let b = map.bytes();
-        let field = |k: usize| -> Result<usize, Fault> {
-            usize::try_from(u64_at(b, at + k * 8)?).map_err(|_| "damaged (a count)".into())
-        };
+        let field = |k: usize| usize_at(b, at + k * 8);
         let (docs, blocks, uri_bytes, data_len) = (field(0)?, field(1)?, field(2)?, field(3)?);
         if docs.div_ceil(BLOCK) != blocks {
             return Err("damaged (documents and blocks disagree)".into());

@@ -17,6 +17,8 @@ pub struct Mapping {
     /// Taken once, before the map is shared: every [`Paged`] writes through its own range.
     ptr: *mut u8,
     len: usize,
+    /// The byte ranges given to a [`Paged`] so far: no two may overlap.
+    claimed: std::sync::Mutex<Vec<(usize, usize)>>,
     _map: memmap2::MmapMut,
     #[cfg(test)]
     file: std::fs::File,
@@ -43,6 +45,7 @@ impl Mapping {
         Ok(Arc::new(Mapping {
             ptr: map.as_mut_ptr(),
             len: map.len(),
+            claimed: std::sync::Mutex::new(Vec::new()),
             _map: map,
             #[cfg(test)]
             file: file.try_clone()?,
@@ -54,6 +57,19 @@ impl Mapping {
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `ptr` and `len` are the live map's, which this owns.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Give bytes `at..end` to one array; `false` when some of them were given already.
+    fn claim(&self, at: usize, end: usize) -> bool {
+        if at == end {
+            return true;
+        }
+        let mut claimed = self.claimed.lock().unwrap_or_else(|e| e.into_inner());
+        if claimed.iter().any(|&(a, e)| at < e && a < end) {
+            return false;
+        }
+        claimed.push((at, end));
+        true
     }
 
     /// Tell the kernel that pages will be read in no order (queries), so that a fault reads
@@ -110,20 +126,23 @@ impl<T: Pod> Paged<T> {
         }
     }
 
-    /// `len` values of `map` from byte `at`. The caller gives each range of a mapping to one
-    /// `Paged` only (a view's sections do not overlap); `Err` when the range is outside the
-    /// mapping or not aligned for `T`.
+    /// `len` values of `map` from byte `at`; `Err` when the range is outside the mapping,
+    /// not aligned for `T`, or overlaps a range another `Paged` was given (each range is
+    /// written by one array alone).
     pub fn mapped(map: &Arc<Mapping>, at: usize, len: usize) -> Result<Paged<T>, String> {
-        let bytes = len
+        let end = len
             .checked_mul(size_of::<T>())
-            .filter(|b| at.checked_add(*b).is_some_and(|end| end <= map.len))
+            .and_then(|b| at.checked_add(b))
+            .filter(|end| *end <= map.len)
             .ok_or("truncated (an array past the end of its file)")?;
         // SAFETY: `at` is within the mapping (checked above).
         let base = unsafe { map.ptr.add(at) };
         if !(base as usize).is_multiple_of(align_of::<T>()) {
             return Err("damaged (an array out of alignment)".into());
         }
-        debug_assert!(bytes <= map.len);
+        if !map.claim(at, end) {
+            return Err("damaged (two arrays share bytes)".into());
+        }
         Ok(Paged {
             base: base.cast(),
             base_len: len,
@@ -235,6 +254,48 @@ impl<T: Pod> std::ops::IndexMut<usize> for Paged<T> {
     }
 }
 
+/// Text of a mapping, checked once to be UTF-8 and never changed.
+#[derive(Debug, Default)]
+pub struct MappedStr(Paged<u8>);
+
+impl MappedStr {
+    /// `len` bytes of `map` from byte `at`; `Err` when they are not UTF-8 (or not there).
+    pub fn mapped(map: &Arc<Mapping>, at: usize, len: usize) -> Result<MappedStr, String> {
+        let bytes: Paged<u8> = Paged::mapped(map, at, len)?;
+        std::str::from_utf8(bytes.base()).map_err(|_| "a string is not UTF-8".to_string())?;
+        Ok(MappedStr(bytes))
+    }
+
+    #[inline]
+    pub fn as_str(&self) -> &str {
+        // SAFETY: checked to be UTF-8 in `mapped` (or empty); nothing can write it since.
+        unsafe { std::str::from_utf8_unchecked(self.0.base()) }
+    }
+}
+
+/// `n` rounded up to a multiple of eight: where the next array of a saved file starts.
+pub fn align8(n: usize) -> usize {
+    n.div_ceil(8) * 8
+}
+
+/// Zeros up to the next multiple of eight.
+pub fn pad8(w: &mut Vec<u8>) {
+    w.resize(align8(w.len()), 0);
+}
+
+/// The little-endian `u64` at byte `at` of `b` (a saved file's header field).
+pub fn u64_at(b: &[u8], at: usize) -> Result<u64, String> {
+    at.checked_add(8)
+        .and_then(|end| b.get(at..end))
+        .map(|x| u64::from_le_bytes(x.try_into().expect("8 bytes")))
+        .ok_or_else(|| "truncated (a header)".to_string())
+}
+
+/// [`u64_at`] as a count or offset of this machine.
+pub fn usize_at(b: &[u8], at: usize) -> Result<usize, String> {
+    usize::try_from(u64_at(b, at)?).map_err(|_| "damaged (a count too large)".to_string())
+}
+
 /// `bytes` in a temporary file, mapped (for tests). The file is removed at once: the
 /// mapping keeps its pages.
 pub fn mapped_for_test(bytes: &[u8]) -> Arc<Mapping> {
@@ -289,5 +350,28 @@ mod tests {
         assert!(Paged::<u64>::mapped(&map, 4, 1).is_err());
         assert!(Paged::<u64>::mapped(&map, usize::MAX - 3, 1).is_err());
         assert!(Paged::<u8>::mapped(&map, 64, 0).is_ok());
+    }
+
+    #[test]
+    fn no_two_arrays_share_bytes() {
+        let map = mapped(&[0u8; 64]);
+        let _a = Paged::<u32>::mapped(&map, 8, 2).unwrap();
+        assert!(Paged::<u8>::mapped(&map, 15, 1).is_err());
+        assert!(Paged::<u64>::mapped(&map, 0, 2).is_err());
+        assert!(Paged::<u8>::mapped(&map, 16, 8).is_ok());
+        assert!(Paged::<u8>::mapped(&map, 0, 8).is_ok());
+        assert!(Paged::<u8>::mapped(&map, 12, 0).is_ok());
+    }
+
+    #[test]
+    fn mapped_text_is_checked_once() {
+        let map = mapped(b"h\xc3\xa9llo\x00\xff");
+        assert_eq!(MappedStr::mapped(&map, 0, 6).unwrap().as_str(), "héllo");
+        let bad = mapped(&[b'a', 0xff, b'b']);
+        assert!(MappedStr::mapped(&bad, 0, 3).is_err());
+        assert_eq!(u64_at(&[1, 0, 0, 0, 0, 0, 0, 0, 9], 0), Ok(1));
+        assert!(u64_at(&[1, 0, 0], 0).is_err());
+        assert!(u64_at(&[0; 8], usize::MAX).is_err());
+        assert_eq!((align8(0), align8(1), align8(8), align8(9)), (0, 8, 8, 16));
     }
 }

@@ -15,7 +15,7 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use geoshard_paged::{Mapping, Paged};
+use geoshard_paged::{Mapping, Paged, align8, pad8, usize_at};
 use rstar::{AABB, PointDistance, RTree, RTreeObject};
 
 use super::FeatureId;
@@ -272,27 +272,41 @@ impl PointIndex {
             w.extend_from_slice(&(v as u64).to_le_bytes());
         }
         w.extend_from_slice(bytemuck::cast_slice(arena));
-        w.resize(w.len().div_ceil(8) * 8, 0);
+        pad8(w);
         w.extend_from_slice(bytemuck::cast_slice(exact.table.as_slice()));
-        w.resize(w.len().div_ceil(8) * 8, 0);
+        pad8(w);
+    }
+
+    /// Where the parts of the index [`PointIndex::encode`] wrote at byte `at` of `b` lie:
+    /// its header's (points, table size, table slots used, live), the table's start, and the
+    /// byte after it. The table is checked to keep an empty slot, which every probe ends at.
+    fn layout(b: &[u8], at: usize) -> Result<([usize; 4], usize, usize), String> {
+        let field = |k: usize| usize_at(b, at + k * 8);
+        let (n, cap, used, live) = (field(0)?, field(1)?, field(2)?, field(3)?);
+        if !cap.is_power_of_two() || used * 4 > cap * 3 || live > used || live > n {
+            return Err("damaged (a point index's table)".into());
+        }
+        let damaged = || "damaged (a point index's size)".to_string();
+        let arena_end = n.checked_mul(20).and_then(|b| b.checked_add(at + 32));
+        let table_at = align8(arena_end.ok_or_else(damaged)?);
+        let end = cap.checked_mul(4).and_then(|b| b.checked_add(table_at));
+        Ok((
+            [n, cap, used, live],
+            table_at,
+            align8(end.ok_or_else(damaged)?),
+        ))
+    }
+
+    /// The byte after the index [`PointIndex::encode`] wrote at byte `at` of `b`.
+    pub fn end_of(b: &[u8], at: usize) -> Result<usize, String> {
+        Ok(PointIndex::layout(b, at)?.2)
     }
 
     /// The index [`PointIndex::encode`] wrote at byte `at` of `map`, its arrays used in place;
     /// returns it and the byte after it.
     pub fn read(map: &Arc<Mapping>, at: usize) -> Result<(PointIndex, usize), String> {
-        let b = map.bytes();
-        let field = |k: usize| -> Result<usize, String> {
-            b.get(at + k * 8..at + k * 8 + 8)
-                .and_then(|x| usize::try_from(u64::from_le_bytes(x.try_into().ok()?)).ok())
-                .ok_or_else(|| "truncated (a point index's header)".to_string())
-        };
-        let (n, cap, used, live) = (field(0)?, field(1)?, field(2)?, field(3)?);
-        if !cap.is_power_of_two() || used > cap || live > used || live > n {
-            return Err("damaged (a point index's table)".into());
-        }
+        let ([n, cap, used, live], table_at, end) = PointIndex::layout(map.bytes(), at)?;
         let arena_at = at + 32;
-        let table_at = (n.checked_mul(20).ok_or("damaged (a count)")? + arena_at).div_ceil(8) * 8;
-        let end = (cap.checked_mul(4).ok_or("damaged (a count)")? + table_at).div_ceil(8) * 8;
         let exact = ExactTable {
             table: Paged::mapped(map, table_at, cap)?,
             used,

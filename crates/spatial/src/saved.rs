@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use geoshard_paged::Mapping;
+use geoshard_paged::{Mapping, u64_at};
 
 use super::buckets::PointIndex;
 use super::engine::{Engine, EngineConfig};
@@ -54,29 +54,26 @@ pub fn read_points(
     rows: usize,
 ) -> Result<(Option<Engine>, usize), String> {
     let b = map.bytes();
-    let field = |k: usize| -> Result<u64, String> {
-        b.get(at + k * 8..at + k * 8 + 8)
-            .map(|x| u64::from_le_bytes(x.try_into().expect("8 bytes")))
-            .ok_or_else(|| "truncated (a point index)".to_string())
-    };
-    let (shards, resolution) = (field(0)?, field(1)?);
+    let (shards, resolution) = (u64_at(b, at)?, u64_at(b, at + 8)?);
     if shards > u64::from(u16::MAX) + 1 {
         return Err("damaged (a point index's shards)".into());
     }
     let mut next = at + 16;
+    if shards as usize != config.shards || resolution != u64::from(config.resolution) {
+        // Only its length, to check the section's.
+        for _ in 0..shards {
+            next = PointIndex::end_of(b, next)?;
+        }
+        return Ok((None, next));
+    }
     let mut indexes = Vec::with_capacity(shards as usize);
     for _ in 0..shards {
         let (index, end) = PointIndex::read(map, next)?;
         indexes.push(index);
         next = end;
     }
-    if shards as usize != config.shards || resolution != u64::from(config.resolution) {
-        return Ok((None, next));
-    }
-    Ok((
-        Some(Engine::from_point_shards(config, indexes, rows)?),
-        next,
-    ))
+    let engine = Engine::from_point_shards(config, indexes, rows)?;
+    Ok((Some(engine), next))
 }
 
 #[cfg(test)]

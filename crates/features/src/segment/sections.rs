@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use super::{Fault, Indexer, SavedDiagnostic};
 use crate::paged::{Mapping, Paged};
-use crate::sorted::{SortedStrings, UriBlocks, align8, pad8, u64_at};
+use crate::paged::{align8, pad8, u64_at};
+use crate::sorted::{SortedStrings, UriBlocks};
 use crate::spatial::{Engine, EngineConfig};
 use crate::strings::{DocIndex, StrColumn};
 use crate::template::ViewDef;

@@ -89,10 +89,10 @@ fn a_column_read_back_finds_its_values_and_keeps_counting_new_ones() {
         ]
     );
     // A number past the saved values is refused.
-    let (values, _) = SortedStrings::read(&map, 0).unwrap();
     let mut bad = w.clone();
     bad[codes_at..codes_at + 4].copy_from_slice(&3u32.to_le_bytes());
     let map2 = crate::paged::mapped_for_test(&bad);
+    let (values, _) = SortedStrings::read(&map2, 0).unwrap();
     let codes = Paged::mapped(&map2, codes_at, 5).unwrap();
     assert!(StrColumn::from_saved(values, codes).is_err());
 }
