@@ -750,14 +750,27 @@ fn reported(report: &str, prefix: &str) -> Option<u64> {
 }
 
 /// Until `cluster status` of `name` satisfies `done`; its report.
-fn status_until(nats: &Nats, name: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+fn status_until(
+    nats: &Nats,
+    name: &str,
+    what: &str,
+    taker: &ChildServer,
+    done: impl Fn(&str) -> bool,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (report, _) = status(nats, name);
         if done(&report) {
             return report;
         }
-        assert!(Instant::now() < deadline, "{what}: {report}");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {report}\nthe end of the snapshot taker's log:\n{}",
+            {
+                let log = taker.log.lock().unwrap();
+                log[log.len().saturating_sub(80)..].join("\n")
+            }
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
 }
@@ -828,14 +841,20 @@ fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
             written += 1;
         }
         // More than 40 entries since the last snapshot: another one comes.
-        let report = status_until(&nats, "snap", &format!("snapshot of round {round}"), |r| {
-            reported(r, "snapshot: log entry ").is_some_and(|s| s > snapshot)
-                && (round == 0 || r.contains("nodes: 1 live"))
-        });
+        let report = status_until(
+            &nats,
+            "snap",
+            &format!("snapshot of round {round}"),
+            &a,
+            |r| {
+                reported(r, "snapshot: log entry ").is_some_and(|s| s > snapshot)
+                    && (round == 0 || r.contains("nodes: 1 live"))
+            },
+        );
         snapshot = reported(&report, "snapshot: log entry ").unwrap();
     }
     // Two snapshots after b left: the log starts past what b applied.
-    let report = status_until(&nats, "snap", "entries dropped", |r| {
+    let report = status_until(&nats, "snap", "entries dropped", &a, |r| {
         reported(r, "(first ").is_some_and(|f| f > b_applied + 1)
     });
     let first = reported(&report, "(first ").unwrap();

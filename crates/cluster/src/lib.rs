@@ -666,8 +666,11 @@ async fn heartbeat(inner: Arc<Inner>) {
                 Err(e) => tracing::warn!(error = %e, "the node registry"),
             }
         }
-        if let Ok(mut stream) = inner.js.get_stream(inner.settings.stream()).await
-            && let Ok(info) = stream.info().await
+        if let Ok(Some(info)) = tokio::time::timeout(HEARTBEAT, async {
+            let mut stream = inner.js.get_stream(inner.settings.stream()).await.ok()?;
+            stream.info().await.ok().cloned()
+        })
+        .await
         {
             let last = info.state.last_sequence;
             inner.log_last.store(last, Ordering::Relaxed);
@@ -685,12 +688,17 @@ async fn heartbeat(inner: Arc<Inner>) {
                 snapshot_entries: inner.settings.snapshot_entries,
             };
             let bytes = serde_json::to_vec(&record).unwrap_or_default();
-            if let Err(e) = kv.put(&inner.settings.node, bytes.into()).await {
-                tracing::warn!(error = %e, "renewing the registry entry");
+            // Each call is bounded, so one that never answers cannot stop the renewals.
+            match tokio::time::timeout(HEARTBEAT, kv.put(&inner.settings.node, bytes.into())).await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "renewing the registry entry"),
+                Err(_) => tracing::warn!("renewing the registry entry: no answer"),
             }
-            match status::live_nodes(kv).await {
-                Ok(nodes) => *inner.peers.lock() = nodes,
-                Err(e) => tracing::warn!(error = %e, "reading the node registry"),
+            match tokio::time::timeout(HEARTBEAT, status::live_nodes(kv)).await {
+                Ok(Ok(nodes)) => *inner.peers.lock() = nodes,
+                Ok(Err(e)) => tracing::warn!(error = %e, "reading the node registry"),
+                Err(_) => tracing::warn!("reading the node registry: no answer"),
             }
         }
         tokio::time::sleep(HEARTBEAT).await;

@@ -174,7 +174,7 @@ async fn download(objects: &ObjectStore, path: &Path) -> Result<(), ClusterError
 }
 
 /// Taking snapshots: every [`CHECK`], if this node is the [`taker`] and the log has grown by
-/// `snapshot_entries` since the latest snapshot, take one and drop what the log no longer
+/// `snapshot_entries` since the latest snapshot, take one; and drop what the log no longer
 /// needs.
 pub(super) async fn snapshots(inner: Arc<Inner>) {
     let every = inner.settings.snapshot_entries;
@@ -182,6 +182,10 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
         return;
     }
     let mut objects = None;
+    // The snapshot before the latest this node took: the log keeps the entries after it, for
+    // a node that installed it just before the latest replaced it.
+    let mut kept_snapshot: Option<u64> = None;
+    let mut trimmed_to = 1;
     loop {
         tokio::time::sleep(CHECK).await;
         if !inner.caught_up.load(Ordering::Acquire) {
@@ -202,14 +206,19 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
         }
         let Some(store) = &objects else { continue };
         let result = async {
-            let previous = latest(store).await?;
-            if *inner.visible.borrow() < previous + every {
-                return Ok(());
+            let latest = latest(store).await?;
+            if *inner.visible.borrow() >= latest + every {
+                take(&inner, store).await?;
+                kept_snapshot = Some(latest);
             }
-            let seq = take(&inner, store).await?;
+            // Trimmed at every check, not only after a snapshot: a node whose lease ends
+            // between snapshots stops holding the log back then.
+            let Some(previous) = kept_snapshot else {
+                return Ok(());
+            };
             let oldest = peers.iter().map(|p| p.applied).min().unwrap_or(0);
             let keep_from = previous.min(oldest) + 1;
-            if keep_from > 1 {
+            if keep_from > trimmed_to {
                 let stream = inner
                     .js
                     .get_stream(inner.settings.stream())
@@ -221,7 +230,13 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
                     .await
                     .map_err(js_error)?
                     .purged;
-                tracing::info!(snapshot = seq, keep_from, purged, "log entries dropped");
+                trimmed_to = keep_from;
+                tracing::info!(
+                    snapshot = previous,
+                    keep_from,
+                    purged,
+                    "log entries dropped"
+                );
             }
             Ok::<_, ClusterError>(())
         }
