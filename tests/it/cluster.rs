@@ -834,7 +834,7 @@ fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
     // Rounds of single writes, each snapshotted before the next; b's and d's registry
     // entries expire meanwhile, so they no longer hold entries in the log. More entries than
     // d's pending pulls of the log take (two of 500), so that d cannot have them all.
-    let (mut written, mut snapshot) = (1, 0);
+    let (mut written, mut snapshot, mut before_last) = (1, 0, 0);
     for round in 0..3 {
         for _ in 0..450 {
             last = put(&a, &format!("/snap/{written}.json"), written);
@@ -851,12 +851,16 @@ fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
                     && (round == 0 || r.contains("nodes: 1 live"))
             },
         );
+        before_last = snapshot;
         snapshot = reported(&report, "snapshot: log entry ").unwrap();
     }
-    // Two snapshots after b left: the log starts past what b applied.
+    // Two snapshots after b left, with b and d out of the registry: the log keeps only the
+    // entries after the snapshot before the last, past what b applied and what d's pending
+    // pulls could have taken. (It may be shortened less far first, while d's lease runs.)
     let report = status_until(&nats, "snap", "entries dropped", &a, |r| {
-        reported(r, "(first ").is_some_and(|f| f > b_applied + 1)
+        reported(r, "(first ").is_some_and(|f| f > before_last)
     });
+    assert!(before_last > b_applied + 1, "{report}");
     let first = reported(&report, "(first ").unwrap();
     assert!(first <= last, "{report}");
 
