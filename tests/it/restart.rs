@@ -228,6 +228,83 @@ fn restarts_read_the_saved_views_and_answer_as_a_rebuild_does() {
     assert!(log_lines(&s, "view read from its saved file", 0).is_empty());
     assert_same(&answers(&mut s.client(ADMIN)), &rebuilt, "after damage");
     s.kill();
+
+    // Sums checked after the start, not before it (every section larger than the setting):
+    // a point of the places view changed on disk passes the open, so the view serves from
+    // its file; the check that follows finds it, and the view is rebuilt from the documents
+    // while the server serves.
+    std::fs::copy(dir.join("views-kept").join(&saved[1]), &places).unwrap();
+    let mut bytes = std::fs::read(&places).unwrap();
+    let (rows, sections) = saved_sections(&bytes);
+    // The places view's one geometry path is the section before the diagnostics: a tag,
+    // then two floats a row. The middle row's longitude is multiplied or divided by four.
+    let (geometry, _) = sections[sections.len() - 2];
+    let row = geometry + 8 + 16 * (rows / 2);
+    let float = |b: &[u8], at: usize| f64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (x, y) = (float(&bytes, row), float(&bytes, row + 8));
+    bytes[row + 6] ^= 0x20;
+    assert_ne!(float(&bytes, row), x);
+    std::fs::write(&places, &bytes).unwrap();
+    // The place at that row, found by the index (whose copy of the point is whole), and
+    // answered with the view's point.
+    let at_the_place = |c: &mut Client| -> Vec<Value> {
+        let body = common::layers::q(
+            "Places",
+            json!({"returnGeometry": true, "outFields": "*", "spatialRel": "esriSpatialRelIntersects",
+                   "extension": {"geometry": {"type": "Point", "coordinates": [x, y]}}}),
+        );
+        let r = c.post_json("/v1/resources/geoQueryService", &body.to_string());
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["geometry"]["coordinates"].clone())
+            .collect()
+    };
+    let s = ChildServer::start(
+        &dir,
+        &[
+            ("GEOSHARD_LOG", "info"),
+            ("GEOSHARD_VIEW_CHECK_AT_OPEN_BYTES", "0"),
+        ],
+    );
+    let read = log_lines(&s, "view read from its saved file", 1);
+    assert!(read.len() == 1 && read[0].contains("places"), "{read:?}");
+    let damaged = wait_for_lines(&s, "saved view damaged", 1, 60);
+    assert!(
+        damaged.len() == 1 && damaged[0].contains("places"),
+        "{damaged:?}"
+    );
+    let rebuilt_now = wait_for_lines(&s, "views rebuilt in the background", 1, 120);
+    assert_eq!(rebuilt_now.len(), 1, "{rebuilt_now:?}");
+    assert_same(
+        &answers(&mut s.client(ADMIN)),
+        &rebuilt,
+        "after damage found by the check after the start",
+    );
+    let found = at_the_place(&mut s.client(ADMIN));
+    assert!(
+        !found.is_empty() && found.iter().all(|p| *p == json!([x, y])),
+        "{found:?} at {x} {y}"
+    );
+    s.kill();
+}
+
+/// A saved view's rows and its sections' `(offset, length)`, from the head of its file:
+/// magic, format, fingerprint, commit point, rows, then the section table.
+fn saved_sections(b: &[u8]) -> (usize, Vec<(usize, usize)>) {
+    let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) as usize;
+    let print = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    let mut at = 16 + print + 8;
+    let rows = u64_at(at);
+    at += 8;
+    let n = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+    at += 4;
+    let sections = (0..n)
+        .map(|i| (u64_at(at + i * 20), u64_at(at + i * 20 + 8)))
+        .collect();
+    (rows, sections)
 }
 
 /// `n` log lines holding `needle`, waiting up to `secs` for them.

@@ -121,6 +121,10 @@ pub struct Config {
     /// until the new ones are complete); fewer, at once, holding writes back. 0: always in
     /// the background.
     pub background_build_rows: usize,
+    /// A saved view's sections of at most this many bytes have their checksums checked
+    /// before the view serves; larger ones right after, in the background, and a view found
+    /// damaged then is rebuilt from the documents.
+    pub view_check_at_open_bytes: usize,
     /// While writes go on, the views are saved to the data directory this often (sooner
     /// when many documents changed), so that a start after a crash reads them back and only
     /// the documents changed since; 0: only at a clean stop.
@@ -230,6 +234,7 @@ impl Default for Config {
             max_query_vertices: 100_000,
             max_document_vertices: 1_000_000,
             background_build_rows: 100_000,
+            view_check_at_open_bytes: 64 * 1024 * 1024,
             view_save_secs: 60,
             flow_tracing: false,
             project: None,
@@ -295,6 +300,7 @@ pub const KEYS: &[&str] = &[
     "max_query_vertices",
     "max_document_vertices",
     "background_build_rows",
+    "view_check_at_open_bytes",
     "view_save_secs",
     "flow_tracing",
     "project",
@@ -459,6 +465,7 @@ impl Config {
             max_query_vertices: self.max_query_vertices,
             max_document_vertices: self.max_document_vertices,
             background_build_rows: self.background_build_rows,
+            view_check_at_open_bytes: self.view_check_at_open_bytes,
         }
     }
 
@@ -516,6 +523,7 @@ impl Config {
                 self.max_document_vertices = positive(key, parse(key, text)?)?
             }
             "background_build_rows" => self.background_build_rows = parse(key, text)?,
+            "view_check_at_open_bytes" => self.view_check_at_open_bytes = parse(key, text)?,
             "view_save_secs" => self.view_save_secs = parse(key, text)?,
             "flow_tracing" => self.flow_tracing = parse_bool(key, text)?,
             "project" => {
@@ -784,6 +792,7 @@ mod tests {
             ("max_query_vertices", "1000"),
             ("max_document_vertices", "2000"),
             ("background_build_rows", "0"),
+            ("view_check_at_open_bytes", "0"),
             ("view_save_secs", "0"),
             ("flow_tracing", "on"),
             ("project", "/p"),

@@ -134,6 +134,7 @@ impl Features {
             return None;
         }
         // One build at a time: the next starts from the catalog the last one made.
+        let _starting = self.starting_rebuild.lock();
         self.finish_rebuild();
         self.apply_definitions(changes, definitions)
     }

@@ -78,6 +78,9 @@ pub struct FeatureSettings {
     /// Views holding at least this many rows in all are rebuilt after a definition change on
     /// a thread of their own while writes go on; fewer, at once on the writer thread.
     pub background_build_rows: usize,
+    /// A saved view's sections up to this size are checked before it serves, larger ones
+    /// after, in the background.
+    pub view_check_at_open_bytes: usize,
 }
 
 /// The service's default settings, as `Config::default()` gives them.
@@ -94,6 +97,7 @@ impl Default for FeatureSettings {
             max_query_vertices: 100_000,
             max_document_vertices: 1_000_000,
             background_build_rows: 100_000,
+            view_check_at_open_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -160,6 +164,13 @@ pub struct Features {
     on_disk: parking_lot::Mutex<HashMap<ViewKey, (u64, std::sync::Weak<ViewState>)>>,
     /// Held while the views are saved: when they last were, and as of which commit.
     saves: parking_lot::Mutex<LastSave>,
+    /// Views read back whose large sections' sums are still to be checked.
+    unverified: parking_lot::Mutex<Vec<(ViewKey, segment::Unchecked)>>,
+    /// Views read back and not verified yet, or found damaged: never saved from.
+    untrusted: parking_lot::Mutex<HashMap<ViewKey, std::sync::Weak<ViewState>>>,
+    /// Held by whoever starts a build of views in the background, so that one waits for the
+    /// other's.
+    starting_rebuild: parking_lot::Mutex<()>,
     /// In a cluster whose nodes hold some shards each: this node's (rows of other shards are
     /// left out of its views).
     placement: Option<Arc<placement::Placement>>,
@@ -231,6 +242,9 @@ impl Features {
                 at: std::time::Instant::now(),
                 point: 0,
             }),
+            unverified: parking_lot::Mutex::new(Vec::new()),
+            untrusted: parking_lot::Mutex::new(HashMap::new()),
+            starting_rebuild: parking_lot::Mutex::new(()),
         });
         let mut catalog = Catalog::default();
         if !features.load_saved_definitions(&mut catalog)? {
@@ -283,6 +297,7 @@ impl Features {
         );
         *features.catalog.write() = catalog;
         release_freed_memory();
+        features.verify_in_background();
         Ok(features)
     }
 

@@ -62,6 +62,90 @@ impl ViewSaver {
 }
 
 impl Features {
+    /// Check the sums the start left for later ([`segment::load`]) on a thread of its own;
+    /// a view found damaged is rebuilt from the documents in the background, as after a
+    /// definition change, while it and the others serve.
+    pub(crate) fn verify_in_background(self: &Arc<Self>) {
+        let pending = std::mem::take(&mut *self.unverified.lock());
+        if pending.is_empty() {
+            return;
+        }
+        let me = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("view-verify".into())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                let bytes: usize = pending.iter().map(|(_, u)| u.bytes()).sum();
+                let mut damaged = Vec::new();
+                for (key, unchecked) in pending {
+                    match unchecked.verify() {
+                        Ok(()) => {
+                            if let Some(features) = me.upgrade() {
+                                features.untrusted.lock().remove(&key);
+                            }
+                        }
+                        Err(why) => {
+                            tracing::error!(view = %key, why = %why, "saved view damaged; rebuilding it from the documents");
+                            damaged.push(key);
+                        }
+                    }
+                }
+                tracing::info!(
+                    bytes,
+                    damaged = damaged.len(),
+                    secs = started.elapsed().as_secs_f64(),
+                    "saved views verified"
+                );
+                if let Some(features) = me.upgrade()
+                    && !damaged.is_empty()
+                {
+                    features.rebuild_in_background(damaged);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start checking the saved views");
+        }
+    }
+
+    /// Build `keys` again from the documents, in the background, then put them in place.
+    fn rebuild_in_background(self: Arc<Self>, keys: Vec<ViewKey>) {
+        let _starting = self.starting_rebuild.lock();
+        self.finish_rebuild();
+        let next = {
+            let current = self.catalog.read();
+            Catalog {
+                generation: current.generation + 1,
+                templates: current.templates.clone(),
+                descriptors: current.descriptors.clone(),
+                views: current
+                    .views
+                    .iter()
+                    .filter(|(k, _)| !keys.contains(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            }
+        };
+        *self.rebuild.lock() = Some(super::Rebuild {
+            changed: Default::default(),
+            thread: None,
+        });
+        let me = self.clone();
+        match std::thread::Builder::new()
+            .name("view-build".into())
+            .spawn(move || me.build_in_background(next, keys))
+        {
+            Ok(t) => {
+                if let Some(r) = self.rebuild.lock().as_mut() {
+                    r.thread = Some(t);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start a background view build");
+                *self.rebuild.lock() = None;
+            }
+        }
+    }
+
     /// Read back the saved views that can be used (see [`segment`]):
     /// those views with the documents changed since each one's commit point, and the keys of
     /// the views still to build.
@@ -99,8 +183,9 @@ impl Features {
             );
             let reading = std::time::Instant::now();
             let index = |items| self.index(items).map_err(|e| e.to_string());
-            let loaded = segment::load(&file, def, &paths, &print, &index, self.settings.engine)
-                .and_then(|l| {
+            let settings = (self.settings.engine, self.settings.view_check_at_open_bytes);
+            let loaded =
+                segment::load(&file, def, &paths, &print, &index, settings).and_then(|l| {
                     if l.point > last {
                         return Err(format!(
                             "saved at commit {}, past the store's last ({last})",
@@ -156,7 +241,14 @@ impl Features {
                 diagnostics.add(&uri, &key, problem, skipped);
             }
             drop(diagnostics);
+            let unchecked = l.unchecked;
             let state = Self::state_of(template, l.data, paths, l.indexes);
+            if !unchecked.is_empty() {
+                self.unverified.lock().push((key.clone(), unchecked));
+                self.untrusted
+                    .lock()
+                    .insert(key.clone(), Arc::downgrade(&state));
+            }
             self.on_disk
                 .lock()
                 .insert(key.clone(), (l.point, Arc::downgrade(&state)));
@@ -297,6 +389,7 @@ impl Features {
         live: bool,
         cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Saved {
+        tracing::debug!(commit = point, live, "saving views");
         let started = std::time::Instant::now();
         let dir = segment::dir(self.store.path());
         if let Err(e) = std::fs::create_dir_all(&dir) {
@@ -452,6 +545,17 @@ impl Features {
         diagnostics: &[segment::SavedDiagnostic],
         cancelled: &(dyn Fn() -> bool + Sync),
     ) -> ViewSave {
+        // A view read from a file whose sums are not all checked yet (or failed) is never
+        // saved from: its file stays as it is, and the next start reads it and the documents
+        // changed since again.
+        let untrusted = self
+            .untrusted
+            .lock()
+            .get(key)
+            .is_some_and(|was| was.upgrade().is_some_and(|w| Arc::ptr_eq(&w, view)));
+        if untrusted && file.exists() {
+            return ViewSave::Kept(view.data.read().len());
+        }
         let unchanged = self.on_disk.lock().get(key).is_some_and(|(at, was)| {
             *at == point && was.upgrade().is_some_and(|w| Arc::ptr_eq(&w, view))
         });

@@ -30,7 +30,7 @@ mod sections;
 use sections::{Cursor, Decoded, Section, Source, put_bytes, put_u32, put_u64, sections};
 
 /// Bumped whenever what a view holds for a document changes meaning, or its layout.
-const FORMAT: u32 = 4;
+const FORMAT: u32 = 5;
 const MAGIC: &[u8; 8] = b"GSVIEWS\0";
 const END: &[u8; 4] = b"END.";
 
@@ -118,6 +118,42 @@ pub(super) struct Loaded {
     pub indexes: BTreeMap<String, Arc<Engine>>,
     pub diagnostics: Vec<SavedDiagnostic>,
     pub point: u64,
+    /// The sections whose sums were left for later.
+    pub unchecked: Unchecked,
+}
+
+/// Sections of a mapped view file whose sums are still to be checked: `(start, end, sum)`.
+pub(crate) struct Unchecked {
+    map: Arc<Mapping>,
+    sections: Vec<(usize, usize, u32)>,
+}
+
+impl Unchecked {
+    /// Check every section's sum, in parallel; `Err` says which failed.
+    pub fn verify(&self) -> Result<(), Fault> {
+        let bytes = self.map.bytes();
+        self.sections
+            .par_iter()
+            .with_max_len(1)
+            .try_for_each(|&(at, end, sum)| {
+                if crc32fast::hash(&bytes[at..end]) == sum {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "damaged (the checksum of the section at byte {at} does not match)"
+                    ))
+                }
+            })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sections.is_empty()
+    }
+
+    /// Bytes still to check.
+    pub fn bytes(&self) -> usize {
+        self.sections.iter().map(|&(at, end, _)| end - at).sum()
+    }
 }
 
 type Fault = String;
@@ -253,15 +289,18 @@ pub(super) fn save(
 }
 
 /// Read a saved view back, when its file is whole and was built from what `fingerprint`
-/// says; `Err` says why not. The file is mapped and every section's sum checked (in
-/// parallel); its arrays are then used in place, and each geometry path indexed.
+/// says; `Err` says why not. The file is mapped, its head's sum checked and its sections'
+/// places; the sums of sections up to `check_at_open` bytes are checked (in parallel), the
+/// others' are left in [`Loaded::unchecked`], as Lucene checks a large file's footer at open
+/// and its whole sum when it merges. Its arrays are then used in place, and each geometry
+/// path indexed.
 pub(super) fn load(
     file: &FsPath,
     def: Arc<ViewDef>,
     paths: &BTreeMap<String, Path>,
     fingerprint: &str,
     index: &Indexer<'_>,
-    engine: EngineConfig,
+    (engine, check_at_open): (EngineConfig, usize),
 ) -> Result<Loaded, Fault> {
     if cfg!(target_endian = "big") {
         return Err("saved views are little-endian; this machine is not".into());
@@ -322,16 +361,14 @@ pub(super) fn load(
     if bytes.get(next..) != Some(&END[..]) {
         return Err("damaged (its end is not where it should be)".into());
     }
-    table
-        .par_iter()
-        .with_max_len(1)
-        .try_for_each(|&(at, end, sum)| {
-            if crc32fast::hash(&bytes[at..end]) == sum {
-                Ok(())
-            } else {
-                Err("damaged (a section's checksum does not match)".to_string())
-            }
-        })?;
+    let (now, later): (Vec<_>, Vec<_>) = table
+        .iter()
+        .partition(|&&(at, end, _)| end - at <= check_at_open);
+    Unchecked {
+        map: map.clone(),
+        sections: now,
+    }
+    .verify()?;
     // Geometries first, so that their indexes are built while the rest is read.
     let mut order: Vec<usize> = (0..all.len()).collect();
     order.sort_by_key(|&i| !matches!(all[i], Section::Geometry(_)));
@@ -387,6 +424,10 @@ pub(super) fn load(
         indexes,
         diagnostics,
         point,
+        unchecked: Unchecked {
+            map,
+            sections: later,
+        },
     })
 }
 

@@ -2,12 +2,17 @@
 //!
 //! - An arena holds the entries (coordinates and id, 24 bytes), in Hilbert-curve order after
 //!   a bulk load, so neighbouring points sit together in memory.
-//! - Buckets of up to [`SPLIT_AT`] arena slots form the leaf level of an R-tree. An rstar
-//!   entry costs as much as an internal node (~64 bytes) however small the object, so the
-//!   tree indexes buckets, not points. A bulk load cuts the Hilbert order into buckets of
-//!   [`BULK_FILL`]; a single insert joins a bucket whose box holds it, else the nearest bucket
-//!   (splitting it on its longer axis when full); a removal takes the slot out of its bucket and drops the bucket when empty.
-//!   A bucket's box may outgrow its points after removals, which only costs some filtering.
+//! - A bulk load (or a saved view read back) is the arena's base: a packed Hilbert R-tree
+//!   over it, as flatbush builds one: one box a bucket of [`BULK_FILL`] consecutive slots,
+//!   then one box a [`BULK_FILL`] boxes below, up to one. Its boxes are an array, so a saved
+//!   one is used in place with no build. It never changes: a base point removed leaves a
+//!   dead slot under its box, which only costs some filtering until the next bulk load.
+//! - Points inserted after it go to slots past the base, in buckets of up to [`SPLIT_AT`]
+//!   slots that form the leaf level of an rstar R-tree. An rstar entry costs as much as an
+//!   internal node (~64 bytes) however small the object, so the tree indexes buckets, not
+//!   points. An insert joins a bucket whose box holds it, else the nearest bucket
+//!   (splitting it on its longer axis when full); a removal takes the slot out of its bucket
+//!   and drops the bucket when empty.
 //! - Exact-point lookups (a point query on a point layer) do not walk the tree: an
 //!   open-addressing table of arena slots, keyed by the exact coordinates, answers in one or
 //!   two cache misses, where a walk over a million points costs several. Several features at one location are just further probes.
@@ -20,7 +25,7 @@ use rstar::{AABB, PointDistance, RTree, RTreeObject};
 
 use super::FeatureId;
 use super::entry::{Params, PointEntry, aabb};
-use super::pip::{BBox, bbox_contains};
+use super::pip::{BBox, bbox_contains, bbox_intersects};
 
 /// Points per bucket after a bulk load.
 pub const BULK_FILL: usize = 16;
@@ -215,13 +220,146 @@ impl Iterator for Probe<'_> {
     }
 }
 
+/// Boxes a level of a packed tree over `n` slots has, from the buckets up to the root.
+fn level_sizes(n: usize) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut at = n;
+    while at > 0 {
+        at = at.div_ceil(BULK_FILL);
+        sizes.push(at);
+        if at == 1 {
+            break;
+        }
+    }
+    sizes
+}
+
+/// The packed tree over an arena's first `slots` slots: its boxes, level by level from the
+/// buckets up, in one array.
+#[derive(Default)]
+struct Packed {
+    slots: usize,
+    boxes: Paged<BBox>,
+    /// Where each level starts in `boxes`, and the end.
+    levels: Vec<usize>,
+}
+
+impl Packed {
+    /// The boxes of the tree over `arena`, whose points are all live.
+    fn boxes_of(arena: &[PointEntry]) -> Vec<BBox> {
+        let sizes = level_sizes(arena.len());
+        let mut boxes: Vec<BBox> = Vec::with_capacity(sizes.iter().sum());
+        boxes.extend(arena.chunks(BULK_FILL).map(|c| {
+            c.iter().fold(EMPTY_BOX, |b, e| {
+                let p = e.xy;
+                [
+                    b[0].min(p[0]),
+                    b[1].min(p[1]),
+                    b[2].max(p[0]),
+                    b[3].max(p[1]),
+                ]
+            })
+        }));
+        let mut below = 0;
+        for &size in &sizes[..sizes.len().saturating_sub(1)] {
+            for c in (below..below + size).step_by(BULK_FILL) {
+                let end = (c + BULK_FILL).min(below + size);
+                let b = boxes[c..end]
+                    .iter()
+                    .fold(EMPTY_BOX, |a, b| super::entry::union(a, *b));
+                boxes.push(b);
+            }
+            below += size;
+        }
+        boxes
+    }
+
+    /// The tree over `slots` slots whose boxes ([`Packed::boxes_of`]) are `boxes`; `Err` when
+    /// they are not as many as such a tree has.
+    fn with(slots: usize, boxes: Paged<BBox>) -> Result<Packed, String> {
+        let mut levels = vec![0];
+        for size in level_sizes(slots) {
+            levels.push(levels.last().expect("a start") + size);
+        }
+        if *levels.last().expect("an end") != boxes.len() {
+            return Err("damaged (a point index's boxes)".into());
+        }
+        Ok(Packed {
+            slots,
+            boxes,
+            levels,
+        })
+    }
+
+    /// The root's box, when there are slots.
+    fn root(&self) -> Option<BBox> {
+        (self.slots > 0).then(|| self.boxes[self.boxes.len() - 1])
+    }
+
+    /// Buckets: the lowest level's boxes.
+    #[cfg(test)]
+    fn buckets(&self) -> usize {
+        self.levels.get(1).copied().unwrap_or(0)
+    }
+
+    /// Every live slot under a bucket whose box meets `bbox`, with its entry.
+    fn visit<'a>(
+        &self,
+        arena: &'a Paged<PointEntry>,
+        bbox: &BBox,
+        f: &mut impl FnMut(&'a PointEntry),
+    ) {
+        if self.slots > 0 {
+            self.visit_node(arena, bbox, self.levels.len() - 2, 0, f);
+        }
+    }
+
+    fn visit_node<'a>(
+        &self,
+        arena: &'a Paged<PointEntry>,
+        bbox: &BBox,
+        level: usize,
+        i: usize,
+        f: &mut impl FnMut(&'a PointEntry),
+    ) {
+        if !bbox_intersects(&self.boxes[self.levels[level] + i], bbox) {
+            return;
+        }
+        let first = i * BULK_FILL;
+        if level == 0 {
+            for s in first..(first + BULK_FILL).min(self.slots) {
+                let Some(p) = arena.get(s) else { return };
+                if p.id != DEAD && bbox_contains(bbox, p.xy[0], p.xy[1]) {
+                    f(p);
+                }
+            }
+            return;
+        }
+        let below = self.levels[level] - self.levels[level - 1];
+        for c in first..(first + BULK_FILL).min(below) {
+            self.visit_node(arena, bbox, level - 1, c, f);
+        }
+    }
+}
+
+const EMPTY_BOX: BBox = [
+    f64::INFINITY,
+    f64::INFINITY,
+    f64::NEG_INFINITY,
+    f64::NEG_INFINITY,
+];
+
 /// The point index of one shard.
 #[derive(Default)]
 pub(crate) struct PointIndex {
-    /// Every point once; dead slots have id [`DEAD`] and are reused. Read back from a saved
-    /// view, its first part is that file's.
+    /// Every point once; dead slots have id [`DEAD`]. Read back from a saved view, its first
+    /// part is that file's.
     arena: Paged<PointEntry>,
+    /// The tree over the base: the arena's slots up to `base.slots`.
+    base: Packed,
+    /// Dead slots past the base, to reuse.
     free: Vec<u32>,
+    /// The buckets of the slots past the base.
     tree: RTree<Bucket, Params>,
     exact: ExactTable,
     len: usize,
@@ -234,38 +372,24 @@ impl PointIndex {
         PointIndex::with(arena, exact)
     }
 
-    /// An index over `arena` (in Hilbert order, its dead slots marked) and its table: the
-    /// tree over buckets of [`BULK_FILL`] consecutive slots.
+    /// An index whose base is `arena` (in Hilbert order, every point live), with its table.
     fn with(arena: Paged<PointEntry>, exact: ExactTable) -> PointIndex {
-        let n = arena.len() as u32;
-        let mut free = Vec::new();
-        let buckets: Vec<Bucket> = (0..n.div_ceil(BULK_FILL as u32))
-            .filter_map(|b| {
-                let start = b * BULK_FILL as u32;
-                let slots: Vec<u32> = (start..(start + BULK_FILL as u32).min(n))
-                    .filter(|&s| {
-                        let live = arena[s as usize].id != DEAD;
-                        if !live {
-                            free.push(s);
-                        }
-                        live
-                    })
-                    .collect();
-                (!slots.is_empty()).then(|| bucket(slots, &arena))
-            })
-            .collect();
+        let boxes = Packed::boxes_of(arena.as_slice());
+        let base = Packed::with(arena.len(), Paged::from_vec(boxes)).expect("its own boxes");
         PointIndex {
-            len: n as usize - free.len(),
+            len: arena.len(),
             arena,
-            free,
-            tree: RTree::bulk_load_with_params(buckets),
+            base,
+            free: Vec::new(),
+            tree: RTree::new_with_params(),
             exact,
         }
     }
 
     /// `points` as a saved view keeps them ([`PointIndex::read`]): the arena in Hilbert order,
-    /// then the exact-point table, each eight-aligned.
-    pub fn encode(points: Vec<PointEntry>, w: &mut Vec<u8>) {
+    /// the exact-point table, then the packed tree's boxes, each eight-aligned. Returns the
+    /// ids in arena order.
+    pub fn encode(points: Vec<PointEntry>, w: &mut Vec<u8>) -> Vec<FeatureId> {
         let (arena, exact) = packed(points);
         let arena = arena.as_slice();
         for v in [arena.len(), exact.table.len(), exact.used, exact.live] {
@@ -275,12 +399,15 @@ impl PointIndex {
         pad8(w);
         w.extend_from_slice(bytemuck::cast_slice(exact.table.as_slice()));
         pad8(w);
+        w.extend_from_slice(bytemuck::cast_slice(&Packed::boxes_of(arena)));
+        arena.iter().map(|e| e.id).collect()
     }
 
     /// Where the parts of the index [`PointIndex::encode`] wrote at byte `at` of `b` lie:
-    /// its header's (points, table size, table slots used, live), the table's start, and the
-    /// byte after it. The table is checked to keep an empty slot, which every probe ends at.
-    fn layout(b: &[u8], at: usize) -> Result<([usize; 4], usize, usize), String> {
+    /// its header's (points, table size, table slots used, live), the table's start, the
+    /// boxes' start and the byte after them. The table is checked to keep an empty slot,
+    /// which every probe ends at.
+    fn layout(b: &[u8], at: usize) -> Result<([usize; 4], usize, usize, usize), String> {
         let field = |k: usize| usize_at(b, at + k * 8);
         let (n, cap, used, live) = (field(0)?, field(1)?, field(2)?, field(3)?);
         if !cap.is_power_of_two() || used * 4 > cap * 3 || live > used || live > n {
@@ -289,33 +416,43 @@ impl PointIndex {
         let damaged = || "damaged (a point index's size)".to_string();
         let arena_end = n.checked_mul(20).and_then(|b| b.checked_add(at + 32));
         let table_at = align8(arena_end.ok_or_else(damaged)?);
-        let end = cap.checked_mul(4).and_then(|b| b.checked_add(table_at));
+        let table_end = cap.checked_mul(4).and_then(|b| b.checked_add(table_at));
+        let boxes_at = align8(table_end.ok_or_else(damaged)?);
+        let boxes: usize = level_sizes(n).iter().sum();
+        let end = boxes
+            .checked_mul(size_of::<BBox>())
+            .and_then(|b| b.checked_add(boxes_at));
         Ok((
             [n, cap, used, live],
             table_at,
-            align8(end.ok_or_else(damaged)?),
+            boxes_at,
+            end.ok_or_else(damaged)?,
         ))
     }
 
     /// The byte after the index [`PointIndex::encode`] wrote at byte `at` of `b`.
     pub fn end_of(b: &[u8], at: usize) -> Result<usize, String> {
-        Ok(PointIndex::layout(b, at)?.2)
+        Ok(PointIndex::layout(b, at)?.3)
     }
 
     /// The index [`PointIndex::encode`] wrote at byte `at` of `map`, its arrays used in place;
     /// returns it and the byte after it.
     pub fn read(map: &Arc<Mapping>, at: usize) -> Result<(PointIndex, usize), String> {
-        let ([n, cap, used, live], table_at, end) = PointIndex::layout(map.bytes(), at)?;
-        let arena_at = at + 32;
-        let exact = ExactTable {
-            table: Paged::mapped(map, table_at, cap)?,
-            used,
-            live,
+        let ([n, cap, used, live], table_at, boxes_at, end) = PointIndex::layout(map.bytes(), at)?;
+        let boxes = level_sizes(n).iter().sum();
+        let index = PointIndex {
+            arena: Paged::mapped(map, at + 32, n)?,
+            base: Packed::with(n, Paged::mapped(map, boxes_at, boxes)?)?,
+            free: Vec::new(),
+            tree: RTree::new_with_params(),
+            exact: ExactTable {
+                table: Paged::mapped(map, table_at, cap)?,
+                used,
+                live,
+            },
+            len: live,
         };
-        Ok((
-            PointIndex::with(Paged::mapped(map, arena_at, n)?, exact),
-            end,
-        ))
+        Ok((index, end))
     }
 
     pub fn len(&self) -> usize {
@@ -324,13 +461,20 @@ impl PointIndex {
 
     #[cfg(test)]
     pub fn buckets(&self) -> usize {
-        self.tree.size()
+        self.base.buckets() + self.tree.size()
     }
 
     /// A box holding every point (the union of the buckets': after removals it may be larger
     /// than the points left), or `None` when there are none.
     pub fn bounds(&self) -> Option<BBox> {
-        (self.len > 0).then(|| bbox_of(&self.tree))
+        if self.len == 0 {
+            return None;
+        }
+        let delta = (self.tree.size() > 0).then(|| bbox_of(&self.tree));
+        match (self.base.root(), delta) {
+            (Some(a), Some(b)) => Some(super::entry::union(a, b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PointEntry> {
@@ -421,6 +565,12 @@ impl PointIndex {
             return false;
         }
         self.exact.remove(slot, e.xy);
+        if (slot as usize) < self.base.slots {
+            // The base's boxes stay; its slots are not reused.
+            self.arena[slot as usize].id = DEAD;
+            self.len -= 1;
+            return true;
+        }
         let mut emptied = None;
         let _ = self
             .tree
@@ -452,6 +602,10 @@ impl PointIndex {
     /// Points inside or on `bbox`.
     pub fn within<'a>(&'a self, bbox: &BBox, mut f: impl FnMut(&'a PointEntry)) {
         let arena = &self.arena;
+        self.base.visit(arena, bbox, &mut f);
+        if self.tree.size() == 0 {
+            return;
+        }
         let _ = self
             .tree
             .locate_in_envelope_intersecting_int(aabb(bbox), |b| {
@@ -546,6 +700,68 @@ mod tests {
         let mut got = Vec::new();
         idx.at(1.5, 1.5, |id| got.push(id));
         assert!(got.contains(&5000));
+    }
+
+    /// The packed base and the buckets past it answer boxes as a scan of the live points
+    /// does, through removals from both and inserts, at sizes that make one to four levels.
+    #[test]
+    fn packed_base_and_buckets_answer_as_a_scan() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for n in [1usize, 15, 16, 17, 255, 256, 257, 5000] {
+            let mut live: Vec<PointEntry> = (0..n as u32)
+                .map(|id| e(next() * 40.0 - 20.0, next() * 30.0 - 15.0, id))
+                .collect();
+            let mut idx = PointIndex::bulk(live.clone());
+            assert_eq!(idx.buckets(), n.div_ceil(BULK_FILL));
+            let check = |idx: &PointIndex, live: &[PointEntry], next: &mut dyn FnMut() -> f64| {
+                for _ in 0..40 {
+                    let (x, y) = (next() * 44.0 - 22.0, next() * 34.0 - 17.0);
+                    let b = [x, y, x + next() * 12.0, y + next() * 9.0];
+                    let mut got: Vec<u32> = Vec::new();
+                    idx.within(&b, |p| got.push(p.id));
+                    got.sort_unstable();
+                    let mut want: Vec<u32> = live
+                        .iter()
+                        .filter(|p| bbox_contains(&b, p.xy[0], p.xy[1]))
+                        .map(|p| p.id)
+                        .collect();
+                    want.sort_unstable();
+                    assert_eq!(got, want, "{n} points, box {b:?}");
+                }
+                assert_eq!(idx.len(), live.len());
+                if let Some(bounds) = idx.bounds() {
+                    assert!(
+                        live.iter()
+                            .all(|p| bbox_contains(&bounds, p.xy[0], p.xy[1]))
+                    );
+                }
+            };
+            check(&idx, &live, &mut next);
+            // A third of the base removed, then new points (some reusing freed delta slots).
+            let gone: Vec<PointEntry> = live.iter().copied().step_by(3).collect();
+            for p in &gone {
+                assert!(idx.remove(p));
+                assert!(!idx.remove(p));
+            }
+            live.retain(|p| !gone.contains(p));
+            for id in 0..(n as u32 / 2 + 1) {
+                let p = e(next() * 40.0 - 20.0, next() * 30.0 - 15.0, 100_000 + id);
+                idx.insert(p);
+                live.push(p);
+            }
+            let moved: Vec<PointEntry> = live.iter().copied().skip(1).step_by(4).collect();
+            for p in &moved {
+                assert!(idx.remove(p));
+            }
+            live.retain(|p| !moved.contains(p));
+            check(&idx, &live, &mut next);
+        }
     }
 
     #[test]

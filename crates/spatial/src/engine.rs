@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use geo::Geometry;
+use geoshard_paged::Paged;
 use parking_lot::{Mutex, RwLock};
 use rayon::prelude::*;
 
@@ -43,15 +44,16 @@ enum Slot {
 /// a map.
 #[derive(Default)]
 struct Registry {
-    /// Per id: its point's arena slot, [`NO_POINT`], or [`PENDING`].
-    point_slot: Vec<u32>,
-    point_shard: Vec<u16>,
+    /// Per id: its point's arena slot, [`NO_POINT`], or [`PENDING`]. Read back from a saved
+    /// view, their first part is that file's.
+    point_slot: Paged<u32>,
+    point_shard: Paged<u16>,
     others: crate::FastMap<FeatureId, Slot>,
     len: usize,
 }
 
 /// The id has no point of its own (nothing, or another geometry).
-const NO_POINT: u32 = u32::MAX;
+pub(crate) const NO_POINT: u32 = u32::MAX;
 /// A point of a bulk load: its slot is known once its shard is rebuilt.
 const PENDING: u32 = u32::MAX - 1;
 
@@ -235,30 +237,27 @@ impl Engine {
     }
 
     /// An engine over points alone, whose shards' point indexes were read back
-    /// ([`super::saved`]), each id below `rows` once.
+    /// ([`super::saved`]) with the registry's arrays (a slot and a shard an id), holding `len`
+    /// points. Nothing is built: the arrays are used as they are.
     pub(crate) fn from_point_shards(
         config: EngineConfig,
         shards: Vec<super::buckets::PointIndex>,
-        rows: usize,
+        (point_slot, point_shard): (Paged<u32>, Paged<u16>),
     ) -> Result<Engine, String> {
         let engine = Engine::new(config)?;
-        if shards.len() != engine.shards.len() {
+        if shards.len() != engine.shards.len() || point_slot.len() != point_shard.len() {
             return Err("damaged (shards not the engine's)".into());
         }
-        let mut registry = engine.registry.lock();
-        if rows > 0 {
-            registry.reserve(rows as FeatureId - 1);
-        }
+        let len = shards.iter().map(|s| s.len()).sum();
         for (s, points) in shards.into_iter().enumerate() {
-            for (slot, id) in points.slots() {
-                if id as usize >= rows || registry.point_slot[id as usize] != NO_POINT {
-                    return Err("damaged (a point index's ids)".into());
-                }
-                registry.put_point(id, s, slot);
-            }
             engine.shards[s].write().points = points;
         }
-        drop(registry);
+        *engine.registry.lock() = Registry {
+            point_slot,
+            point_shard,
+            others: Default::default(),
+            len,
+        };
         Ok(engine)
     }
 

@@ -1,20 +1,22 @@
 //! A point layer's spatial index saved with its view and read back in place: each shard's
-//! point arena (in Hilbert order) and exact-point table are arrays of the view's file, so a
-//! start computes no cell, no curve position and no sort; it only groups each shard's arena
-//! into the buckets of its R-tree and fills the registry.
+//! point arena (in Hilbert order), exact-point table and packed tree, and the registry (a
+//! slot and a shard a row) are arrays of the view's file. A start computes no cell, no curve
+//! position, no sort and no box, and reads no point: it reads the headers, and pages come in
+//! as queries and writes touch them.
 
 use std::sync::Arc;
 
-use geoshard_paged::{Mapping, u64_at};
+use geoshard_paged::{Mapping, Paged, align8, pad8, u64_at};
 
 use super::buckets::PointIndex;
-use super::engine::{Engine, EngineConfig};
+use super::engine::{Engine, EngineConfig, NO_POINT};
 use super::entry::PointEntry;
 use super::partition::Partitioner;
 
 /// `points` (one a row, `NaN` for none) indexed as an engine of `config` would index them,
 /// the rows their ids, as [`read_points`] reads them (eight-aligned): the shards and the
-/// resolution, then each shard's [`PointIndex::encode`].
+/// resolution, each shard's [`PointIndex::encode`], then each row's arena slot
+/// ([`NO_POINT`] for none) and shard.
 pub fn encode_points(
     config: EngineConfig,
     points: &[[f64; 2]],
@@ -28,19 +30,29 @@ pub fn encode_points(
             shards[p.shard_of_point(xy[0], xy[1])].push(PointEntry { xy, id: row as u32 });
         }
     }
-    let encoded: Vec<Vec<u8>> = shards
+    let encoded: Vec<(Vec<u8>, Vec<u32>)> = shards
         .into_par_iter()
         .map(|entries| {
             let mut w = Vec::new();
-            PointIndex::encode(entries, &mut w);
-            w
+            let ids = PointIndex::encode(entries, &mut w);
+            (w, ids)
         })
         .collect();
     w.extend_from_slice(&(config.shards as u64).to_le_bytes());
     w.extend_from_slice(&u64::from(config.resolution).to_le_bytes());
-    for e in encoded {
-        w.extend_from_slice(&e);
+    let mut slots = vec![NO_POINT; points.len()];
+    let mut of_shard = vec![0u16; points.len()];
+    for (shard, (bytes, ids)) in encoded.into_iter().enumerate() {
+        w.extend_from_slice(&bytes);
+        for (slot, id) in ids.into_iter().enumerate() {
+            slots[id as usize] = slot as u32;
+            of_shard[id as usize] = shard as u16;
+        }
     }
+    w.extend_from_slice(bytemuck::cast_slice(&slots));
+    pad8(w);
+    w.extend_from_slice(bytemuck::cast_slice(&of_shard));
+    pad8(w);
     Ok(())
 }
 
@@ -59,12 +71,21 @@ pub fn read_points(
         return Err("damaged (a point index's shards)".into());
     }
     let mut next = at + 16;
+    let registry_end = |at: usize| {
+        let slots_end = rows.checked_mul(4).and_then(|n| n.checked_add(at));
+        let shards_at = align8(slots_end.ok_or("damaged (a point index's size)")?);
+        let shards_end = rows.checked_mul(2).and_then(|n| n.checked_add(shards_at));
+        Ok::<_, String>((
+            shards_at,
+            align8(shards_end.ok_or("damaged (a point index's size)")?),
+        ))
+    };
     if shards as usize != config.shards || resolution != u64::from(config.resolution) {
         // Only its length, to check the section's.
         for _ in 0..shards {
             next = PointIndex::end_of(b, next)?;
         }
-        return Ok((None, next));
+        return Ok((None, registry_end(next)?.1));
     }
     let mut indexes = Vec::with_capacity(shards as usize);
     for _ in 0..shards {
@@ -72,8 +93,13 @@ pub fn read_points(
         indexes.push(index);
         next = end;
     }
-    let engine = Engine::from_point_shards(config, indexes, rows)?;
-    Ok((Some(engine), next))
+    let (shards_at, end) = registry_end(next)?;
+    let registry = (
+        Paged::mapped(map, next, rows)?,
+        Paged::mapped(map, shards_at, rows)?,
+    );
+    let engine = Engine::from_point_shards(config, indexes, registry)?;
+    Ok((Some(engine), end))
 }
 
 #[cfg(test)]

@@ -143,7 +143,15 @@ fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
         engine.bulk_load(items);
         Ok(Arc::new(engine))
     };
-    let loaded = load(&file, def.clone(), &paths, &print, &index, ENGINE).unwrap();
+    let loaded = load(
+        &file,
+        def.clone(),
+        &paths,
+        &print,
+        &index,
+        (ENGINE, usize::MAX),
+    )
+    .unwrap();
     assert_eq!(loaded.point, 42);
     assert_eq!(loaded.diagnostics, diagnostics);
     assert_eq!(loaded.data.len(), 4);
@@ -163,25 +171,56 @@ fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
             &paths,
             &fingerprint(&t, &def, &paths, 99, ""),
             &index,
-            ENGINE
+            (ENGINE, usize::MAX)
         )
         .is_err()
     );
+    // Checked whole at open, or its sections' sums left for later: either way a changed
+    // byte is found, at open or by the check after it.
     let bytes = std::fs::read(&file).unwrap();
     let damaged = dir.join("damaged.seg");
+    let whole = load(&file, def.clone(), &paths, &print, &index, (ENGINE, 0)).unwrap();
+    assert!(whole.unchecked.bytes() > 0);
+    assert!(whole.unchecked.verify().is_ok());
+    let mut later = 0;
     for i in 0..bytes.len() {
         let mut b = bytes.clone();
         b[i] ^= 0x01;
         std::fs::write(&damaged, &b).unwrap();
         assert!(
-            load(&damaged, def.clone(), &paths, &print, &index, ENGINE).is_err(),
+            load(
+                &damaged,
+                def.clone(),
+                &paths,
+                &print,
+                &index,
+                (ENGINE, usize::MAX)
+            )
+            .is_err(),
             "byte {i}"
         );
+        match load(&damaged, def.clone(), &paths, &print, &index, (ENGINE, 0)) {
+            Err(_) => {}
+            Ok(l) => {
+                assert!(l.unchecked.verify().is_err(), "byte {i}, checked later");
+                later += 1;
+            }
+        }
     }
+    // Many bytes (values, points) are in sections whose damage only their sum shows.
+    assert!(later > bytes.len() / 10, "{later} of {}", bytes.len());
     for len in [0, 10, bytes.len() / 2, bytes.len() - 1] {
         std::fs::write(&damaged, &bytes[..len]).unwrap();
         assert!(
-            load(&damaged, def.clone(), &paths, &print, &index, ENGINE).is_err(),
+            load(
+                &damaged,
+                def.clone(),
+                &paths,
+                &print,
+                &index,
+                (ENGINE, usize::MAX)
+            )
+            .is_err(),
             "{len} bytes"
         );
     }
@@ -262,7 +301,15 @@ fn a_view_saved_while_written_is_right_once_the_documents_changed_are_applied() 
         engine.bulk_load(items);
         Ok(Arc::new(engine))
     };
-    let mut loaded = load(&file, def.clone(), &paths, &print, &index, ENGINE).unwrap();
+    let mut loaded = load(
+        &file,
+        def.clone(),
+        &paths,
+        &print,
+        &index,
+        (ENGINE, usize::MAX),
+    )
+    .unwrap();
     assert_eq!(loaded.point, 7);
     // The points' index was read back, not built, and finds every row at its point.
     assert!(!built.load(Ordering::Relaxed));
@@ -288,12 +335,27 @@ fn a_view_saved_while_written_is_right_once_the_documents_changed_are_applied() 
         shards: 3,
         ..ENGINE
     };
-    load(&file, def.clone(), &paths, &print, &index, other).unwrap();
+    load(
+        &file,
+        def.clone(),
+        &paths,
+        &print,
+        &index,
+        (other, usize::MAX),
+    )
+    .unwrap();
     assert!(built.load(Ordering::Relaxed));
     let before = dump(&RwLock::new(
-        load(&file, def.clone(), &paths, &print, &index, ENGINE)
-            .unwrap()
-            .data,
+        load(
+            &file,
+            def.clone(),
+            &paths,
+            &print,
+            &index,
+            (ENGINE, usize::MAX),
+        )
+        .unwrap()
+        .data,
     ));
     // A start applies every document changed since the save's point: its rows replaced.
     for (uri, new) in last {
@@ -319,12 +381,28 @@ fn a_view_saved_while_written_is_right_once_the_documents_changed_are_applied() 
     };
     same(&got);
     // The file read back in place was not written by those changes.
-    let reread = load(&file, def.clone(), &paths, &print, &index, ENGINE).unwrap();
+    let reread = load(
+        &file,
+        def.clone(),
+        &paths,
+        &print,
+        &index,
+        (ENGINE, usize::MAX),
+    )
+    .unwrap();
     assert_eq!(dump(&RwLock::new(reread.data)), before);
     // A view read back and changed saves and reads back again as it is.
     let again = dir.join("again.seg");
     save(&again, &loaded, &paths, &saving(&print, 8), &[], &UNLIMITED).unwrap();
-    let third = load(&again, def.clone(), &paths, &print, &index, ENGINE).unwrap();
+    let third = load(
+        &again,
+        def.clone(),
+        &paths,
+        &print,
+        &index,
+        (ENGINE, usize::MAX),
+    )
+    .unwrap();
     same(&dump(&RwLock::new(third.data)));
 }
 
