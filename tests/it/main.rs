@@ -19,6 +19,7 @@ mod foundation;
 mod fuzz_corpora;
 mod hostile;
 mod index_bounds;
+mod kills;
 mod load;
 mod map;
 mod ogc;
