@@ -88,6 +88,9 @@ const LOAD_CACHE_BYTES: usize = 1 << 30;
 /// Offline: the store of a stopped server, written through its writer thread.
 pub struct Offline {
     store: Arc<Store>,
+    /// The first batches, held until they hold enough documents to train the store's
+    /// compression dictionary on (when it has none), so that no document is written plain.
+    held: Option<Vec<Batch>>,
     queue: Option<Sender<Batch>>,
     outcomes: Receiver<Outcome>,
     writer: Option<JoinHandle<()>>,
@@ -153,11 +156,33 @@ impl Offline {
         };
         Ok(Offline {
             store,
+            held: Some(Vec::new()),
             queue: Some(queue),
             outcomes,
             writer: Some(writer),
             written,
         })
+    }
+}
+
+impl Offline {
+    /// Train the store's dictionary on the held batches (when it has none), then queue them.
+    fn release_held(&mut self) -> Result<(), LoadError> {
+        let Some(held) = self.held.take() else {
+            return Ok(());
+        };
+        let samples: Vec<Vec<u8>> = held
+            .iter()
+            .flat_map(|b| b.docs.iter().map(|(_, content)| content.to_vec()))
+            .take(crate::store::DICTIONARY_SAMPLES)
+            .collect();
+        self.store
+            .train_dictionary(&samples)
+            .map_err(|e| LoadError::Target(format!("training the compression dictionary: {e}")))?;
+        for batch in held {
+            self.send(batch)?;
+        }
+        Ok(())
     }
 }
 
@@ -205,6 +230,14 @@ impl Target for Offline {
     }
 
     fn send(&mut self, batch: Batch) -> Result<(), LoadError> {
+        if let Some(held) = &mut self.held {
+            held.push(batch);
+            let docs: usize = held.iter().map(|b| b.docs.len()).sum();
+            if docs >= crate::store::DICTIONARY_SAMPLES {
+                self.release_held()?;
+            }
+            return Ok(());
+        }
         self.queue
             .as_ref()
             .and_then(|q| q.send(batch).ok())
@@ -219,6 +252,7 @@ impl Target for Offline {
         mut self: Box<Self>,
         phase: &mut dyn FnMut(&str, u64, u64),
     ) -> Result<Option<ViewsBuilt>, LoadError> {
+        self.release_held()?;
         drop(self.queue.take());
         if let Some(w) = self.writer.take() {
             w.join()
@@ -249,10 +283,12 @@ impl Target for Offline {
         drop(self.store);
         let dir = dir.ok_or_else(|| LoadError::Target("the store has no directory".into()))?;
         let repacked = if written > 0 && written.saturating_mul(REPACK_SHARE) >= held {
-            let r = crate::store::repack(&dir, |done, all| {
-                phase("compressing the documents", done, all)
+            // Compressed as they were written, with the dictionary trained on the first of them:
+            // rewritten in key order, as they are.
+            let r = crate::store::repack_with(&dir, crate::store::Dictionary::Keep, |done, all| {
+                phase("packing the documents", done, all)
             })
-            .map_err(|e| LoadError::Target(format!("compressing the documents: {e}")))?;
+            .map_err(|e| LoadError::Target(format!("packing the documents: {e}")))?;
             Some(r)
         } else {
             None

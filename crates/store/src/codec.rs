@@ -129,6 +129,20 @@ pub fn in_any_collection(bytes: &[u8], names: &[&str]) -> bool {
             .any(|name| names.iter().any(|n| n.as_bytes() == name))
 }
 
+/// The dictionary a stored value's content is compressed with; `None` for a plain one (or a
+/// malformed header).
+pub(crate) fn dictionary_of(bytes: &[u8]) -> Option<u32> {
+    if !header_ok(bytes) || bytes[0] != VERSION_COMPRESSED {
+        return None;
+    }
+    let mut names = Names::of(bytes);
+    for name in names.by_ref() {
+        name?;
+    }
+    let id = bytes.get(names.pos..names.pos + 4)?;
+    Some(u32::from_le_bytes(id.try_into().ok()?))
+}
+
 pub(crate) fn decode(uri: &str, bytes: &[u8]) -> Result<Document, StoreError> {
     let (format, permissions, collections, start) = decode_meta(uri, bytes)?;
     Ok(Document {

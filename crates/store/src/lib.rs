@@ -20,7 +20,7 @@ pub mod snapshot;
 mod types;
 mod writer;
 
-pub use repack::{Repacked, repack};
+pub use repack::{Dictionary, Repacked, SAMPLES as DICTIONARY_SAMPLES, repack, repack_with};
 pub use types::*;
 use writer::*;
 
@@ -108,6 +108,8 @@ pub struct Store {
     log: RwLock<Option<Arc<dyn WriteLog>>>,
     quick_repair: bool,
     min_free_bytes: u64,
+    /// The compression dictionary writes use (0: none), shared with the writer thread.
+    dictionary: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Settings of the store, from `Config`.
@@ -168,7 +170,7 @@ impl Store {
             txn.open_table(compress::DICTIONARIES).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
-        let dictionary = compress::load(&db)?;
+        let dictionary = Arc::new(std::sync::atomic::AtomicU32::new(compress::load(&db)?));
         let (applied, last_commit) = {
             let txn = db.begin_read().map_err(storage)?;
             let meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
@@ -198,7 +200,7 @@ impl Store {
                     min: options.min_free_bytes,
                 },
                 quick_repair: options.quick_repair,
-                dictionary,
+                dictionary: dictionary.clone(),
             };
             std::thread::Builder::new()
                 .name("store-writer".into())
@@ -216,7 +218,30 @@ impl Store {
             log: RwLock::new(None),
             quick_repair: options.quick_repair,
             min_free_bytes: options.min_free_bytes,
+            dictionary,
         })
+    }
+
+    /// Compress the documents written from now on with a dictionary trained on `samples`
+    /// (documents' contents), when the store has none yet: an offline load trains one on its
+    /// first documents, so that it writes none plain. `false`: the store has one already, or
+    /// the samples are too few or too alike to train one.
+    pub fn train_dictionary(&self, samples: &[Vec<u8>]) -> Result<bool, StoreError> {
+        if self.dictionary.load(Ordering::Acquire) != 0 {
+            return Ok(false);
+        }
+        let Some(bytes) = compress::train(samples) else {
+            return Ok(false);
+        };
+        let id = compress::register(&bytes)?;
+        // Beside the writer's transactions (redb takes one at a time): this one writes the
+        // dictionaries table alone.
+        let mut txn = self.db.begin_write().map_err(storage)?;
+        txn.set_quick_repair(self.quick_repair);
+        compress::store_current(&txn, id, &bytes)?;
+        txn.commit().map_err(storage)?;
+        self.dictionary.store(id, Ordering::Release);
+        Ok(true)
     }
 
     pub fn path(&self) -> &Path {

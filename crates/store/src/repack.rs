@@ -13,7 +13,7 @@ use super::snapshot::{copy_table, store_file};
 use super::{DOCUMENTS, StoreError, Table, changes, codec, compress, storage};
 
 /// Documents sampled to train a dictionary, spread evenly over the store.
-const SAMPLES: usize = 20_000;
+pub const SAMPLES: usize = 20_000;
 /// Documents written in one transaction of the new file.
 const ROWS_A_COMMIT: usize = 50_000;
 
@@ -35,9 +35,28 @@ pub(crate) fn repack_file(dir: &Path) -> std::path::PathBuf {
     dir.join("geoshard.redb.repack")
 }
 
-/// Repack the store in `dir`, which no process may have open. `progress` is told the
-/// documents written so far and in all.
-pub fn repack(dir: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Repacked, StoreError> {
+/// What a repack compresses the documents with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dictionary {
+    /// A dictionary trained on a sample of the whole store (`geoshard compact`).
+    Train,
+    /// The store's current one, when it has one: documents already compressed with it are
+    /// copied as they are (an offline load, which trained it on its first documents).
+    Keep,
+}
+
+/// Repack the store in `dir`, which no process may have open, with a dictionary trained on
+/// it. `progress` is told the documents written so far and in all.
+pub fn repack(dir: &Path, progress: impl FnMut(u64, u64)) -> Result<Repacked, StoreError> {
+    repack_with(dir, Dictionary::Train, progress)
+}
+
+/// [`repack`], compressing with `dictionary`.
+pub fn repack_with(
+    dir: &Path,
+    dictionary: Dictionary,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<Repacked, StoreError> {
     let started = Instant::now();
     let path = store_file(dir);
     let io = |e: std::io::Error| StoreError::Open {
@@ -56,7 +75,11 @@ pub fn repack(dir: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Repacked
     let docs = read.open_table(DOCUMENTS).map_err(storage)?;
     let total = docs.len().map_err(storage)?;
 
-    let dictionary = compress::train(&sample(&docs, total)?);
+    let dictionary = if dictionary == Dictionary::Keep && kept != 0 {
+        None
+    } else {
+        compress::train(&sample(&docs, total)?)
+    };
     let trained = started.elapsed();
     let id = match &dictionary {
         Some(d) => compress::register(d)?,
@@ -111,7 +134,8 @@ pub fn repack(dir: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Repacked
 }
 
 /// Every document of `docs`, in key order, into `out`, its content compressed with
-/// dictionary `id` (re-encoded on rayon a commit's worth at a time); how many.
+/// dictionary `id` (re-encoded on rayon a commit's worth at a time, unless it is already);
+/// how many.
 fn copy_documents(
     docs: &redb::ReadOnlyTable<&'static str, &'static [u8]>,
     out: &Database,
@@ -130,6 +154,9 @@ fn copy_documents(
         let encoded: Vec<(String, Vec<u8>)> = chunk
             .into_par_iter()
             .map(|(uri, stored)| {
+                if id != 0 && codec::dictionary_of(&stored) == Some(id) {
+                    return Ok((uri, stored));
+                }
                 let doc = codec::decode(&uri, &stored)?;
                 Ok((uri, codec::encode(&doc, id)))
             })

@@ -625,3 +625,76 @@ fn a_repack_of_a_few_documents_keeps_them_plain() {
     assert!(!r.trained);
     assert_eq!(every_document(&dir), before);
 }
+
+#[test]
+fn a_dictionary_trained_while_open_compresses_every_later_write() {
+    let dir = tempdir();
+    let n = 2_000;
+    {
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        store
+            .write_blocking(&writer(), vec![put("/before.json", &place(1))])
+            .unwrap();
+        let samples: Vec<Vec<u8>> = (0..n).map(|i| place(i).into_bytes()).collect();
+        // Too few samples train nothing; enough train one, once.
+        assert!(!store.train_dictionary(&samples[..10]).unwrap());
+        assert!(store.train_dictionary(&samples).unwrap());
+        assert!(!store.train_dictionary(&samples).unwrap());
+        let ops: Vec<Op> = (0..n)
+            .map(|i| put(&format!("/p/{i}.json"), &place(i)))
+            .collect();
+        store.write_blocking(&writer(), ops).unwrap();
+        // The document written before stays plain; every later one is compressed.
+        let versions = stored_versions(&store);
+        assert_eq!(versions.iter().filter(|v| **v == 2).count(), n);
+        assert_eq!(versions.len(), n + 1);
+        store.shutdown_blocking();
+    }
+    // Read back after a reopen, which finds the dictionary in the store.
+    let store = Store::open(&dir, StoreOptions::default()).unwrap();
+    for i in (0..n).step_by(37) {
+        let doc = store
+            .get(&writer(), &format!("/p/{i}.json"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(&doc.content[..], place(i).as_bytes());
+    }
+    let doc = store.get(&writer(), "/before.json").unwrap().unwrap();
+    assert_eq!(&doc.content[..], place(1).as_bytes());
+    store
+        .write_blocking(&writer(), vec![put("/after.json", &place(7))])
+        .unwrap();
+    assert_eq!(
+        stored_versions(&store).iter().filter(|v| **v == 2).count(),
+        n + 1
+    );
+}
+
+#[test]
+fn a_repack_keeping_the_dictionary_copies_what_it_compressed() {
+    let dir = tempdir();
+    let n = 2_000;
+    {
+        let store = Store::open(&dir, StoreOptions::default()).unwrap();
+        store
+            .write_blocking(&writer(), vec![put("/plain.json", &place(5))])
+            .unwrap();
+        let samples: Vec<Vec<u8>> = (0..n).map(|i| place(i).into_bytes()).collect();
+        assert!(store.train_dictionary(&samples).unwrap());
+        // Written out of key order, as a load's batches are.
+        let ops: Vec<Op> = (0..n)
+            .rev()
+            .map(|i| put(&format!("/p/{i}.json"), &place(i)))
+            .collect();
+        store.write_blocking(&writer(), ops).unwrap();
+        store.shutdown_blocking();
+    }
+    let before = every_document(&dir);
+    let r = repack_with(&dir, Dictionary::Keep, |_, _| {}).unwrap();
+    assert!(!r.trained);
+    assert_eq!(r.documents, n as u64 + 1);
+    assert_eq!(every_document(&dir), before);
+    // The plain one compressed too, with the same dictionary.
+    let store = Store::open(&dir, StoreOptions::default()).unwrap();
+    assert!(stored_versions(&store).iter().all(|v| *v == 2));
+}

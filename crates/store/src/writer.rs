@@ -28,8 +28,9 @@ pub(crate) struct WriterSettings {
     pub(crate) batch_max: usize,
     pub(crate) space: SpaceCheck,
     pub(crate) quick_repair: bool,
-    /// The compression dictionary documents are written with (0: none).
-    pub(crate) dictionary: u32,
+    /// The compression dictionary documents are written with (0: none); a store without one
+    /// may be given one while it runs ([`crate::Store::train_dictionary`]).
+    pub(crate) dictionary: Arc<std::sync::atomic::AtomicU32>,
 }
 
 pub(crate) fn writer_loop(
@@ -212,7 +213,8 @@ fn write_batch(
             let answer = match plan_request(&docs, &req.caller, ops, checks) {
                 Err(e) => Err(e),
                 Ok((planned, written)) => {
-                    apply_plan(&txn, &mut docs, planned, writer.dictionary, &mut changes)?;
+                    let dictionary = writer.dictionary.load(Ordering::Acquire);
+                    apply_plan(&txn, &mut docs, planned, dictionary, &mut changes)?;
                     Ok(written)
                 }
             };
@@ -604,6 +606,9 @@ pub(crate) fn read_meta(
     Ok(Some((perms, colls)))
 }
 
+/// Documents in a batch from which they are encoded in parallel.
+const PARALLEL_ENCODE: usize = 64;
+
 /// Pass two: write what pass one decided.
 pub(crate) fn apply_plan(
     txn: &redb::WriteTransaction,
@@ -612,12 +617,24 @@ pub(crate) fn apply_plan(
     dictionary: u32,
     changes: &mut Vec<Change>,
 ) -> Result<(), StoreError> {
-    for p in planned {
+    // Compressing is the costly part of encoding: a batch's documents are encoded in
+    // parallel, then inserted in order.
+    let encode = |p: &Planned| match p {
+        Planned::Document { doc: Some(d), .. } => Some(codec::encode(d, dictionary)),
+        _ => None,
+    };
+    let encoded: Vec<Option<Vec<u8>>> = if dictionary != 0 && planned.len() >= PARALLEL_ENCODE {
+        use rayon::prelude::*;
+        planned.par_iter().with_min_len(16).map(encode).collect()
+    } else {
+        planned.iter().map(encode).collect()
+    };
+    for (p, bytes) in planned.into_iter().zip(encoded) {
         match p {
             Planned::Document { uri, doc, prepared } => {
-                match &doc {
-                    Some(d) => {
-                        docs.insert(uri.as_str(), codec::encode(d, dictionary).as_slice())
+                match bytes {
+                    Some(bytes) => {
+                        docs.insert(uri.as_str(), bytes.as_slice())
                             .map_err(storage)?;
                     }
                     None => {
