@@ -203,34 +203,12 @@ impl Features {
             (next, rebuild, rows)
         };
         if !rebuild.is_empty() && rows >= self.settings.background_build_rows {
-            *self.rebuild.lock() = Some(Rebuild {
-                changed: Default::default(),
-                thread: None,
-            });
-            let me = self.clone();
-            let keys = rebuild.clone();
-            let (settled, settling) = geoshard_core::oneshot::channel();
-            match std::thread::Builder::new()
-                .name("view-build".into())
-                .spawn(move || {
-                    me.build_in_background(next, keys);
-                    let _ = settled.send(());
-                }) {
-                Ok(t) => {
-                    if let Some(r) = self.rebuild.lock().as_mut() {
-                        r.thread = Some(t);
-                    }
-                    return Some(crate::store::Settling {
-                        uris: definitions,
-                        done: settling,
-                    });
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot start a background view build");
-                    *self.rebuild.lock() = None;
-                    return None;
-                }
-            }
+            return self
+                .start_background_build(next, rebuild)
+                .map(|done| crate::store::Settling {
+                    uris: definitions,
+                    done,
+                });
         }
         let mut next = next;
         match self.build_views(&next, &rebuild) {
@@ -245,6 +223,40 @@ impl Features {
             release_freed_memory();
         }
         None
+    }
+
+    /// Run [`Features::build_in_background`] on a thread of its own, recorded as the running
+    /// build (so that [`Features::finish_rebuild`] waits for it); the receiver resolves once
+    /// `next` is in place. `None` when the thread cannot start.
+    pub(crate) fn start_background_build(
+        self: &Arc<Self>,
+        next: Catalog,
+        keys: Vec<ViewKey>,
+    ) -> Option<geoshard_core::oneshot::Receiver<()>> {
+        *self.rebuild.lock() = Some(Rebuild {
+            changed: Default::default(),
+            thread: None,
+        });
+        let me = self.clone();
+        let (settled, settling) = geoshard_core::oneshot::channel();
+        match std::thread::Builder::new()
+            .name("view-build".into())
+            .spawn(move || {
+                me.build_in_background(next, keys);
+                let _ = settled.send(());
+            }) {
+            Ok(t) => {
+                if let Some(r) = self.rebuild.lock().as_mut() {
+                    r.thread = Some(t);
+                }
+                Some(settling)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start a background view build");
+                *self.rebuild.lock() = None;
+                None
+            }
+        }
     }
 
     /// Build `keys` of `next` from a snapshot of the store while writes go on, apply the

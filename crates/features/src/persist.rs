@@ -125,25 +125,8 @@ impl Features {
                     .collect(),
             }
         };
-        *self.rebuild.lock() = Some(super::Rebuild {
-            changed: Default::default(),
-            thread: None,
-        });
-        let me = self.clone();
-        match std::thread::Builder::new()
-            .name("view-build".into())
-            .spawn(move || me.build_in_background(next, keys))
-        {
-            Ok(t) => {
-                if let Some(r) = self.rebuild.lock().as_mut() {
-                    r.thread = Some(t);
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start a background view build");
-                *self.rebuild.lock() = None;
-            }
-        }
+        // Its end is waited for by whoever starts the next build, or by the save at a stop.
+        let _ = self.start_background_build(next, keys);
     }
 
     /// Read back the saved views that can be used (see [`segment`]):

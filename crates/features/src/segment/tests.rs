@@ -143,15 +143,11 @@ fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
         engine.bulk_load(items);
         Ok(Arc::new(engine))
     };
-    let loaded = load(
-        &file,
-        def.clone(),
-        &paths,
-        &print,
-        &index,
-        (ENGINE, usize::MAX),
-    )
-    .unwrap();
+    // `file` as built from `print`, its sections up to `check` bytes checked at open.
+    let read = |file: &std::path::Path, print: &str, check: usize| {
+        load(file, def.clone(), &paths, print, &index, (ENGINE, check))
+    };
+    let loaded = read(&file, &print, usize::MAX).unwrap();
     assert_eq!(loaded.point, 42);
     assert_eq!(loaded.diagnostics, diagnostics);
     assert_eq!(loaded.data.len(), 4);
@@ -164,35 +160,15 @@ fn a_view_reads_back_as_it_was_saved_and_any_changed_byte_is_found() {
     assert_eq!(loaded.indexes["geometry"].len(), 3);
 
     // Another fingerprint is refused; so is every file with one byte changed, or cut.
-    assert!(
-        load(
-            &file,
-            def.clone(),
-            &paths,
-            &fingerprint(&t, &def, &paths, 99, ""),
-            &index,
-            (ENGINE, usize::MAX)
-        )
-        .is_err()
-    );
+    assert!(read(&file, &fingerprint(&t, &def, &paths, 99, ""), usize::MAX).is_err());
     // Checked whole at open, or its sections' sums left for later: either way a changed
     // byte is found, at open or by the check after it.
     let bytes = std::fs::read(&file).unwrap();
     let damaged = dir.join("damaged.seg");
-    let whole = load(&file, def.clone(), &paths, &print, &index, (ENGINE, 0)).unwrap();
+    let whole = read(&file, &print, 0).unwrap();
     assert!(whole.unchecked.bytes() > 0);
     assert!(whole.unchecked.verify().is_ok());
-    // The damaged copy, its sections up to `check` bytes checked at open.
-    let open = |check| {
-        load(
-            &damaged,
-            def.clone(),
-            &paths,
-            &print,
-            &index,
-            (ENGINE, check),
-        )
-    };
+    let open = |check| read(&damaged, &print, check);
     let mut later = 0;
     for i in 0..bytes.len() {
         let mut b = bytes.clone();
@@ -290,15 +266,18 @@ fn a_view_saved_while_written_is_right_once_the_documents_changed_are_applied() 
         engine.bulk_load(items);
         Ok(Arc::new(engine))
     };
-    let mut loaded = load(
-        &file,
-        def.clone(),
-        &paths,
-        &print,
-        &index,
-        (ENGINE, usize::MAX),
-    )
-    .unwrap();
+    // `file`, every section's sum checked at open, indexed under `engine`'s settings.
+    let read = |file: &std::path::Path, engine| {
+        load(
+            file,
+            def.clone(),
+            &paths,
+            &print,
+            &index,
+            (engine, usize::MAX),
+        )
+    };
+    let mut loaded = read(&file, ENGINE).unwrap();
     assert_eq!(loaded.point, 7);
     // The points' index was read back, not built, and finds every row at its point.
     assert!(!built.load(Ordering::Relaxed));
@@ -324,28 +303,9 @@ fn a_view_saved_while_written_is_right_once_the_documents_changed_are_applied() 
         shards: 3,
         ..ENGINE
     };
-    load(
-        &file,
-        def.clone(),
-        &paths,
-        &print,
-        &index,
-        (other, usize::MAX),
-    )
-    .unwrap();
+    read(&file, other).unwrap();
     assert!(built.load(Ordering::Relaxed));
-    let before = dump(&RwLock::new(
-        load(
-            &file,
-            def.clone(),
-            &paths,
-            &print,
-            &index,
-            (ENGINE, usize::MAX),
-        )
-        .unwrap()
-        .data,
-    ));
+    let before = dump(&RwLock::new(read(&file, ENGINE).unwrap().data));
     // A start applies every document changed since the save's point: its rows replaced.
     for (uri, new) in last {
         let old = loaded.data.kill_rows(&uri);
@@ -370,28 +330,12 @@ fn a_view_saved_while_written_is_right_once_the_documents_changed_are_applied() 
     };
     same(&got);
     // The file read back in place was not written by those changes.
-    let reread = load(
-        &file,
-        def.clone(),
-        &paths,
-        &print,
-        &index,
-        (ENGINE, usize::MAX),
-    )
-    .unwrap();
+    let reread = read(&file, ENGINE).unwrap();
     assert_eq!(dump(&RwLock::new(reread.data)), before);
     // A view read back and changed saves and reads back again as it is.
     let again = dir.join("again.seg");
     save(&again, &loaded, &paths, &saving(&print, 8), &[], &UNLIMITED).unwrap();
-    let third = load(
-        &again,
-        def.clone(),
-        &paths,
-        &print,
-        &index,
-        (ENGINE, usize::MAX),
-    )
-    .unwrap();
+    let third = read(&again, ENGINE).unwrap();
     same(&dump(&RwLock::new(third.data)));
 }
 
