@@ -40,6 +40,167 @@ fn extract_batch(
         .collect()
 }
 
+/// The rows of views being built, added a batch at a time.
+struct Rows {
+    data: Vec<ViewData>,
+    items: Vec<IndexItems>,
+    skipped: usize,
+    without_geometry: usize,
+    /// A document may come twice (a bulk load's records): its earlier rows are then dropped,
+    /// their slots left dead.
+    repeats: bool,
+}
+
+impl Rows {
+    fn new(targets: &[BuildTarget], repeats: bool) -> Rows {
+        Rows {
+            data: targets.iter().map(|t| ViewData::new(t.1.clone())).collect(),
+            items: vec![BTreeMap::new(); targets.len()],
+            skipped: 0,
+            without_geometry: 0,
+            repeats,
+        }
+    }
+
+    /// Add a batch's rows, in its order, to the views of `targets`.
+    fn add(&mut self, targets: &[BuildTarget], batch: Batch, diagnostics: &mut Diagnostics) {
+        for (uri, readers, per_view) in batch {
+            if self.repeats {
+                for data in &mut self.data {
+                    if !data.slots_of(&uri).is_empty() {
+                        data.kill_rows(&uri);
+                    }
+                }
+            }
+            for (i, e) in per_view {
+                // A stored document that a write would now refuse (the bounds or the
+                // template changed since) is skipped, and said so.
+                let e = match e {
+                    Ok(e) => e,
+                    Err(refusal) => {
+                        self.skipped += 1;
+                        let key = targets[i].1.key();
+                        diagnostics.add(&uri, key, refusal.to_string(), true);
+                        continue;
+                    }
+                };
+                self.without_geometry += usize::from(!e.warnings.is_empty());
+                for w in e.warnings {
+                    diagnostics.add(&uri, targets[i].1.key(), w, false);
+                }
+                let slots = self.data[i].add_rows(&uri, readers, e.rows);
+                for (path, g) in e.index {
+                    let v = self.items[i].entry(path).or_default();
+                    for s in &slots {
+                        v.push((*s, g.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Each view with its spatial indexes bulk-loaded.
+    fn finish(
+        self,
+        features: &Features,
+        targets: Vec<BuildTarget>,
+    ) -> Result<Vec<(ViewKey, Arc<ViewState>)>, StoreError> {
+        if self.skipped + self.without_geometry > 0 {
+            tracing::warn!(
+                skipped = self.skipped,
+                without_geometry = self.without_geometry,
+                "views built without some documents' rows or geometries: GET /v1/diagnostics lists them"
+            );
+        }
+        let mut out = Vec::new();
+        for ((template, def, paths), (data, mut items)) in targets
+            .into_iter()
+            .zip(self.data.into_iter().zip(self.items))
+        {
+            if self.repeats {
+                // Rows of a document given again are dead: their geometries stay out.
+                for v in items.values_mut() {
+                    v.retain(|(slot, _)| data.is_live(*slot));
+                }
+            }
+            out.push((
+                def.key().clone(),
+                features.view_state(template, data, paths, items)?,
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// Every view of `catalog` named in `keys`, with the paths its descriptors need.
+fn targets_of(catalog: &Catalog, keys: &[ViewKey]) -> Vec<BuildTarget> {
+    let needed = catalog.needed_paths();
+    keys.iter()
+        .filter_map(|k| catalog.template_of(k))
+        .map(|(t, v)| {
+            let paths = needed.get(v.key()).cloned().unwrap_or_default();
+            (t, v, paths)
+        })
+        .collect()
+}
+
+/// Views built from documents handed in rather than read from the store: an offline bulk
+/// load's, fed as it reads its files. Every view of the catalog starts empty, and takes the
+/// place of the one the catalog holds at [`BulkViews::finish`].
+pub struct BulkViews {
+    features: Arc<Features>,
+    targets: Vec<BuildTarget>,
+    rows: Rows,
+}
+
+impl Features {
+    /// Build every view from the documents given to [`BulkViews::add`], for a store that
+    /// holds none of their documents, written by nothing else meanwhile.
+    pub fn bulk_views(self: &Arc<Self>) -> BulkViews {
+        let targets = {
+            let catalog = self.catalog.read();
+            let keys: Vec<ViewKey> = catalog.views.keys().cloned().collect();
+            targets_of(&catalog, &keys)
+        };
+        let mut diagnostics = self.diagnostics.lock();
+        for t in &targets {
+            diagnostics.clear_view(t.1.key());
+        }
+        drop(diagnostics);
+        BulkViews {
+            features: self.clone(),
+            rows: Rows::new(&targets, true),
+            targets,
+        }
+    }
+}
+
+impl BulkViews {
+    /// Extract the rows of `docs` (on rayon) and add them, in their order; a document given
+    /// again replaces its earlier rows.
+    pub fn add(&mut self, docs: &[Document]) {
+        let f = &self.features;
+        let batch = extract_batch(
+            docs,
+            &self.targets,
+            f.settings.max_document_vertices,
+            f.placement.as_deref(),
+        );
+        self.rows
+            .add(&self.targets, batch, &mut self.features.diagnostics.lock());
+    }
+
+    /// Bulk-load each view's spatial indexes and put the views in place of the catalog's.
+    pub fn finish(self) -> Result<(), StoreError> {
+        let built = self.rows.finish(&self.features, self.targets)?;
+        let _applying = self.features.applying.lock();
+        let mut catalog = self.features.catalog.write();
+        catalog.views.extend(built);
+        catalog.generation += 1;
+        Ok(())
+    }
+}
+
 impl Features {
     /// Build views from a full scan of the store: rows extracted in parallel, then each
     /// view's spatial indexes bulk-loaded.
@@ -48,20 +209,10 @@ impl Features {
         catalog: &Catalog,
         keys: &[ViewKey],
     ) -> Result<Vec<(ViewKey, Arc<ViewState>)>, StoreError> {
-        let needed = catalog.needed_paths();
-        let targets: Vec<BuildTarget> = keys
-            .iter()
-            .filter_map(|k| catalog.template_of(k))
-            .map(|(t, v)| {
-                let paths = needed.get(v.key()).cloned().unwrap_or_default();
-                (t, v, paths)
-            })
-            .collect();
+        let targets = targets_of(catalog, keys);
         if targets.is_empty() {
             return Ok(Vec::new());
         }
-        let mut data: Vec<ViewData> = targets.iter().map(|t| ViewData::new(t.1.clone())).collect();
-        let mut items: Vec<IndexItems> = vec![BTreeMap::new(); targets.len()];
         {
             let mut diagnostics = self.diagnostics.lock();
             for t in &targets {
@@ -74,7 +225,7 @@ impl Features {
         // (on rayon: the pool of the caller, which a background build keeps to itself), and
         // one adds them to the views in the store's order (so slots are as a sequential build
         // gives them).
-        let (data, items, skipped, without_geometry) = std::thread::scope(|scope| {
+        let rows = std::thread::scope(|scope| {
             let targets = &targets;
             let (docs, scanned) = crossbeam_channel::bounded::<Vec<Document>>(2);
             let (rows, extracted) = crossbeam_channel::bounded::<Batch>(2);
@@ -91,37 +242,11 @@ impl Features {
                 docs.send(batch).map_err(|_| StoreError::ShuttingDown)
             });
             let apply = scope.spawn(move || {
-                let (mut skipped, mut without_geometry) = (0usize, 0usize);
+                let mut built = Rows::new(targets, false);
                 for batch in extracted {
-                    let mut diagnostics = self.diagnostics.lock();
-                    for (uri, readers, per_view) in batch {
-                        for (i, e) in per_view {
-                            // A stored document that a write would now refuse (the bounds or
-                            // the template changed since) is skipped, and said so.
-                            let e = match e {
-                                Ok(e) => e,
-                                Err(refusal) => {
-                                    skipped += 1;
-                                    let key = targets[i].1.key();
-                                    diagnostics.add(&uri, key, refusal.to_string(), true);
-                                    continue;
-                                }
-                            };
-                            without_geometry += usize::from(!e.warnings.is_empty());
-                            for w in e.warnings {
-                                diagnostics.add(&uri, targets[i].1.key(), w, false);
-                            }
-                            let slots = data[i].add_rows(&uri, readers, e.rows);
-                            for (path, g) in e.index {
-                                let v = items[i].entry(path).or_default();
-                                for s in &slots {
-                                    v.push((*s, g.clone()));
-                                }
-                            }
-                        }
-                    }
+                    built.add(targets, batch, &mut self.diagnostics.lock());
                 }
-                (data, items, skipped, without_geometry)
+                built
             });
             for batch in scanned {
                 let out = extract_batch(&batch, targets, max_vertices, placement);
@@ -139,23 +264,7 @@ impl Features {
                 (Err(panic), _) | (_, Err(panic)) => std::panic::resume_unwind(panic),
             }
         })?;
-        if skipped + without_geometry > 0 {
-            tracing::warn!(
-                skipped,
-                without_geometry,
-                "views built without some documents' rows or geometries: GET /v1/diagnostics lists them"
-            );
-        }
-        let mut out = Vec::new();
-        for ((template, def, paths), (data, items)) in
-            targets.into_iter().zip(data.into_iter().zip(items))
-        {
-            out.push((
-                def.key().clone(),
-                self.view_state(template, data, paths, items)?,
-            ));
-        }
-        Ok(out)
+        rows.finish(self, targets)
     }
 
     /// A view from its rows: each geometry path's index bulk-loaded from `items`.

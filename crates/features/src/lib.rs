@@ -56,6 +56,7 @@ use view::{GeometryOut, NewRow, ViewData};
 use where_clause::WhereLimits;
 
 pub use apply::FeatureHook;
+pub use build::BulkViews;
 pub use diagnostics::Diagnostic;
 use diagnostics::*;
 use extract::*;

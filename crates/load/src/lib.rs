@@ -203,14 +203,21 @@ impl Summary {
             )),
             None => {}
         }
-        match self.views_built.map(|b| b.repacked) {
-            Some(Some(r)) => out.push_str(&format!(
+        match self.views_built.map(|b| (b.repacked, b.bulk)) {
+            Some((_, Some(w))) => out.push_str(&format!(
+                "documents compressed as read and written once, in key order, in {:.1} s of it \
+                 (from {} sorted runs): the store is {} MB\n",
+                w.took.as_secs_f64(),
+                w.runs + 1,
+                w.bytes / 1_000_000
+            )),
+            Some((Some(r), None)) => out.push_str(&format!(
                 "documents compressed and packed in {:.1} s of it: the store is {} MB, was {} MB\n",
                 r.took.as_secs_f64(),
                 r.bytes_after / 1_000_000,
                 r.bytes_before / 1_000_000
             )),
-            Some(None) => out.push_str(&format!(
+            Some((None, None)) => out.push_str(&format!(
                 "the store was not rewritten: the load wrote less than 1/{} of its documents \
                  (`geoshard compact` packs and compresses them)\n",
                 target::REPACK_SHARE

@@ -72,9 +72,13 @@ pub struct ViewsBuilt {
     /// Views built but not saved (too little free disk, or a write failed): the server's
     /// start builds them from the documents.
     pub unsaved: usize,
-    /// The store rewritten (documents in key order and compressed), when the load wrote at
-    /// least a [`REPACK_SHARE`]th of its documents; `None` otherwise.
+    /// The store rewritten (documents in key order and compressed), when the load went
+    /// through the store's writer and wrote at least a [`REPACK_SHARE`]th of its documents;
+    /// `None` otherwise.
     pub repacked: Option<crate::store::Repacked>,
+    /// A bulk load's documents, merged into the store in key order (a load into a store
+    /// holding no documents but definitions).
+    pub bulk: Option<crate::store::BulkWritten>,
 }
 
 /// A load that writes at least 1/`REPACK_SHARE` of the store's documents rewrites the store
@@ -85,17 +89,37 @@ pub const REPACK_SHARE: u64 = 4;
 /// server's default (128 MiB) holds too few of them past about a million documents.
 const LOAD_CACHE_BYTES: usize = 1 << 30;
 
-/// Offline: the store of a stopped server, written through its writer thread.
+/// Offline: the store of a stopped server. Into a store that holds no documents but
+/// definitions, a bulk load: each document compressed and its rows extracted as it comes,
+/// the documents kept in sorted runs and merged into the store in key order at the end
+/// (`store::Bulk`), the views built from the same documents (`features::BulkViews`). Into
+/// any other, through the store's writer thread, a batch a transaction, then a repack.
 pub struct Offline {
     store: Arc<Store>,
+    collection: String,
     /// The first batches, held until they hold enough documents to train the store's
     /// compression dictionary on (when it has none), so that no document is written plain.
     held: Option<Vec<Batch>>,
     queue: Option<Sender<Batch>>,
     outcomes: Receiver<Outcome>,
-    writer: Option<JoinHandle<()>>,
+    /// Through the writer: its thread. In bulk: the channel's ends until the first batch
+    /// goes (the definitions are all in then), then the bulk thread.
+    writing: Writing,
     /// Documents this load wrote.
     written: Arc<std::sync::atomic::AtomicU64>,
+}
+
+type BulkParts = (
+    crate::store::Bulk,
+    crate::features::BulkViews,
+    Arc<crate::features::Features>,
+);
+
+enum Writing {
+    Writer(Option<JoinHandle<()>>),
+    BulkWaiting(Receiver<Batch>, Sender<Outcome>),
+    Bulk(JoinHandle<Result<BulkParts, String>>),
+    Over,
 }
 
 impl Offline {
@@ -114,55 +138,133 @@ impl Offline {
         let (queue, batches) = bounded::<Batch>(2);
         let (report, outcomes) = crossbeam_channel::unbounded();
         let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let writer = {
-            let store = store.clone();
-            let written = written.clone();
-            let collection = collection.to_string();
-            std::thread::Builder::new()
-                .name("geoshard-load-writer".into())
-                .spawn(move || {
-                    let perms = layer_permissions();
-                    for b in batches {
-                        let n = b.docs.len();
-                        let ops = b
-                            .docs
-                            .into_iter()
-                            .map(|(uri, content)| put(uri, content, &collection, perms))
-                            .collect();
-                        let outcome = match store.write_blocking(&Caller::system(), ops) {
-                            Ok(w) => {
-                                written.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-                                Outcome {
-                                    written: n,
-                                    warnings: w
-                                        .warnings
-                                        .into_iter()
-                                        .map(|w| (w.uri, w.message))
-                                        .collect(),
-                                    failed: None,
-                                }
-                            }
-                            Err(e) => Outcome {
-                                failed: Some((b.first, e.to_string(), n)),
-                                ..Outcome::default()
-                            },
-                        };
-                        if report.send(outcome).is_err() {
-                            break;
-                        }
-                    }
-                })
-                .map_err(|e| LoadError::Target(format!("cannot start the writer: {e}")))?
+        let definitions = [
+            crate::features::template::TEMPLATE_COLLECTION,
+            crate::features::descriptor::DESCRIPTOR_COLLECTION,
+        ];
+        let bulk = store
+            .holds_only(&definitions)
+            .map_err(|e| LoadError::Target(e.to_string()))?;
+        let writing = if bulk {
+            Writing::BulkWaiting(batches, report)
+        } else {
+            Writing::Writer(Some(spawn_writer(
+                store.clone(),
+                collection,
+                batches,
+                report,
+                written.clone(),
+            )?))
         };
         Ok(Offline {
             store,
+            collection: collection.to_string(),
             held: Some(Vec::new()),
             queue: Some(queue),
             outcomes,
-            writer: Some(writer),
+            writing,
             written,
         })
     }
+}
+
+/// The thread that writes each batch through the store's writer, a transaction a batch.
+fn spawn_writer(
+    store: Arc<Store>,
+    collection: &str,
+    batches: Receiver<Batch>,
+    report: Sender<Outcome>,
+    written: Arc<std::sync::atomic::AtomicU64>,
+) -> Result<JoinHandle<()>, LoadError> {
+    let collection = collection.to_string();
+    std::thread::Builder::new()
+        .name("geoshard-load-writer".into())
+        .spawn(move || {
+            let perms = layer_permissions();
+            for b in batches {
+                let n = b.docs.len();
+                let ops = b
+                    .docs
+                    .into_iter()
+                    .map(|(uri, content)| put(uri, content, &collection, perms))
+                    .collect();
+                let outcome = match store.write_blocking(&Caller::system(), ops) {
+                    Ok(w) => {
+                        written.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                        Outcome {
+                            written: n,
+                            warnings: w.warnings.into_iter().map(|w| (w.uri, w.message)).collect(),
+                            failed: None,
+                        }
+                    }
+                    Err(e) => Outcome {
+                        failed: Some((b.first, e.to_string(), n)),
+                        ..Outcome::default()
+                    },
+                };
+                if report.send(outcome).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| LoadError::Target(format!("cannot start the writer: {e}")))
+}
+
+/// The thread of a bulk load: each batch's documents compressed into the store's runs and
+/// their rows added to the views.
+fn spawn_bulk(
+    store: &Arc<Store>,
+    collection: &str,
+    batches: Receiver<Batch>,
+    report: Sender<Outcome>,
+    written: Arc<std::sync::atomic::AtomicU64>,
+) -> Result<JoinHandle<Result<BulkParts, String>>, LoadError> {
+    // Opened once every definition is in: the views to build are the catalog's.
+    let features = crate::features::Features::open(
+        store.clone(),
+        crate::config::Config::default().feature_settings(),
+    )
+    .map_err(|e| LoadError::Target(format!("opening the views: {e}")))?;
+    let mut views = features.bulk_views();
+    let mut bulk = store
+        .bulk()
+        .map_err(|e| LoadError::Target(format!("starting the bulk load: {e}")))?;
+    let collection = collection.to_string();
+    std::thread::Builder::new()
+        .name("geoshard-load-bulk".into())
+        .spawn(move || {
+            let permissions = layer_permissions();
+            for b in batches {
+                let n = b.docs.len();
+                let docs: Vec<crate::store::Document> = b
+                    .docs
+                    .into_iter()
+                    .map(|(uri, content)| crate::store::Document {
+                        uri,
+                        format: Format::Json,
+                        collections: vec![collection.clone()],
+                        permissions,
+                        content,
+                    })
+                    .collect();
+                if let Err(e) = bulk.add(&docs) {
+                    let why = e.to_string();
+                    let _ = report.send(Outcome {
+                        failed: Some((b.first, why.clone(), n)),
+                        ..Outcome::default()
+                    });
+                    return Err(why);
+                }
+                views.add(&docs);
+                written.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                let _ = report.send(Outcome {
+                    written: n,
+                    ..Outcome::default()
+                });
+            }
+            Ok((bulk, views, features))
+        })
+        .map_err(|e| LoadError::Target(format!("cannot start the bulk load: {e}")))
 }
 
 impl Offline {
@@ -179,10 +281,52 @@ impl Offline {
         self.store
             .train_dictionary(&samples)
             .map_err(|e| LoadError::Target(format!("training the compression dictionary: {e}")))?;
+        if let Writing::BulkWaiting(..) = self.writing {
+            let Writing::BulkWaiting(batches, report) =
+                std::mem::replace(&mut self.writing, Writing::Over)
+            else {
+                unreachable!("matched above");
+            };
+            self.writing = Writing::Bulk(spawn_bulk(
+                &self.store,
+                &self.collection,
+                batches,
+                report,
+                self.written.clone(),
+            )?);
+        }
         for batch in held {
             self.send(batch)?;
         }
         Ok(())
+    }
+
+    /// The end of a bulk load: the documents merged into the store, the views' indexes
+    /// built, the views saved.
+    fn finish_bulk(
+        &mut self,
+        parts: BulkParts,
+        phase: &mut dyn FnMut(&str, u64, u64),
+    ) -> Result<ViewsBuilt, LoadError> {
+        let (bulk, views, features) = parts;
+        let started = std::time::Instant::now();
+        let written = bulk
+            .finish(|done, all| phase("writing the documents in key order", done, all))
+            .map_err(|e| LoadError::Target(format!("writing the documents: {e}")))?;
+        phase("building the spatial indexes", 0, 1);
+        views
+            .finish()
+            .map_err(|e| LoadError::Target(format!("building the views: {e}")))?;
+        phase("saving the views and spatial indexes", 0, 1);
+        let unsaved = features.save_views();
+        drop(features);
+        self.store.shutdown_blocking();
+        Ok(ViewsBuilt {
+            took: started.elapsed(),
+            unsaved,
+            repacked: None,
+            bulk: Some(written),
+        })
     }
 }
 
@@ -254,9 +398,33 @@ impl Target for Offline {
     ) -> Result<Option<ViewsBuilt>, LoadError> {
         self.release_held()?;
         drop(self.queue.take());
-        if let Some(w) = self.writer.take() {
-            w.join()
-                .map_err(|_| LoadError::Target("the writer failed".into()))?;
+        match std::mem::replace(&mut self.writing, Writing::Over) {
+            Writing::Bulk(thread) => {
+                let parts = thread
+                    .join()
+                    .map_err(|_| LoadError::Target("the bulk load failed".into()))?
+                    .map_err(LoadError::Target)?;
+                let started = std::time::Instant::now();
+                let mut built = self.finish_bulk(parts, phase)?;
+                let dir = self.store.path().parent().map(Path::to_path_buf);
+                drop(self.store);
+                let dir =
+                    dir.ok_or_else(|| LoadError::Target("the store has no directory".into()))?;
+                phase("compacting the store", 0, 1);
+                let compacting = std::time::Instant::now();
+                let bytes = crate::store::compact(&dir)
+                    .map_err(|e| LoadError::Target(format!("compacting the store: {e}")))?;
+                if let Some(w) = &mut built.bulk {
+                    w.bytes = bytes;
+                    w.took += compacting.elapsed();
+                }
+                built.took = started.elapsed();
+                return Ok(Some(built));
+            }
+            Writing::Writer(Some(w)) => w
+                .join()
+                .map_err(|_| LoadError::Target("the writer failed".into()))?,
+            Writing::Writer(None) | Writing::BulkWaiting(..) | Writing::Over => {}
         }
         let started = std::time::Instant::now();
         phase("building the views and spatial indexes", 0, 1);
@@ -297,6 +465,7 @@ impl Target for Offline {
             took,
             unsaved,
             repacked,
+            bulk: None,
         }))
     }
 }

@@ -98,6 +98,20 @@ pub(super) fn record<'a>(
     Ok(commit)
 }
 
+/// Number a commit that replaced the documents wholesale (a bulk load's): data saved before
+/// it is of no use, so the record and the save point go. Returns the commit's number.
+pub(super) fn record_wholesale(txn: &WriteTransaction) -> Result<u64, StoreError> {
+    let mut meta = txn.open_table(Table::Meta.definition()).map_err(storage)?;
+    let commit = read_number(&meta, COMMITS_KEY)?.unwrap_or(0) + 1;
+    meta.insert(COMMITS_KEY, commit.to_string().as_bytes())
+        .map_err(storage)?;
+    meta.remove(FROM_KEY).map_err(storage)?;
+    meta.remove(COUNT_KEY).map_err(storage)?;
+    drop(meta);
+    txn.delete_table(CHANGES).map_err(storage)?;
+    Ok(commit)
+}
+
 /// The URIs changed by the commits after `point`, or `None` when they were not all recorded.
 pub(super) fn since(
     txn: &redb::ReadTransaction,

@@ -10,6 +10,7 @@
 // Sibling crates under the module names the code uses.
 use geoshard_core::{FastMap, acl, cpu, error, metrics};
 
+mod bulk;
 mod changes;
 mod codec;
 mod compress;
@@ -20,7 +21,10 @@ pub mod snapshot;
 mod types;
 mod writer;
 
-pub use repack::{Dictionary, Repacked, SAMPLES as DICTIONARY_SAMPLES, repack, repack_with};
+pub use bulk::{Bulk, BulkWritten};
+pub use repack::{
+    Dictionary, Repacked, SAMPLES as DICTIONARY_SAMPLES, compact, repack, repack_with,
+};
 pub use types::*;
 use writer::*;
 
@@ -151,6 +155,8 @@ impl Store {
         let path = dir.join("geoshard.redb");
         // What a repack that did not finish left: the store it would have replaced is whole.
         let _ = std::fs::remove_file(repack::repack_file(dir));
+        // What a bulk load that did not finish left: its runs; the store is as before it.
+        let _ = std::fs::remove_dir_all(bulk::runs_dir(dir));
         let db = Database::builder()
             .set_cache_size(options.cache_bytes)
             .create(&path)
@@ -168,6 +174,8 @@ impl Store {
             }
             txn.open_table(changes::CHANGES).map_err(storage)?;
             txn.open_table(compress::DICTIONARIES).map_err(storage)?;
+            // What a bulk load that did not finish left.
+            txn.delete_table(bulk::MERGED).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
         let dictionary = Arc::new(std::sync::atomic::AtomicU32::new(compress::load(&db)?));

@@ -133,6 +133,20 @@ pub fn repack_with(
     })
 }
 
+/// Compact the closed store in `dir`: redb moves its pages down over the free ones and
+/// shortens the file (after a bulk load, whose many transactions each left the pages they
+/// replaced free). Returns the file's size after.
+pub fn compact(dir: &Path) -> Result<u64, StoreError> {
+    let path = store_file(dir);
+    let mut db = Database::open(&path).map_err(|e| StoreError::Open {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    while db.compact().map_err(storage)? {}
+    drop(db);
+    Ok(std::fs::metadata(&path).map_err(storage)?.len())
+}
+
 /// Every document of `docs`, in key order, into `out`, its content compressed with
 /// dictionary `id` (re-encoded on rayon a commit's worth at a time, unless it is already);
 /// how many.
