@@ -2,14 +2,17 @@
 //! followed by the content, so one redb value holds everything one read needs.
 //!
 //! ```text
-//! [0]      codec version: 1 (content as it is) or 2 (content compressed)
+//! [0]      codec version: 1 (content as it is), 2 or 3 (content compressed)
 //! [1]      format
 //! [2..6]   permissions: one role set per capability
 //! [6..8]   collection count, u16 LE
 //! then     per collection: u16 LE length + UTF-8 bytes
 //! then     version 1: the content, to the end of the value
 //!          version 2: the dictionary's id (u32 LE), then the content's zstd frame (which
-//!          records its size), to the end of the value (`compress`)
+//!          records its size), to the end of the value (written before the lean frames)
+//!          version 3: the dictionary's id (u32 LE), the content's size (LEB128), then its
+//!          lean zstd frame (no magic, dictionary id, size or checksum: `compress`), to the
+//!          end of the value
 //! ```
 //!
 //! The header stays plain in both, so a scan can pass over a document on its header alone.
@@ -21,6 +24,7 @@ use crate::acl::Permissions;
 
 const VERSION: u8 = 1;
 const VERSION_COMPRESSED: u8 = 2;
+const VERSION_LEAN: u8 = 3;
 
 /// The stored bytes of `doc`, its content compressed with dictionary `dictionary` when that
 /// makes it smaller (0: no dictionary).
@@ -40,8 +44,14 @@ pub fn encode(doc: &Document, dictionary: u32) -> Vec<u8> {
     if dictionary != 0 {
         let header = out.len();
         out.extend_from_slice(&dictionary.to_le_bytes());
+        let mut len = doc.content.len();
+        while len >= 0x80 {
+            out.push(len as u8 | 0x80);
+            len >>= 7;
+        }
+        out.push(len as u8);
         if compress::compress(dictionary, &doc.content, &mut out) {
-            out[0] = VERSION_COMPRESSED;
+            out[0] = VERSION_LEAN;
             return out;
         }
         out.truncate(header);
@@ -94,7 +104,7 @@ impl<'a> Iterator for Names<'a> {
 }
 
 fn header_ok(bytes: &[u8]) -> bool {
-    bytes.len() >= 8 && (bytes[0] == VERSION || bytes[0] == VERSION_COMPRESSED)
+    bytes.len() >= 8 && matches!(bytes[0], VERSION | VERSION_COMPRESSED | VERSION_LEAN)
 }
 
 /// Decode the header only: format, permissions, collections, and where the content starts.
@@ -132,7 +142,7 @@ pub fn in_any_collection(bytes: &[u8], names: &[&str]) -> bool {
 /// The dictionary a stored value's content is compressed with; `None` for a plain one (or a
 /// malformed header).
 pub(crate) fn dictionary_of(bytes: &[u8]) -> Option<u32> {
-    if !header_ok(bytes) || bytes[0] != VERSION_COMPRESSED {
+    if !header_ok(bytes) || bytes[0] == VERSION {
         return None;
     }
     let mut names = Names::of(bytes);
@@ -159,10 +169,27 @@ fn content(uri: &str, bytes: &[u8], start: usize) -> Result<Bytes, StoreError> {
     if bytes[0] == VERSION {
         return Ok(Bytes::copy_from_slice(&bytes[start..]));
     }
-    let (id, frame) = bytes[start..]
+    let truncated = || corrupt(uri, "truncated compressed content");
+    let (id, mut frame) = bytes[start..]
         .split_first_chunk::<4>()
-        .ok_or_else(|| corrupt(uri, "truncated compressed content"))?;
-    compress::decompress(u32::from_le_bytes(*id), frame)
+        .ok_or_else(truncated)?;
+    let mut lean = None;
+    if bytes[0] == VERSION_LEAN {
+        let mut len = 0usize;
+        for shift in (0..).step_by(7) {
+            let (&b, rest) = frame.split_first().ok_or_else(truncated)?;
+            frame = rest;
+            if shift > 28 {
+                return Err(corrupt(uri, "a content size past 4 GiB"));
+            }
+            len |= usize::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        lean = Some(len);
+    }
+    compress::decompress(u32::from_le_bytes(*id), frame, lean)
         .map(Bytes::from)
         .map_err(|e| corrupt(uri, &e))
 }
@@ -252,7 +279,7 @@ mod tests {
             };
             let plain = encode(&doc, 0);
             let packed = encode(&doc, id);
-            assert_eq!((plain[0], packed[0]), (VERSION, VERSION_COMPRESSED));
+            assert_eq!((plain[0], packed[0]), (VERSION, VERSION_LEAN));
             assert!(
                 packed.len() * 2 < plain.len(),
                 "{} bytes compressed, {} plain",
@@ -287,6 +314,41 @@ mod tests {
         packed[8..12].copy_from_slice(&(id ^ 0x5555).to_le_bytes());
         let err = decode("/s", &packed).unwrap_err().to_string();
         assert!(err.contains("is unknown"), "{err}");
+    }
+
+    /// Values of codec version 2 (standard zstd frames) still read back, and a lean value
+    /// is 7 bytes or more shorter than its version 2 form.
+    #[test]
+    fn version_2_values_read_back() {
+        let id = trained();
+        for i in [3, 5_000, 77_777] {
+            let doc = Document {
+                uri: format!("/p/{i}.json"),
+                format: Format::Json,
+                collections: vec!["places".into()],
+                permissions: Permissions::document_default(),
+                content: Bytes::from(sample(i)),
+            };
+            let lean = encode(&doc, id);
+            let header = encode(&doc, 0).len() - doc.content.len();
+            let mut old = lean[..header].to_vec();
+            old[0] = VERSION_COMPRESSED;
+            old.extend_from_slice(&id.to_le_bytes());
+            old.extend_from_slice(&compress::compress_standard(id, &doc.content));
+            assert_eq!(decode(&doc.uri, &old).unwrap(), doc);
+            assert_eq!(dictionary_of(&old), Some(id));
+            assert_eq!(dictionary_of(&lean), Some(id));
+            assert!(
+                lean.len() + 7 <= old.len(),
+                "{} and {}",
+                lean.len(),
+                old.len()
+            );
+            // A lean value whose size was changed is an error, not other content.
+            let mut wrong = lean.clone();
+            wrong[header + 4] ^= 1;
+            assert!(decode(&doc.uri, &wrong).is_err());
+        }
     }
 
     #[test]

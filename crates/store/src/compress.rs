@@ -44,6 +44,7 @@ static REGISTRY: LazyLock<RwLock<FastMap<u32, &'static Dictionary>>> =
 thread_local! {
     static COMPRESSOR: RefCell<Option<Compressor<'static>>> = const { RefCell::new(None) };
     static DECOMPRESSOR: RefCell<Option<Decompressor<'static>>> = const { RefCell::new(None) };
+    static LEAN_DECOMPRESSOR: RefCell<Option<Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
 /// The id of a dictionary: a checksum of its bytes, never 0.
@@ -123,9 +124,10 @@ pub(crate) fn store_current(
     Ok(())
 }
 
-/// Append `content` compressed with dictionary `id` to `out` (a zstd frame, which records
-/// the content's size); false (and `out` unchanged) when it would not be smaller, or is too
-/// short or too long to try.
+/// Append `content` compressed with dictionary `id` to `out`: a lean zstd frame, with no
+/// magic number, dictionary id, content size or checksum (the stored value has the
+/// dictionary's id and the size, and redb its pages' checksums); false (and `out` unchanged)
+/// when it would not be smaller, or is too short or too long to try.
 pub(crate) fn compress(id: u32, content: &[u8], out: &mut Vec<u8>) -> bool {
     let Some(dictionary) = get(id) else {
         return false;
@@ -136,7 +138,7 @@ pub(crate) fn compress(id: u32, content: &[u8], out: &mut Vec<u8>) -> bool {
     let frame = COMPRESSOR.with_borrow_mut(|c| {
         let c = match c {
             Some(c) => c,
-            None => c.insert(Compressor::new(LEVEL).ok()?),
+            None => c.insert(lean_compressor()?),
         };
         c.set_prepared_dictionary(&dictionary.encoder).ok()?;
         c.compress(content).ok()
@@ -150,30 +152,72 @@ pub(crate) fn compress(id: u32, content: &[u8], out: &mut Vec<u8>) -> bool {
     }
 }
 
-/// The content of a frame compressed with dictionary `id`.
-pub(crate) fn decompress(id: u32, frame: &[u8]) -> Result<Vec<u8>, String> {
+fn lean_compressor() -> Option<Compressor<'static>> {
+    use zstd::zstd_safe::{CParameter, FrameFormat};
+    let mut c = Compressor::new(LEVEL).ok()?;
+    for p in [
+        CParameter::Format(FrameFormat::Magicless),
+        CParameter::DictIdFlag(false),
+        CParameter::ContentSizeFlag(false),
+        CParameter::ChecksumFlag(false),
+    ] {
+        c.set_parameter(p).ok()?;
+    }
+    Some(c)
+}
+
+/// The content of a frame compressed with dictionary `id`: a standard frame (which records
+/// the content's size; codec version 2) when `lean` is `None`, else a lean one of
+/// [`compress`] whose content is `lean` bytes long.
+pub(crate) fn decompress(id: u32, frame: &[u8], lean: Option<usize>) -> Result<Vec<u8>, String> {
     let dictionary = get(id).ok_or_else(|| format!("compression dictionary {id} is unknown"))?;
-    let len = match zstd::zstd_safe::get_frame_content_size(frame) {
-        Ok(Some(len)) if len <= MAX_BYTES as u64 => len as usize,
-        Ok(Some(len)) => return Err(format!("a compressed content claims {len} bytes")),
-        Ok(None) | Err(_) => return Err("the compressed content's frame is damaged".into()),
+    let len = match lean {
+        Some(len) if len <= MAX_BYTES => len,
+        Some(len) => return Err(format!("a compressed content claims {len} bytes")),
+        None => match zstd::zstd_safe::get_frame_content_size(frame) {
+            Ok(Some(len)) if len <= MAX_BYTES as u64 => len as usize,
+            Ok(Some(len)) => return Err(format!("a compressed content claims {len} bytes")),
+            Ok(None) | Err(_) => return Err("the compressed content's frame is damaged".into()),
+        },
     };
-    let content = DECOMPRESSOR.with_borrow_mut(|d| {
-        let d = match d {
+    let decompress = |slot: &mut Option<Decompressor<'static>>, magicless: bool| {
+        let d = match slot {
             Some(d) => d,
-            None => d.insert(Decompressor::new().map_err(|e| e.to_string())?),
+            None => {
+                let mut d = Decompressor::new().map_err(|e| e.to_string())?;
+                if magicless {
+                    use zstd::zstd_safe::{DParameter, FrameFormat};
+                    d.set_parameter(DParameter::Format(FrameFormat::Magicless))
+                        .map_err(|e| e.to_string())?;
+                }
+                slot.insert(d)
+            }
         };
         d.set_prepared_dictionary(&dictionary.decoder)
             .map_err(|e| e.to_string())?;
         d.decompress(frame, len).map_err(|e| e.to_string())
-    })?;
+    };
+    let content = if lean.is_some() {
+        LEAN_DECOMPRESSOR.with_borrow_mut(|d| decompress(d, true))?
+    } else {
+        DECOMPRESSOR.with_borrow_mut(|d| decompress(d, false))?
+    };
     if content.len() != len {
         return Err(format!(
-            "the content is {} bytes, not the {len} its frame records",
+            "the content is {} bytes, not the {len} its value records",
             content.len()
         ));
     }
     Ok(content)
+}
+
+/// A standard frame, as codec version 2 stored them: for tests that read those.
+#[cfg(test)]
+pub(crate) fn compress_standard(id: u32, content: &[u8]) -> Vec<u8> {
+    let mut c = Compressor::new(LEVEL).unwrap();
+    c.set_prepared_dictionary(&get(id).unwrap().encoder)
+        .unwrap();
+    c.compress(content).unwrap()
 }
 
 /// A dictionary trained on `samples` (documents' contents), or `None` when they are too few

@@ -574,7 +574,7 @@ fn a_repack_keeps_every_document_and_record_and_compresses_later_writes() {
 
     assert_eq!(every_document(&dir), before);
     let store = Store::open(&dir, StoreOptions::default()).unwrap();
-    assert!(stored_versions(&store).iter().all(|v| *v == 2));
+    assert!(stored_versions(&store).iter().all(|v| *v == 3));
     assert_eq!(
         store.get_record(Table::Meta, "k").unwrap(),
         Some(b"v".to_vec())
@@ -587,7 +587,7 @@ fn a_repack_keeps_every_document_and_record_and_compresses_later_writes() {
         .write_blocking(&writer(), vec![put("/q/1.json", &place(123_456))])
         .unwrap();
     assert_eq!(
-        stored_versions(&store).iter().filter(|v| **v == 2).count(),
+        stored_versions(&store).iter().filter(|v| **v == 3).count(),
         n + 1
     );
     let doc = store.get(&writer(), "/q/1.json").unwrap().unwrap();
@@ -646,7 +646,7 @@ fn a_dictionary_trained_while_open_compresses_every_later_write() {
         store.write_blocking(&writer(), ops).unwrap();
         // The document written before stays plain; every later one is compressed.
         let versions = stored_versions(&store);
-        assert_eq!(versions.iter().filter(|v| **v == 2).count(), n);
+        assert_eq!(versions.iter().filter(|v| **v == 3).count(), n);
         assert_eq!(versions.len(), n + 1);
         store.shutdown_blocking();
     }
@@ -665,7 +665,7 @@ fn a_dictionary_trained_while_open_compresses_every_later_write() {
         .write_blocking(&writer(), vec![put("/after.json", &place(7))])
         .unwrap();
     assert_eq!(
-        stored_versions(&store).iter().filter(|v| **v == 2).count(),
+        stored_versions(&store).iter().filter(|v| **v == 3).count(),
         n + 1
     );
 }
@@ -696,5 +696,5 @@ fn a_repack_keeping_the_dictionary_copies_what_it_compressed() {
     assert_eq!(every_document(&dir), before);
     // The plain one compressed too, with the same dictionary.
     let store = Store::open(&dir, StoreOptions::default()).unwrap();
-    assert!(stored_versions(&store).iter().all(|v| *v == 2));
+    assert!(stored_versions(&store).iter().all(|v| *v == 3));
 }
