@@ -191,6 +191,9 @@ pub(super) struct Saving<'a> {
     pub engine: EngineConfig,
 }
 
+/// Rows past which a view's sections are encoded one at a time.
+const ONE_SECTION_AT_A_TIME: usize = 4_000_000;
+
 pub(super) fn save(
     file: &FsPath,
     view: &RwLock<ViewData>,
@@ -236,8 +239,12 @@ pub(super) fn save(
         out.write_all(&vec![0u8; first - head.len()])?;
         let mut offset = first as u64;
         let mut unsynced = 0;
-        let threads = rayon::current_num_threads().max(1);
-        // A few sections at a time: as many as there are threads, not the whole file in memory.
+        // A few sections at a time: as many as there are threads, not the whole file in
+        // memory; a large view's one at a time, since one section is then gigabytes.
+        let threads = match slots.len() > ONE_SECTION_AT_A_TIME {
+            true => 1,
+            false => rayon::current_num_threads().max(1),
+        };
         for (chunk_at, chunk) in all.chunks(threads).enumerate() {
             let encoded: Vec<Vec<u8>> = chunk
                 .par_iter()

@@ -206,9 +206,10 @@ impl Summary {
         match self.views_built.map(|b| (b.repacked, b.bulk)) {
             Some((_, Some(w))) => out.push_str(&format!(
                 "documents compressed as read and written once, in key order, in {:.1} s of it \
-                 (from {} sorted runs): the store is {} MB\n",
+                 (from {} sorted run{}): the store is {} MB\n",
                 w.took.as_secs_f64(),
                 w.runs + 1,
+                if w.runs == 0 { "" } else { "s" },
                 w.bytes / 1_000_000
             )),
             Some((Some(r), None)) => out.push_str(&format!(

@@ -124,20 +124,20 @@ enum Writing {
 
 impl Offline {
     pub fn open(dir: &Path, collection: &str) -> Result<Offline, LoadError> {
-        let options = StoreOptions {
-            cache_bytes: LOAD_CACHE_BYTES,
-            ..StoreOptions::default()
+        let open = |cache_bytes| {
+            let options = StoreOptions {
+                cache_bytes,
+                ..StoreOptions::default()
+            };
+            Store::open(dir, options).map(Arc::new).map_err(|e| {
+                LoadError::Target(format!(
+                    "{}: {e} (is a server running on this data directory? use --url)",
+                    dir.display()
+                ))
+            })
         };
-        let store = Store::open(dir, options).map_err(|e| {
-            LoadError::Target(format!(
-                "{}: {e} (is a server running on this data directory? use --url)",
-                dir.display()
-            ))
-        })?;
-        let store = Arc::new(store);
-        let (queue, batches) = bounded::<Batch>(2);
-        let (report, outcomes) = crossbeam_channel::unbounded();
-        let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        // A bulk load writes in key order and reads nothing back: the default cache serves it.
+        let mut store = open(StoreOptions::default().cache_bytes)?;
         let definitions = [
             crate::features::template::TEMPLATE_COLLECTION,
             crate::features::descriptor::DESCRIPTOR_COLLECTION,
@@ -145,6 +145,14 @@ impl Offline {
         let bulk = store
             .holds_only(&definitions)
             .map_err(|e| LoadError::Target(e.to_string()))?;
+        if !bulk {
+            store.shutdown_blocking();
+            drop(store);
+            store = open(LOAD_CACHE_BYTES)?;
+        }
+        let (queue, batches) = bounded::<Batch>(2);
+        let (report, outcomes) = crossbeam_channel::unbounded();
+        let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let writing = if bulk {
             Writing::BulkWaiting(batches, report)
         } else {
@@ -313,9 +321,8 @@ impl Offline {
         let written = bulk
             .finish(|done, all| phase("writing the documents in key order", done, all))
             .map_err(|e| LoadError::Target(format!("writing the documents: {e}")))?;
-        phase("building the spatial indexes", 0, 1);
         views
-            .finish()
+            .finish_for_saving()
             .map_err(|e| LoadError::Target(format!("building the views: {e}")))?;
         phase("saving the views and spatial indexes", 0, 1);
         let unsaved = features.save_views();

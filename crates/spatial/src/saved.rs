@@ -24,30 +24,33 @@ pub fn encode_points(
 ) -> Result<(), String> {
     use rayon::prelude::*;
     let p = Partitioner::new(config.resolution, config.shards)?;
-    let mut shards: Vec<Vec<PointEntry>> = vec![Vec::new(); config.shards];
-    for (row, &xy) in points.iter().enumerate() {
-        if !xy[0].is_nan() {
-            shards[p.shard_of_point(xy[0], xy[1])].push(PointEntry { xy, id: row as u32 });
-        }
-    }
-    let encoded: Vec<(Vec<u8>, Vec<u32>)> = shards
-        .into_par_iter()
-        .map(|entries| {
-            let mut w = Vec::new();
-            let ids = PointIndex::encode(entries, &mut w);
-            (w, ids)
+    // Each point's shard first; then one shard's points at a time, encoded straight into
+    // `w`, so that a large view's save holds one shard's index in memory, not all of them
+    // twice.
+    let mut of_shard: Vec<u16> = points
+        .par_iter()
+        .map(|xy| match xy[0].is_nan() {
+            true => u16::MAX,
+            false => p.shard_of_point(xy[0], xy[1]) as u16,
         })
         .collect();
     w.extend_from_slice(&(config.shards as u64).to_le_bytes());
     w.extend_from_slice(&u64::from(config.resolution).to_le_bytes());
     let mut slots = vec![NO_POINT; points.len()];
-    let mut of_shard = vec![0u16; points.len()];
-    for (shard, (bytes, ids)) in encoded.into_iter().enumerate() {
-        w.extend_from_slice(&bytes);
-        for (slot, id) in ids.into_iter().enumerate() {
+    for shard in 0..config.shards {
+        let entries: Vec<PointEntry> = points
+            .iter()
+            .zip(&of_shard)
+            .enumerate()
+            .filter(|(_, (_, s))| usize::from(**s) == shard)
+            .map(|(row, (&xy, _))| PointEntry { xy, id: row as u32 })
+            .collect();
+        for (slot, id) in PointIndex::encode(entries, w).into_iter().enumerate() {
             slots[id as usize] = slot as u32;
-            of_shard[id as usize] = shard as u16;
         }
+    }
+    for s in of_shard.iter_mut().filter(|s| **s == u16::MAX) {
+        *s = 0;
     }
     w.extend_from_slice(bytemuck::cast_slice(&slots));
     pad8(w);
