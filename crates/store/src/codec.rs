@@ -260,6 +260,17 @@ mod tests {
         .into_bytes()
     }
 
+    /// Sample place `i` as a stored document.
+    fn place(i: usize) -> Document {
+        Document {
+            uri: format!("/p/{i}.json"),
+            format: Format::Json,
+            collections: vec!["places".into()],
+            permissions: Permissions::document_default(),
+            content: Bytes::from(sample(i)),
+        }
+    }
+
     fn trained() -> u32 {
         let samples: Vec<Vec<u8>> = (0..2_000).map(sample).collect();
         let dictionary = compress::train(&samples).expect("a dictionary");
@@ -270,13 +281,7 @@ mod tests {
     fn compressed_content_reads_back_and_is_smaller() {
         let id = trained();
         for i in [3, 5_000, 77_777] {
-            let doc = Document {
-                uri: format!("/p/{i}.json"),
-                format: Format::Json,
-                collections: vec!["places".into()],
-                permissions: Permissions::document_default(),
-                content: Bytes::from(sample(i)),
-            };
+            let doc = place(i);
             let plain = encode(&doc, 0);
             let packed = encode(&doc, id);
             assert_eq!((plain[0], packed[0]), (VERSION, VERSION_LEAN));
@@ -322,13 +327,7 @@ mod tests {
     fn version_2_values_read_back() {
         let id = trained();
         for i in [3, 5_000, 77_777] {
-            let doc = Document {
-                uri: format!("/p/{i}.json"),
-                format: Format::Json,
-                collections: vec!["places".into()],
-                permissions: Permissions::document_default(),
-                content: Bytes::from(sample(i)),
-            };
+            let doc = place(i);
             let lean = encode(&doc, id);
             let header = encode(&doc, 0).len() - doc.content.len();
             let mut old = lean[..header].to_vec();
