@@ -289,20 +289,17 @@ impl Offline {
         self.store
             .train_dictionary(&samples)
             .map_err(|e| LoadError::Target(format!("training the compression dictionary: {e}")))?;
-        if let Writing::BulkWaiting(..) = self.writing {
-            let Writing::BulkWaiting(batches, report) =
-                std::mem::replace(&mut self.writing, Writing::Over)
-            else {
-                unreachable!("matched above");
-            };
-            self.writing = Writing::Bulk(spawn_bulk(
+        // A bulk load's thread starts now: every definition is in.
+        self.writing = match std::mem::replace(&mut self.writing, Writing::Over) {
+            Writing::BulkWaiting(batches, report) => Writing::Bulk(spawn_bulk(
                 &self.store,
                 &self.collection,
                 batches,
                 report,
                 self.written.clone(),
-            )?);
-        }
+            )?),
+            other => other,
+        };
         for batch in held {
             self.send(batch)?;
         }

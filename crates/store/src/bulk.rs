@@ -204,6 +204,12 @@ impl Bulk {
             .store(commit, Ordering::Release);
         drop(merge);
         let _ = std::fs::remove_dir_all(&self.dir);
+        tracing::info!(
+            documents = written,
+            runs,
+            secs = started.elapsed().as_secs_f64(),
+            "bulk load merged into the store"
+        );
         Ok(BulkWritten {
             documents: written,
             runs,

@@ -142,9 +142,20 @@ pub fn compact(dir: &Path) -> Result<u64, StoreError> {
         path: path.display().to_string(),
         message: e.to_string(),
     })?;
+    let (started, before) = (
+        Instant::now(),
+        std::fs::metadata(&path).map_err(storage)?.len(),
+    );
     while db.compact().map_err(storage)? {}
     drop(db);
-    Ok(std::fs::metadata(&path).map_err(storage)?.len())
+    let after = std::fs::metadata(&path).map_err(storage)?.len();
+    tracing::info!(
+        before,
+        after,
+        secs = started.elapsed().as_secs_f64(),
+        "store compacted"
+    );
+    Ok(after)
 }
 
 /// Every document of `docs`, in key order, into `out`, its content compressed with
