@@ -116,7 +116,7 @@ type BulkParts = (
 );
 
 enum Writing {
-    Writer(Option<JoinHandle<()>>),
+    Writer(JoinHandle<()>),
     BulkWaiting(Receiver<Batch>, Sender<Outcome>),
     Bulk(JoinHandle<Result<BulkParts, String>>),
     Over,
@@ -156,13 +156,13 @@ impl Offline {
         let writing = if bulk {
             Writing::BulkWaiting(batches, report)
         } else {
-            Writing::Writer(Some(spawn_writer(
+            Writing::Writer(spawn_writer(
                 store.clone(),
                 collection,
                 batches,
                 report,
                 written.clone(),
-            )?))
+            )?)
         };
         Ok(Offline {
             store,
@@ -425,10 +425,10 @@ impl Target for Offline {
                 built.took = started.elapsed();
                 return Ok(Some(built));
             }
-            Writing::Writer(Some(w)) => w
+            Writing::Writer(w) => w
                 .join()
                 .map_err(|_| LoadError::Target("the writer failed".into()))?,
-            Writing::Writer(None) | Writing::BulkWaiting(..) | Writing::Over => {}
+            Writing::BulkWaiting(..) | Writing::Over => {}
         }
         let started = std::time::Instant::now();
         phase("building the views and spatial indexes", 0, 1);

@@ -36,14 +36,28 @@ pub fn encode_points(
         .collect();
     w.extend_from_slice(&(config.shards as u64).to_le_bytes());
     w.extend_from_slice(&u64::from(config.resolution).to_le_bytes());
+    // The rows grouped by shard, each group in row order (a counting sort).
+    let mut starts = vec![0usize; config.shards + 1];
+    for &s in of_shard.iter().filter(|s| **s != u16::MAX) {
+        starts[usize::from(s) + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut rows = vec![0u32; starts[config.shards]];
+    let mut next = starts.clone();
+    for (row, &s) in of_shard.iter().enumerate().filter(|(_, s)| **s != u16::MAX) {
+        rows[next[usize::from(s)]] = row as u32;
+        next[usize::from(s)] += 1;
+    }
     let mut slots = vec![NO_POINT; points.len()];
     for shard in 0..config.shards {
-        let entries: Vec<PointEntry> = points
+        let entries: Vec<PointEntry> = rows[starts[shard]..starts[shard + 1]]
             .iter()
-            .zip(&of_shard)
-            .enumerate()
-            .filter(|(_, (_, s))| usize::from(**s) == shard)
-            .map(|(row, (&xy, _))| PointEntry { xy, id: row as u32 })
+            .map(|&row| PointEntry {
+                xy: points[row as usize],
+                id: row,
+            })
             .collect();
         for (slot, id) in PointIndex::encode(entries, w).into_iter().enumerate() {
             slots[id as usize] = slot as u32;

@@ -78,10 +78,7 @@ pub(super) fn record<'a>(
     }
     let recorded = read_number(&meta, COUNT_KEY)?.unwrap_or(0) + count as u64;
     if recorded > MAX_RECORDED {
-        meta.remove(FROM_KEY).map_err(storage)?;
-        meta.remove(COUNT_KEY).map_err(storage)?;
-        drop(meta);
-        txn.delete_table(CHANGES).map_err(storage)?;
+        drop_record(txn, meta)?;
         tracing::info!(
             commit,
             "more documents changed than are recorded for the saved views; they will be rebuilt at the next start"
@@ -105,11 +102,20 @@ pub(super) fn record_wholesale(txn: &WriteTransaction) -> Result<u64, StoreError
     let commit = read_number(&meta, COMMITS_KEY)?.unwrap_or(0) + 1;
     meta.insert(COMMITS_KEY, commit.to_string().as_bytes())
         .map_err(storage)?;
+    drop_record(txn, meta)?;
+    Ok(commit)
+}
+
+/// Drop the save point and the changes recorded since it.
+fn drop_record(
+    txn: &WriteTransaction,
+    mut meta: redb::Table<'_, &'static str, &'static [u8]>,
+) -> Result<(), StoreError> {
     meta.remove(FROM_KEY).map_err(storage)?;
     meta.remove(COUNT_KEY).map_err(storage)?;
     drop(meta);
     txn.delete_table(CHANGES).map_err(storage)?;
-    Ok(commit)
+    Ok(())
 }
 
 /// The URIs changed by the commits after `point`, or `None` when they were not all recorded.
