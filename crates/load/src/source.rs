@@ -247,6 +247,10 @@ fn read_collection(
 /// The names looked for when no coordinate columns are given, in order, case-insensitively.
 const X_NAMES: [&str; 5] = ["x", "lon", "lng", "long", "longitude"];
 const Y_NAMES: [&str; 3] = ["y", "lat", "latitude"];
+/// The names of a geometry column (WKT or hex WKB), looked for when there is no longitude
+/// and latitude pair: GDAL's CSV driver takes `WKT`, and the others are what PostGIS, QGIS
+/// and GeoPandas name theirs.
+const WKT_NAMES: [&str; 4] = ["wkt", "geometry", "geom", "the_geom"];
 
 /// Where a CSV row's geometry is: longitude and latitude columns, or a WKT column.
 enum Geometry {
@@ -282,7 +286,12 @@ fn csv_feature(
             serde_json::json!({"type": "Point", "coordinates": [number(x, tx)?, number(y, ty)?]})
         }
         Geometry::Wkt(w) => {
-            super::schema::from_wkt(record[w].trim()).map_err(|message| Problem::BadWkt {
+            let text = record[w].trim();
+            let parsed = match hex_bytes(text) {
+                Some(wkb) => wkb_json(&wkb),
+                None => super::schema::from_wkt(text),
+            };
+            parsed.map_err(|message| Problem::BadWkt {
                 field: headers[w].clone(),
                 message,
             })?
@@ -300,6 +309,41 @@ fn csv_feature(
         geometry,
         row: true,
     })
+}
+
+/// The bytes of `text` when it is hexadecimal, as WKB is written in text (PostGIS's EWKB
+/// included): an even number of hex digits, at least a point's header.
+fn hex_bytes(text: &str) -> Option<Vec<u8>> {
+    let digits = text.as_bytes();
+    if digits.len() < 10
+        || !digits.len().is_multiple_of(2)
+        || !digits.iter().all(u8::is_ascii_hexdigit)
+    {
+        return None;
+    }
+    let nibble = |d: u8| match d {
+        b'0'..=b'9' => d - b'0',
+        b'a'..=b'f' => d - b'a' + 10,
+        _ => d - b'A' + 10,
+    };
+    Some(
+        digits
+            .chunks(2)
+            .map(|p| (nibble(p[0]) << 4) | nibble(p[1]))
+            .collect(),
+    )
+}
+
+/// A WKB or EWKB geometry as GeoJSON.
+fn wkb_json(wkb: &[u8]) -> Result<Value, String> {
+    use geozero::ToJson;
+    let text = geozero::wkb::Ewkb(wkb)
+        .to_json()
+        .map_err(|e| e.to_string())?;
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Null) | Err(_) => Err("not a WKB geometry".into()),
+        Ok(v) => Ok(v),
+    }
 }
 
 fn read_csv(
@@ -341,9 +385,30 @@ fn read_csv(
                 }),
         }
     };
-    let geometry = match &opts.wkt {
-        Some(_) => Geometry::Wkt(find(&opts.wkt, &[], "WKT")?),
-        None => Geometry::Columns(
+    let named = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|n| headers.iter().position(|h| h.eq_ignore_ascii_case(n)))
+    };
+    let geometry = match (&opts.wkt, &opts.x, &opts.y) {
+        (Some(_), ..) => Geometry::Wkt(find(&opts.wkt, &[], "WKT")?),
+        (None, None, None) => match (named(&X_NAMES), named(&Y_NAMES), named(&WKT_NAMES)) {
+            (Some(x), Some(y), _) => Geometry::Columns(x, y),
+            (_, _, Some(w)) => Geometry::Wkt(w),
+            _ => {
+                return Err(LoadError::Read(
+                    file.to_string(),
+                    format!(
+                        "no longitude and latitude columns and no geometry column: name them \
+                         with --x-field/--y-field or --wkt-field (looked for {}; {}; {})",
+                        X_NAMES.join(", "),
+                        Y_NAMES.join(", "),
+                        WKT_NAMES.join(", ")
+                    ),
+                ));
+            }
+        },
+        _ => Geometry::Columns(
             find(&opts.x, &X_NAMES, "longitude")?,
             find(&opts.y, &Y_NAMES, "latitude")?,
         ),
@@ -377,6 +442,119 @@ fn read_csv(
         };
         if !each((at, item)) {
             return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The features of a CSV text read with `opts`, or why the file was refused.
+    fn csv(text: &str, opts: &CsvOptions) -> Result<Vec<Result<Feature, Problem>>, LoadError> {
+        let mut got = Vec::new();
+        read_csv(text.as_bytes(), Arc::from("t.csv"), opts, &mut |(_, r)| {
+            got.push(r);
+            true
+        })?;
+        Ok(got)
+    }
+
+    fn geometries(text: &str) -> Vec<Value> {
+        csv(text, &CsvOptions::default())
+            .unwrap()
+            .into_iter()
+            .map(|f| f.unwrap().geometry)
+            .collect()
+    }
+
+    #[test]
+    fn a_geometry_column_is_found_by_its_name_when_there_are_no_coordinate_columns() {
+        // As `ogr2ogr -f CSV -lco GEOMETRY=AS_WKT` writes it: WKT first, quoted.
+        let gdal = "WKT,name\n\"POLYGON ((0 0,1 0,1 1,0 0))\",a\n\"POINT (3.5 -2)\",b\n";
+        let got = csv(gdal, &CsvOptions::default()).unwrap();
+        let f = got[0].as_ref().unwrap();
+        assert_eq!(
+            f.geometry,
+            json!({"type": "Polygon", "coordinates": [[[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]]]})
+        );
+        assert_eq!(
+            f.properties,
+            json!({"name": "a"}).as_object().unwrap().clone()
+        );
+        assert_eq!(
+            got[1].as_ref().unwrap().geometry,
+            json!({"type": "Point", "coordinates": [3.5, -2.0]})
+        );
+        for name in ["wkt", "geometry", "Geom", "the_geom"] {
+            let text = format!("id,{name}\n7,POINT (1 2)\n");
+            assert_eq!(
+                geometries(&text),
+                [json!({"type": "Point", "coordinates": [1.0, 2.0]})],
+                "{name}"
+            );
+        }
+        // A longitude and latitude pair still comes first.
+        assert_eq!(
+            geometries("lon,lat,geometry\n5,6,POINT (1 2)\n"),
+            [json!({"type": "Point", "coordinates": [5.0, 6.0]})]
+        );
+    }
+
+    /// Geometries as geo's, so that 1 and 1.0 compare equal (geozero writes integers bare).
+    fn shapes(text: &str) -> Vec<geo::Geometry<f64>> {
+        geometries(text)
+            .iter()
+            .map(|g| crate::spatial::parse_geojson(g).unwrap())
+            .collect()
+    }
+
+    fn shape(v: Value) -> geo::Geometry<f64> {
+        crate::spatial::parse_geojson(&v).unwrap()
+    }
+
+    #[test]
+    fn hexadecimal_wkb_and_ewkb_are_read_as_geometries() {
+        // POINT (1 2) as OGC WKB, and as PostGIS's EWKB with SRID 4326, in either case.
+        let point = json!({"type": "Point", "coordinates": [1.0, 2.0]});
+        for hex in [
+            "0101000000000000000000F03F0000000000000040",
+            "0101000020e6100000000000000000f03f0000000000000040",
+        ] {
+            assert_eq!(
+                shapes(&format!("geom\n{hex}\n")),
+                [shape(point.clone())],
+                "{hex}"
+            );
+        }
+        // LINESTRING (0 0, 2 1), big-endian.
+        let line =
+            "0000000002000000020000000000000000000000000000000040000000000000003FF0000000000000";
+        assert_eq!(
+            shapes(&format!("wkt\n{line}\n")),
+            [shape(
+                json!({"type": "LineString", "coordinates": [[0.0, 0.0], [2.0, 1.0]]})
+            )]
+        );
+        // Hex that is not WKB is a row's problem, not the file's.
+        let got = csv("geom\n0102030405060708\n", &CsvOptions::default()).unwrap();
+        assert!(matches!(&got[0], Err(Problem::BadWkt { field, .. }) if field == "geom"));
+    }
+
+    #[test]
+    fn a_file_with_no_geometry_says_what_it_looked_for() {
+        let e = csv("name,kind\na,b\n", &CsvOptions::default()).unwrap_err();
+        let text = e.to_string();
+        for name in [
+            "longitude",
+            "lon",
+            "latitude",
+            "wkt",
+            "the_geom",
+            "--wkt-field",
+        ] {
+            assert!(text.contains(name), "{text}");
         }
     }
 }
