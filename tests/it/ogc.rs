@@ -63,7 +63,7 @@ fn ids(fc: &Value) -> Vec<i64> {
 
 /// GDAL's tools, installed by `scripts/setup-system.sh` (as .ci/run does; root or sudo) when
 /// missing.
-fn need_gdal() {
+pub(crate) fn need_gdal() {
     let have = || Command::new("ogr2ogr").arg("--version").output().is_ok();
     if !have() {
         let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-system.sh");
@@ -185,6 +185,41 @@ fn core_requirements() {
     assert_eq!(item["properties"]["fips"], "08031");
     assert!(rel(&item, "collection").is_some());
 
+    // The same bbox page as CSV, from the page's alternate link: a WKT column (read by the
+    // wkt crate) then the columns, row for row the GeoJSON page.
+    let json_page = c
+        .get(&format!(
+            "{items_href}?bbox={xmin},{ymin},{xmax},{ymax}&limit=2"
+        ))
+        .json();
+    let csv_href = json_page["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["rel"] == "alternate" && l["type"] == "text/csv")
+        .and_then(|l| l["href"].as_str())
+        .map(local)
+        .unwrap();
+    let r = c.get(&csv_href);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("text/csv; charset=utf-8"));
+    let text = r.text();
+    let mut rows = csv::Reader::from_reader(text.as_bytes());
+    let header = rows.headers().unwrap().clone();
+    assert_eq!(&header[0], "WKT");
+    let rows: Vec<csv::StringRecord> = rows.records().map(Result::unwrap).collect();
+    let features = json_page["features"].as_array().unwrap();
+    assert_eq!(rows.len(), features.len());
+    assert_eq!(rows.len(), 2);
+    for (row, f) in rows.iter().zip(features) {
+        use wkt::TryFromWkt;
+        let name_at = header.iter().position(|h| h == "name").unwrap();
+        assert_eq!(&row[name_at], f["properties"]["name"].as_str().unwrap());
+        let from_wkt: geo::Geometry<f64> = geo::Geometry::try_from_wkt_str(&row[0]).unwrap();
+        let from_json = geoshard::spatial::parse_geojson(&f["geometry"]).unwrap();
+        assert_eq!(from_wkt, from_json, "{}", &row[0]);
+    }
+
     // Errors: limit bounds, bbox, unknown collection and feature, unknown parameter.
     for bad in [
         "limit=0",
@@ -196,6 +231,7 @@ fn core_requirements() {
         "offset=-1",
         "nosuchfield=1",
         "datetime=2020-01-01T00:00:00Z",
+        "f=xml",
     ] {
         let r = c.get(&format!("{items_href}?{bad}"));
         assert_eq!(r.status, 400, "{bad}: {}", r.text());

@@ -22,6 +22,7 @@ use geoshard_store as store;
 
 mod apply;
 mod build;
+pub mod csv_wkt;
 pub mod descriptor;
 mod diagnostics;
 mod extract;

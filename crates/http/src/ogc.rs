@@ -426,6 +426,8 @@ struct ItemsQuery {
     filters: Vec<(String, String)>,
     /// `filter` (CQL2-text), as a where clause.
     filter: Option<String>,
+    /// `f=csv`: the page as CSV with a WKT column rather than GeoJSON.
+    csv: bool,
 }
 
 fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery, ApiError> {
@@ -436,6 +438,7 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
         time: None,
         filters: Vec::new(),
         filter: None,
+        csv: false,
     };
     for (k, v) in ctx.params.pairs() {
         match k {
@@ -482,11 +485,11 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
                 }
                 q.time = Some(interval(v)?);
             }
-            "f" => {
-                if v != "json" && v != "geojson" {
-                    return Err(bad(format!("f={v}: only json is served")));
-                }
-            }
+            "f" => match v {
+                "json" | "geojson" => q.csv = false,
+                "csv" => q.csv = true,
+                _ => return Err(bad(format!("f={v}: json (GeoJSON) and csv are served"))),
+            },
             "filter" => q.filter = Some(cql2_to_where(v)),
             "filter-lang" => {
                 if v != "cql2-text" {
@@ -744,6 +747,15 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
         out
     });
     let page = items_page(app, ctx, &d, layer_id, &q, &id_column, head).await?;
+    if q.csv {
+        let columns = view
+            .def
+            .columns
+            .iter()
+            .map(|c| c.name.to_string())
+            .collect();
+        return csv_page(page.features, columns);
+    }
     let matched = page.matched;
 
     let href = format!(
@@ -751,27 +763,34 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
         base(app, ctx),
         enc(&collection_id(&d, layer))
     );
-    let with = |offset: usize| {
+    let with_format = |offset: usize, format: Option<&str>| {
         let mut pairs: Vec<(String, String)> = ctx
             .params
             .pairs()
-            .filter(|(k, _)| *k != "offset" && *k != "limit")
+            .filter(|(k, _)| *k != "offset" && *k != "limit" && (format.is_none() || *k != "f"))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         pairs.push(("limit".into(), limit.to_string()));
         pairs.push(("offset".into(), offset.to_string()));
+        if let Some(f) = format {
+            pairs.push(("f".into(), f.to_string()));
+        }
         let mut s = form_urlencoded::Serializer::new(String::new());
         for (k, v) in &pairs {
             s.append_pair(k, v);
         }
         format!("{href}?{}", s.finish())
     };
-    let mut links = vec![link(
-        with(q.offset),
-        "self",
-        "application/geo+json",
-        "this page",
-    )];
+    let with = |offset: usize| with_format(offset, None);
+    let mut links = vec![
+        link(with(q.offset), "self", "application/geo+json", "this page"),
+        link(
+            with_format(q.offset, Some("csv")),
+            "alternate",
+            "text/csv",
+            "this page as CSV, its geometry as WKT",
+        ),
+    ];
     if q.offset.saturating_add(page.returned) < matched && page.returned > 0 {
         links.push(link(
             with(q.offset.saturating_add(limit)),
@@ -805,6 +824,25 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
     let _ = serde_json::to_writer(&mut out, &links);
     out.push(b'}');
     Ok(geojson_bytes(out))
+}
+
+/// A page of items (the envelope's head and the features, as [`items_page`] writes them) as
+/// CSV: a WKT column, then the layer's `columns`.
+fn csv_page(mut features: Vec<u8>, columns: Vec<String>) -> Result<Resp, ApiError> {
+    let internal = |e: String| ApiError::new(ErrorCode::Internal, format!("the CSV page: {e}"));
+    features.extend_from_slice(b"]}");
+    let page: Value = serde_json::from_slice(&features).map_err(|e| internal(e.to_string()))?;
+    drop(features);
+    let mut out = crate::features::csv_wkt::CsvWkt::new(Vec::new(), columns).map_err(internal)?;
+    for f in page["features"].as_array().map_or(&[][..], Vec::as_slice) {
+        out.feature(f).map_err(internal)?;
+    }
+    let mut r = response::json_bytes(200, out.finish().map_err(internal)?);
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/csv; charset=utf-8"),
+    );
+    Ok(r)
 }
 
 /// An answer of GeoJSON bytes.
@@ -851,6 +889,7 @@ async fn item(app: &Arc<App>, ctx: &Ctx, id: &str, fid: &str) -> Result<Resp, Ap
             oid.to_string(),
         )],
         filter: None,
+        csv: false,
     };
     let id_column = view.def.columns[view.def.id_column].name.to_string();
     let page = items_page(
