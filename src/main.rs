@@ -45,6 +45,10 @@ enum Command {
     /// Load files (GeoJSON, NDJSON, CSV) into a layer: a running server's (`--url`) or a
     /// stopped server's data directory (`--data-dir`).
     Load(Box<geoshard::load::LoadArgs>),
+    /// Write a layer's features, or a query's, to a file (GeoJSON text sequences, CSV with
+    /// WKT, FlatGeobuf): from a running server (`--url`) or a stopped server's data directory
+    /// (`--data-dir`).
+    Export(Box<geoshard::load::export::ExportArgs>),
     /// A cluster's state as NATS holds it: the log, the live nodes and their lag.
     Cluster {
         #[command(subcommand)]
@@ -153,6 +157,7 @@ fn main() -> ExitCode {
         Command::Compact { data_dir } => compact(&data_dir),
         Command::Cluster { command } => cluster(command),
         Command::Load(args) => return load(&args),
+        Command::Export(args) => return export(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -300,6 +305,35 @@ fn load(args: &geoshard::load::LoadArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("geoshard load: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn export(args: &geoshard::load::export::ExportArgs) -> ExitCode {
+    let level = std::env::var("GEOSHARD_LOG").unwrap_or_else(|_| "warn".to_string());
+    service::init_logging(&level, geoshard::config::LogFormat::Text);
+    let mut shown = std::time::Instant::now();
+    let mut progress = |done: u64, all: u64| {
+        if !args.quiet && (shown.elapsed().as_secs() >= 1 || (done == all && done > 0)) {
+            shown = std::time::Instant::now();
+            eprintln!("exported {done} of {all} features");
+        }
+    };
+    match geoshard::load::export::run(args, &mut progress) {
+        Ok(done) => {
+            println!(
+                "exported {} features of {} layer {} to {} in {:.1} s",
+                done.features,
+                args.service,
+                args.layer,
+                args.out.display(),
+                done.took.as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("geoshard export: {e}");
             ExitCode::from(2)
         }
     }

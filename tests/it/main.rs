@@ -13,6 +13,7 @@ mod cluster;
 mod crash;
 mod demo;
 mod disk_full;
+mod export;
 mod features;
 mod flows;
 mod foundation;

@@ -12,6 +12,7 @@ use geoshard_features as features;
 use geoshard_spatial as spatial;
 use geoshard_store as store;
 
+pub mod export;
 mod gis;
 mod record;
 mod schema;

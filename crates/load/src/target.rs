@@ -474,6 +474,7 @@ impl Target for Offline {
     }
 }
 
+pub(crate) use http::Client;
 pub use http::{Http, HttpOptions};
 
 mod http {
@@ -509,7 +510,7 @@ mod http {
     }
 
     /// One connection with its authentication state.
-    struct Client {
+    pub(crate) struct Client {
         options: Arc<HttpOptions>,
         sender: Option<SendRequest<Full<Bytes>>>,
         /// The last Digest challenge, answered with a counting `nc`.
@@ -524,7 +525,7 @@ mod http {
     }
 
     impl Client {
-        fn new(options: Arc<HttpOptions>) -> Client {
+        pub(crate) fn new(options: Arc<HttpOptions>) -> Client {
             Client {
                 options,
                 sender: None,
@@ -572,6 +573,19 @@ mod http {
                 m,
             );
             challenge.respond(&ctx).ok().map(|h| h.to_header_string())
+        }
+
+        /// POST a JSON body (a question: sending it again is safe): the answer's status and
+        /// body.
+        pub(crate) async fn post_json(
+            &mut self,
+            path: &str,
+            body: Bytes,
+        ) -> Result<(u16, Bytes), String> {
+            let a = self
+                .request(Method::POST, path, "application/json", body)
+                .await?;
+            Ok((a.status.as_u16(), a.body))
         }
 
         /// Send a request, answering a challenge (first, or for a stale nonce) once.
