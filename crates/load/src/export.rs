@@ -412,13 +412,7 @@ pub fn run(args: &ExportArgs, progress: &mut dyn FnMut(u64, u64)) -> Result<Expo
     let spatial = spatial_members(args)?;
     let mut source: Box<dyn Source> = match (&args.url, &args.data_dir) {
         (Some(url), _) => {
-            let authority = url
-                .trim_end_matches('/')
-                .strip_prefix("http://")
-                .ok_or_else(|| {
-                    ExportError::Arguments(format!("{url}: --url takes http://host:port"))
-                })?
-                .to_string();
+            let authority = crate::authority(url).map_err(ExportError::Arguments)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -495,14 +489,21 @@ pub fn run(args: &ExportArgs, progress: &mut dyn FnMut(u64, u64)) -> Result<Expo
             let mut last = after;
             for f in features {
                 sink.feature(f).map_err(write_error)?;
-                last = f["properties"][&id_field].as_i64().or(last);
+                // The next page starts after it: without it, the export would end here short.
+                let id = f["properties"][&id_field].as_i64().ok_or_else(|| {
+                    ExportError::Source(format!(
+                        "a feature has no integer {id_field}, which paging needs"
+                    ))
+                })?;
+                last = Some(id);
             }
             written += features.len() as u64;
             if !features.is_empty() {
                 progress(written, total.max(written));
             }
-            // Until a page comes empty: a server may give fewer rows than asked for.
-            if features.is_empty() || last == after {
+            // Until a page comes empty (a server may give fewer rows than asked for), or one
+            // that does not move past the last id.
+            if features.is_empty() || last <= after {
                 return Ok(());
             }
             after = last;

@@ -488,12 +488,16 @@ fn formats_are_text(files: &[PathBuf], given: Option<Format>) -> bool {
         .any(|f| given.or_else(|| Format::detect(f)) == Some(Format::Csv))
 }
 
-fn http_options(args: &LoadArgs, url: &str) -> Result<HttpOptions, LoadError> {
-    let authority = url
-        .trim_end_matches('/')
+/// The `host:port` of a `--url`, which takes `http://host:port`.
+pub(crate) fn authority(url: &str) -> Result<String, String> {
+    url.trim_end_matches('/')
         .strip_prefix("http://")
-        .ok_or_else(|| LoadError::Target(format!("{url}: --url takes http://host:port")))?
-        .to_string();
+        .map(str::to_string)
+        .ok_or_else(|| format!("{url}: --url takes http://host:port"))
+}
+
+fn http_options(args: &LoadArgs, url: &str) -> Result<HttpOptions, LoadError> {
+    let authority = authority(url).map_err(LoadError::Target)?;
     let mut flow_query = String::new();
     if let Some(t) = &args.transform {
         let mut q = form_urlencoded::Serializer::new(String::new());

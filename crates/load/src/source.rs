@@ -365,30 +365,28 @@ fn read_csv(
         .iter()
         .map(str::to_string)
         .collect();
+    // The first of `names` the header has, in any case.
+    let named = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|n| headers.iter().position(|h| h.eq_ignore_ascii_case(n)))
+    };
     let find = |given: &Option<String>, names: &[&str], what: &str| -> Result<usize, LoadError> {
         match given {
             Some(g) => headers.iter().position(|h| h == g).ok_or_else(|| {
                 LoadError::Read(file.to_string(), format!("no column {g:?} in the header"))
             }),
-            None => names
-                .iter()
-                .find_map(|n| headers.iter().position(|h| h.eq_ignore_ascii_case(n)))
-                .ok_or_else(|| {
-                    LoadError::Read(
-                        file.to_string(),
-                        format!(
-                            "no {what} column: name it with --x-field/--y-field or --wkt-field \
+            None => named(names).ok_or_else(|| {
+                LoadError::Read(
+                    file.to_string(),
+                    format!(
+                        "no {what} column: name it with --x-field/--y-field or --wkt-field \
                              (looked for {})",
-                            names.join(", ")
-                        ),
-                    )
-                }),
+                        names.join(", ")
+                    ),
+                )
+            }),
         }
-    };
-    let named = |names: &[&str]| {
-        names
-            .iter()
-            .find_map(|n| headers.iter().position(|h| h.eq_ignore_ascii_case(n)))
     };
     let geometry = match (&opts.wkt, &opts.x, &opts.y) {
         (Some(_), ..) => Geometry::Wkt(find(&opts.wkt, &[], "WKT")?),
