@@ -19,7 +19,7 @@ fn root() -> &'static Path {
 
 /// Install the clients once per test binary (the script is idempotent and quick when they
 /// are there already).
-fn setup() {
+pub(crate) fn setup() {
     static SETUP: Once = Once::new();
     SETUP.call_once(|| {
         let out = Command::new(root().join("scripts/setup-clients.sh"))
@@ -34,12 +34,12 @@ fn setup() {
     });
 }
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     root().join("target/clients-venv/bin/python")
 }
 
 /// Run a client script; its last line of output is a JSON summary.
-fn run(program: &Path, args: &[String]) -> Value {
+pub(crate) fn run(program: &Path, args: &[String]) -> Value {
     setup();
     let out = Command::new(program)
         .args(args)

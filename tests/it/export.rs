@@ -14,7 +14,7 @@ use geo::Intersects;
 use serde_json::Value;
 
 /// The source: each county's name and its geometry, in file order (a load's OBJECTIDs).
-fn counties() -> Vec<(String, Value)> {
+pub(crate) fn counties() -> Vec<(String, Value)> {
     let text = std::fs::read_to_string(data_dir().join("real/us-counties.geojson")).unwrap();
     let fc: Value = serde_json::from_str(&text).unwrap();
     fc["features"]
@@ -39,7 +39,7 @@ fn coordinates(v: &Value, out: &mut Vec<f64>) {
     }
 }
 
-fn same_geometry(got: &Value, want: &Value, what: &str) {
+pub(crate) fn same_geometry(got: &Value, want: &Value, what: &str) {
     let (mut a, mut b) = (Vec::new(), Vec::new());
     coordinates(&got["coordinates"], &mut a);
     coordinates(&want["coordinates"], &mut b);
@@ -50,7 +50,7 @@ fn same_geometry(got: &Value, want: &Value, what: &str) {
     }
 }
 
-fn export(args: &[&str]) -> (i32, String) {
+pub(crate) fn export(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
         .arg("export")
         .args(args)
@@ -65,7 +65,7 @@ fn export(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-fn load_counties(dir: &Path) {
+pub(crate) fn load_counties(dir: &Path) {
     let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
         .args(["load", "--quiet", "--service", "Counties", "--data-dir"])
         .arg(dir)
@@ -80,7 +80,7 @@ fn load_counties(dir: &Path) {
 }
 
 /// The features of a GeoJSON lines or text-sequence file: (OBJECTID, name, geometry).
-fn read_lines(path: &Path) -> Vec<(i64, String, Value)> {
+pub(crate) fn read_lines(path: &Path) -> Vec<(i64, String, Value)> {
     let text = std::fs::read_to_string(path).unwrap();
     text.split(['\n', '\x1e'])
         .filter(|l| !l.trim().is_empty())
@@ -139,7 +139,47 @@ fn read_fgb_with_gdal(path: &Path, dir: &Path) -> Vec<(i64, String, Value)> {
     features
 }
 
-fn check_whole(got: &[(i64, String, Value)], want: &[(String, Value)], what: &str) {
+/// A GeoParquet file as GeoPandas reads it, after checking its `geo` metadata: version 1.1,
+/// WKB with a bbox covering and the extent of the counties.
+fn read_parquet_with_geopandas(path: &Path, dir: &Path) -> Vec<(i64, String, Value)> {
+    let lines = dir.join("from-parquet.geojsonl");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/python/gis.py");
+    let summary = crate::clients::run(
+        &crate::clients::python(),
+        &[
+            script.display().to_string(),
+            "read".into(),
+            path.display().to_string(),
+            lines.display().to_string(),
+        ],
+    );
+    let geo = &summary["geo"];
+    assert_eq!(geo["version"], "1.1.0", "{summary}");
+    let column = &geo["columns"][geo["primary_column"].as_str().unwrap()];
+    assert_eq!(column["encoding"], "WKB", "{summary}");
+    assert_eq!(column["covering"]["bbox"]["xmin"][1], "xmin", "{summary}");
+    let types: Vec<&str> = column["geometry_types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["MultiPolygon", "Polygon"], "{summary}");
+    // The whole of the US: the Aleutians on both sides of the antimeridian, American Samoa.
+    let bbox: Vec<f64> = column["bbox"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(
+        bbox[0] < -179.0 && bbox[2] > 179.0 && bbox[1] < -14.0 && bbox[3] > 71.0,
+        "{bbox:?}"
+    );
+    read_lines(&lines)
+}
+
+pub(crate) fn check_whole(got: &[(i64, String, Value)], want: &[(String, Value)], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: features");
     for (i, (id, name, g)) in got.iter().enumerate() {
         assert_eq!(*id, i as i64 + 1, "{what}: in OBJECTID order");
@@ -159,7 +199,7 @@ fn every_format_gives_back_the_loaded_features() {
     let want = counties();
     let data = dir.path().to_str().unwrap().to_string();
     let out = |name: &str| -> PathBuf { files.path().join(name) };
-    for name in ["c.geojsonl", "c.geojsons", "c.csv", "c.fgb"] {
+    for name in ["c.geojsonl", "c.geojsons", "c.csv", "c.fgb", "c.parquet"] {
         let path = out(name);
         let (code, text) = export(&[
             path.to_str().unwrap(),
@@ -176,6 +216,7 @@ fn every_format_gives_back_the_loaded_features() {
         let got = match name {
             "c.csv" => read_csv(&path),
             "c.fgb" => read_fgb_with_gdal(&path, files.path()),
+            "c.parquet" => read_parquet_with_geopandas(&path, files.path()),
             _ => read_lines(&path),
         };
         check_whole(&got, &want, name);

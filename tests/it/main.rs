@@ -18,6 +18,7 @@ mod features;
 mod flows;
 mod foundation;
 mod fuzz_corpora;
+mod gis_clients;
 mod hostile;
 mod index_bounds;
 mod kills;

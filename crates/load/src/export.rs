@@ -1,5 +1,6 @@
 //! `geoshard export`, the mirror of `load`: a layer's features, or those a query selects,
-//! written to a file as GeoJSON text sequences, CSV with a WKT column, or FlatGeobuf.
+//! written to a file as GeoJSON text sequences, CSV with a WKT column, FlatGeobuf or
+//! GeoParquet.
 //! Offline from a stopped server's data directory (every row), or over HTTP with the
 //! caller's permissions. Both ask geoQueryService's question a page at a time, in `OBJECTID`
 //! order and each page after the last id written, so memory stays bounded by a page and a
@@ -19,7 +20,7 @@ use crate::store::{Store, StoreOptions};
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExportArgs {
     /// The file to write: `.geojsonl` or `.ndjson` (a feature a line), `.geojsons` (RFC 8142
-    /// text sequence), `.csv` (a WKT column, then the layer's columns) or `.fgb`.
+    /// text sequence), `.csv` (a WKT column, then the layer's columns), `.fgb` or `.parquet`.
     pub out: PathBuf,
     /// The service (its descriptor's name, geoQueryService's `params.id`).
     #[arg(long)]
@@ -75,6 +76,8 @@ pub enum ExportFormat {
     Csv,
     /// FlatGeobuf, with the layer's columns typed.
     Fgb,
+    /// GeoParquet 1.1: WKB geometries with a `bbox` covering column, the columns typed.
+    Parquet,
 }
 
 impl ExportFormat {
@@ -85,6 +88,7 @@ impl ExportFormat {
             "geojsons" => ExportFormat::Geojsons,
             "csv" => ExportFormat::Csv,
             "fgb" => ExportFormat::Fgb,
+            "parquet" | "geoparquet" => ExportFormat::Parquet,
             _ => return None,
         })
     }
@@ -94,7 +98,7 @@ impl ExportFormat {
 pub enum ExportError {
     #[error("name --url (a running server) or --data-dir (a stopped server's directory)")]
     NoSource,
-    #[error("{0}: say the format with --format (geojsonl, geojsons, csv, fgb)")]
+    #[error("{0}: say the format with --format (geojsonl, geojsons, csv, fgb, parquet)")]
     UnknownFormat(String),
     #[error("{0}")]
     Arguments(String),
@@ -401,6 +405,19 @@ impl<W: Write> Sink for Fgb<W> {
     }
 }
 
+/// GeoParquet, a row group at a time.
+struct Parquet<W: Write + Send>(crate::geoparquet::Writer<W>);
+
+impl<W: Write + Send> Sink for Parquet<W> {
+    fn feature(&mut self, f: &Value) -> Result<(), String> {
+        self.0.feature(f)
+    }
+
+    fn finish(self: Box<Self>) -> Result<(), String> {
+        self.0.finish()?.flush().map_err(|e| e.to_string())
+    }
+}
+
 /// Run `geoshard export`: write the file (beside it as `.part` until whole), telling
 /// `progress` the features written and the count the query gave first.
 pub fn run(args: &ExportArgs, progress: &mut dyn FnMut(u64, u64)) -> Result<Exported, ExportError> {
@@ -474,6 +491,9 @@ pub fn run(args: &ExportArgs, progress: &mut dyn FnMut(u64, u64)) -> Result<Expo
         )
         .map_err(write_error)?)),
         ExportFormat::Fgb => Box::new(Fgb::new(&args.service, &fields, out).map_err(write_error)?),
+        ExportFormat::Parquet => Box::new(Parquet(
+            crate::geoparquet::Writer::new(&fields, out).map_err(write_error)?,
+        )),
     };
 
     let mut written = 0u64;

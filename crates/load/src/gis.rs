@@ -124,7 +124,7 @@ fn wkt_name(wkt: &str) -> String {
         .unwrap_or_else(|| wkt.chars().take(60).collect())
 }
 
-fn file_name(path: &Path) -> Arc<str> {
+pub(crate) fn file_name(path: &Path) -> Arc<str> {
     Arc::from(
         path.file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -133,7 +133,7 @@ fn file_name(path: &Path) -> Arc<str> {
 }
 
 /// Numbers a file's records and reports progress as the share of records read.
-struct Records<'b> {
+pub(crate) struct Records<'b> {
     file: Arc<str>,
     unit: Unit,
     n: u64,
@@ -144,7 +144,13 @@ struct Records<'b> {
 }
 
 impl<'b> Records<'b> {
-    fn new(path: &Path, file: &Arc<str>, unit: Unit, total: u64, bytes: &'b AtomicU64) -> Self {
+    pub(crate) fn new(
+        path: &Path,
+        file: &Arc<str>,
+        unit: Unit,
+        total: u64,
+        bytes: &'b AtomicU64,
+    ) -> Self {
         Records {
             file: file.clone(),
             unit,
@@ -155,7 +161,7 @@ impl<'b> Records<'b> {
         }
     }
 
-    fn next(&mut self) -> At {
+    pub(crate) fn next(&mut self) -> At {
         self.n += 1;
         self.bytes
             .store(self.size * self.n / self.total.max(1), Ordering::Relaxed);
@@ -168,7 +174,7 @@ impl<'b> Records<'b> {
 }
 
 /// Hand a feature to `each` after reprojecting it; false to stop.
-fn hand(
+pub(crate) fn hand(
     at: At,
     item: Result<Feature, Problem>,
     reproject: Option<&Reproject>,

@@ -13,6 +13,7 @@ use geoshard_spatial as spatial;
 use geoshard_store as store;
 
 pub mod export;
+mod geoparquet;
 mod gis;
 mod record;
 mod schema;

@@ -30,6 +30,8 @@ pub enum Format {
     Flatgeobuf,
     /// A GeoPackage (its first feature table).
     Geopackage,
+    /// GeoParquet (WKB or GeoArrow geometries).
+    Geoparquet,
 }
 
 impl Format {
@@ -45,6 +47,7 @@ impl Format {
             "shp" => Format::Shapefile,
             "fgb" => Format::Flatgeobuf,
             "gpkg" => Format::Geopackage,
+            "parquet" | "geoparquet" => Format::Geoparquet,
             _ => return None,
         })
     }
@@ -89,6 +92,7 @@ pub fn read(
         Format::Shapefile => return super::gis::read_shapefile(path, &bytes, each),
         Format::Flatgeobuf => return super::gis::read_flatgeobuf(path, &bytes, each),
         Format::Geopackage => return super::gis::read_geopackage(path, &bytes, each),
+        Format::Geoparquet => return super::geoparquet::read(path, &bytes, each),
         Format::Geojson | Format::Geojsonseq | Format::Csv => {}
     }
     let file = std::fs::File::open(path).map_err(|e| LoadError::Open(path.into(), e))?;
@@ -102,7 +106,7 @@ pub fn read(
         Format::Geojson => read_collection(input, name, each),
         Format::Geojsonseq => read_lines(input, name, each),
         Format::Csv => read_csv(input, name, csv, each),
-        Format::Shapefile | Format::Flatgeobuf | Format::Geopackage => Ok(()),
+        Format::Shapefile | Format::Flatgeobuf | Format::Geopackage | Format::Geoparquet => Ok(()),
     }
 }
 
@@ -335,7 +339,7 @@ fn hex_bytes(text: &str) -> Option<Vec<u8>> {
 }
 
 /// A WKB or EWKB geometry as GeoJSON.
-fn wkb_json(wkb: &[u8]) -> Result<Value, String> {
+pub(crate) fn wkb_json(wkb: &[u8]) -> Result<Value, String> {
     use geozero::ToJson;
     let text = geozero::wkb::Ewkb(wkb)
         .to_json()
