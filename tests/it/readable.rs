@@ -440,3 +440,99 @@ fn tiles_have_a_time_limit_and_answers_a_size_limit() {
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.error().2.contains("query_time_limit_ms"), "{}", r.text());
 }
+
+/// The tile at zoom `z` holding a longitude and latitude, by the slippy-map formula.
+fn tile_of(z: u32, lon: f64, lat: f64) -> (u32, u32) {
+    let n = f64::from(1u32 << z);
+    let r = lat.to_radians();
+    let x = ((lon + 180.0) / 360.0 * n).floor() as u32;
+    let y =
+        ((1.0 - (r.tan() + 1.0 / r.cos()).ln() / std::f64::consts::PI) / 2.0 * n).floor() as u32;
+    (x, y)
+}
+
+/// The features of a vector tile, decoded by geozero's protobuf types.
+fn tile_features(body: &[u8]) -> usize {
+    let tile = geozero::mvt::Tile::decode(body).unwrap();
+    tile.layers.iter().map(|l| l.features.len()).sum()
+}
+
+/// `geoshard_tiles_served_total` by source, from the server's own `/metrics`.
+fn tiles_served(srv: &ChildServer) -> (u64, u64) {
+    let text = srv.client(ADMIN).get("/metrics").text();
+    let count = |source: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "geoshard_tiles_served_total{{source=\"{source}\"}} "
+                ))
+            })
+            .map_or(0, |v| v.trim().parse().unwrap())
+    };
+    (count("cache"), count("made"))
+}
+
+/// Tiles are kept once made and revalidated with their entity tag (304), per set of readable
+/// rows: the geo user's tile and the admin's differ. A write drops the tiles it meets, so the
+/// next answer holds it, and leaves a tile elsewhere kept.
+#[test]
+fn tiles_are_kept_until_a_write_meets_them_and_per_readable_rows() {
+    let dir = temp_dir("tile-cache");
+    seed_users(dir.path());
+    let srv = ChildServer::start(dir.path(), &[]);
+    let mut admin = srv.client(ADMIN);
+    define(&mut admin, "Spots", "spots", "Point");
+    put(&mut admin, "spots", 1, &point(10.0, 10.0), GEO_READ);
+    put(&mut admin, "spots", 2, &point(10.001, 10.001), ADMIN_ONLY);
+    put(&mut admin, "spots", 3, &point(-120.0, -40.0), GEO_READ);
+    let (x, y) = tile_of(8, 10.0, 10.0);
+    let near = format!("/tiles/Spots.0/8/{x}/{y}.mvt");
+    let (fx, fy) = tile_of(8, -120.0, -40.0);
+    let far = format!("/tiles/Spots.0/8/{fx}/{fy}.mvt");
+    let mut geo = srv.client(GEO);
+
+    let first = geo.get(&near);
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(tile_features(&first.body), 1);
+    let tag = first.header("etag").unwrap().to_string();
+    assert_eq!(first.header("cache-control"), Some("private, no-cache"));
+    assert_eq!(tiles_served(&srv), (0, 1));
+    // Again: the same bytes, kept.
+    let again = geo.get(&near);
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.header("etag"), Some(tag.as_str()));
+    assert_eq!(tiles_served(&srv), (1, 1));
+    // Revalidated: 304 with no body.
+    let r = geo.request("GET", &near, &[("If-None-Match", tag.as_str())], b"");
+    assert_eq!(r.status, 304, "{}", r.text());
+    assert!(r.body.is_empty());
+    // The admin reads both points: another tile, never the geo user's.
+    let a = admin.get(&near);
+    assert_eq!(tile_features(&a.body), 2);
+    assert_ne!(a.header("etag"), Some(tag.as_str()));
+    let r = geo.get(&far);
+    assert_eq!(tile_features(&r.body), 1);
+    let far_tag = r.header("etag").unwrap().to_string();
+    let served = tiles_served(&srv);
+
+    // A readable point lands in the near tile: the tag no longer matches, the tile has it.
+    put(&mut admin, "spots", 4, &point(10.002, 10.002), GEO_READ);
+    let r = geo.request("GET", &near, &[("If-None-Match", tag.as_str())], b"");
+    assert_eq!(r.status, 200);
+    assert_eq!(tile_features(&r.body), 2);
+    assert_ne!(r.header("etag"), Some(tag.as_str()));
+    // The far tile was not met: still kept, still 304.
+    let r = geo.request("GET", &far, &[("If-None-Match", far_tag.as_str())], b"");
+    assert_eq!(r.status, 304);
+    let now = tiles_served(&srv);
+    assert_eq!(
+        (now.0 - served.0, now.1 - served.1),
+        (1, 1),
+        "{served:?} -> {now:?}"
+    );
+    // A point moved out of the far tile drops it too.
+    put(&mut admin, "spots", 3, &point(100.0, 40.0), GEO_READ);
+    let r = geo.get(&far);
+    assert_eq!(tile_features(&r.body), 0);
+    srv.kill();
+}

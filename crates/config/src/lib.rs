@@ -125,6 +125,9 @@ pub struct Config {
     /// before the view serves; larger ones right after, in the background, and a view found
     /// damaged then is rebuilt from the documents.
     pub view_check_at_open_bytes: usize,
+    /// Memory for map tiles kept once made, answered again until a write meets them; 0: none
+    /// kept.
+    pub encoded_tile_cache_bytes: usize,
     /// While writes go on, the views are saved to the data directory this often (sooner
     /// when many documents changed), so that a start after a crash reads them back and only
     /// the documents changed since; 0: only at a clean stop.
@@ -235,6 +238,7 @@ impl Default for Config {
             max_document_vertices: 1_000_000,
             background_build_rows: 100_000,
             view_check_at_open_bytes: 64 * 1024 * 1024,
+            encoded_tile_cache_bytes: 64 * 1024 * 1024,
             view_save_secs: 60,
             flow_tracing: false,
             project: None,
@@ -301,6 +305,7 @@ pub const KEYS: &[&str] = &[
     "max_document_vertices",
     "background_build_rows",
     "view_check_at_open_bytes",
+    "encoded_tile_cache_bytes",
     "view_save_secs",
     "flow_tracing",
     "project",
@@ -466,6 +471,7 @@ impl Config {
             max_document_vertices: self.max_document_vertices,
             background_build_rows: self.background_build_rows,
             view_check_at_open_bytes: self.view_check_at_open_bytes,
+            encoded_tile_cache_bytes: self.encoded_tile_cache_bytes,
         }
     }
 
@@ -524,6 +530,7 @@ impl Config {
             }
             "background_build_rows" => self.background_build_rows = parse(key, text)?,
             "view_check_at_open_bytes" => self.view_check_at_open_bytes = parse(key, text)?,
+            "encoded_tile_cache_bytes" => self.encoded_tile_cache_bytes = parse(key, text)?,
             "view_save_secs" => self.view_save_secs = parse(key, text)?,
             "flow_tracing" => self.flow_tracing = parse_bool(key, text)?,
             "project" => {
@@ -793,6 +800,7 @@ mod tests {
             ("max_document_vertices", "2000"),
             ("background_build_rows", "0"),
             ("view_check_at_open_bytes", "0"),
+            ("encoded_tile_cache_bytes", "0"),
             ("view_save_secs", "0"),
             ("flow_tracing", "on"),
             ("project", "/p"),

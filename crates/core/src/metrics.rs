@@ -48,6 +48,8 @@ pub struct Metrics {
     pub resident_bytes: IntGauge,
     pub store_bytes: IntGauge,
     pub view_builds: IntGauge,
+    pub tiles: IntCounterVec,
+    pub tile_cache_bytes: IntGauge,
     pub cluster_applied: IntGauge,
     pub cluster_log_last: IntGauge,
 }
@@ -151,6 +153,15 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "view_builds_running",
             "Views being rebuilt in the background after a definition change (0 or 1)",
         ),
+        tiles: counter_vec(
+            "tiles_served_total",
+            "Map tiles answered, kept from before (cache) or made",
+            &["source"],
+        ),
+        tile_cache_bytes: gauge(
+            "tile_cache_bytes",
+            "Bytes of map tiles kept (encoded_tile_cache_bytes)",
+        ),
         cluster_applied: gauge(
             "cluster_applied_entry",
             "Cluster mode: the last entry of the cluster's log this node applied",
@@ -182,6 +193,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         r.register(Box::new(m.resident_bytes.clone())),
         r.register(Box::new(m.store_bytes.clone())),
         r.register(Box::new(m.view_builds.clone())),
+        r.register(Box::new(m.tiles.clone())),
+        r.register(Box::new(m.tile_cache_bytes.clone())),
         r.register(Box::new(m.cluster_applied.clone())),
         r.register(Box::new(m.cluster_log_last.clone())),
     ];

@@ -78,6 +78,15 @@ impl Features {
                 None => (Vec::new(), &[][..]),
             };
             let readers = doc.map(readers_of).unwrap_or_default();
+            // The boxes of the rows' old and new geometries, for the tiles they meet.
+            let touched = self.tiles.watching(key).then(|| {
+                let mut boxes = self.old_boxes(view, &uri);
+                boxes.extend(index.iter().filter_map(|(_, g)| {
+                    geo::BoundingRect::bounding_rect(g)
+                        .map(|r| [r.min().x, r.min().y, r.max().x, r.max().y])
+                }));
+                boxes
+            });
             // Rows switch atomically for attribute queries; the spatial indexes follow. A
             // dead slot is reused only after every index has dropped it.
             let (old, new) = {
@@ -98,7 +107,33 @@ impl Features {
                 }
             }
             view.data.write().release(&old);
+            for b in touched.into_iter().flatten() {
+                self.tiles.changed(key, b);
+            }
         }
+    }
+
+    /// The boxes of a document's rows' geometries in `view`, at every indexed path.
+    fn old_boxes(&self, view: &ViewState, uri: &str) -> Vec<tile_cache::BBox> {
+        let data = view.data.read();
+        let indexes = view.indexes.read();
+        let mut out = Vec::new();
+        for &slot in data.slots_of(uri).iter() {
+            for (path, engine) in indexes.iter() {
+                match data.geometry_column(path).get(slot) {
+                    Some(view::GeometryRef::Point(x, y)) => out.push([x, y, x, y]),
+                    Some(view::GeometryRef::Json(_)) => match engine.indexed(slot) {
+                        Some(crate::spatial::engine::Indexed::Shape(s)) => out.push(s.bbox),
+                        Some(crate::spatial::engine::Indexed::Points(p)) => {
+                            out.extend(p.iter().map(|&[x, y]| [x, y, x, y]))
+                        }
+                        None => {}
+                    },
+                    None => {}
+                }
+            }
+        }
+        out
     }
 
     /// `Some` when a definition change is being built in the background: it resolves once

@@ -35,6 +35,7 @@ mod segment;
 mod sorted;
 pub mod strings;
 pub mod template;
+pub mod tile_cache;
 pub mod view;
 pub mod where_clause;
 
@@ -83,6 +84,8 @@ pub struct FeatureSettings {
     /// A saved view's sections up to this size are checked before it serves, larger ones
     /// after, in the background.
     pub view_check_at_open_bytes: usize,
+    /// Memory for map tiles kept once made (`encoded_tile_cache_bytes`); 0: none kept.
+    pub encoded_tile_cache_bytes: usize,
 }
 
 /// The service's default settings, as `Config::default()` gives them.
@@ -100,6 +103,7 @@ impl Default for FeatureSettings {
             max_document_vertices: 1_000_000,
             background_build_rows: 100_000,
             view_check_at_open_bytes: 64 * 1024 * 1024,
+            encoded_tile_cache_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -176,6 +180,8 @@ pub struct Features {
     /// In a cluster whose nodes hold some shards each: this node's (rows of other shards are
     /// left out of its views).
     placement: Option<Arc<placement::Placement>>,
+    /// Map tiles kept once made; writes drop those they meet.
+    tiles: tile_cache::TileCache,
 }
 
 struct LastSave {
@@ -232,6 +238,7 @@ impl Features {
         placement: Option<placement::Placement>,
     ) -> Result<Arc<Features>, StoreError> {
         let features = Arc::new(Features {
+            tiles: tile_cache::TileCache::new(settings.encoded_tile_cache_bytes),
             placement: placement.map(Arc::new),
             store,
             settings,
@@ -301,6 +308,29 @@ impl Features {
         release_freed_memory();
         features.verify_in_background();
         Ok(features)
+    }
+
+    /// The map tiles kept once made.
+    pub fn tiles(&self) -> &tile_cache::TileCache {
+        &self.tiles
+    }
+
+    /// The catalog's generation: it changes when a definition does.
+    pub fn generation(&self) -> u64 {
+        self.catalog.read().generation
+    }
+
+    /// The view a layer of a service reads, when both exist.
+    pub fn view_of(&self, service: &str, layer: i64) -> Option<ViewKey> {
+        let catalog = self.catalog.read();
+        catalog
+            .descriptors
+            .values()
+            .find(|d| d.name == service)?
+            .layers
+            .iter()
+            .find(|l| l.id == layer)
+            .map(|l| l.view.clone())
     }
 
     pub fn settings(&self) -> &FeatureSettings {

@@ -403,6 +403,8 @@ fn metrics(app: &App, data: bool) -> Resp {
         m.store_bytes.set(meta.len() as i64);
     }
     m.view_builds.set(i64::from(app.features.rebuilding()));
+    m.tile_cache_bytes
+        .set(app.features.tiles().usage().1 as i64);
     if let Some(c) = app.cluster.get() {
         m.cluster_applied.set(c.visible() as i64);
         m.cluster_log_last.set(c.log_last() as i64);

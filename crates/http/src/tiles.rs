@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use geo::{Geometry, LineString, Polygon};
+use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, HeaderValue, IF_NONE_MATCH, VARY};
 use serde_json::{Value, json};
 
 use super::ogc;
@@ -22,6 +23,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::features::FeatureRequest;
 use crate::features::mvt::{Answer, Frame, encode, encode_page};
 use crate::features::query::QuerySpec;
+use crate::features::tile_cache::{Tile, TileKey};
 use crate::spatial::tile::{BUFFER, EXTENT, HALF, MAX_ZOOM, band_of, mercator_bounds, to_lon_lat};
 use crate::spatial::{Query, Relation};
 
@@ -45,12 +47,31 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
             if z > MAX_ZOOM || u64::from(x) >= 1u64 << z || u64::from(y) >= 1u64 << z {
                 return Err(bad(format!("tile {z}/{x}/{y} does not exist")));
             }
-            let bytes = tile(app, ctx, id, z, x, y).await?;
-            let mut r = response::json_bytes(200, bytes);
-            r.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("application/vnd.mapbox-vector-tile"),
-            );
+            let made = tile(app, ctx, id, z, x, y).await?;
+            let h = |name| ctx.headers.get(name).and_then(|v| v.to_str().ok());
+            let fresh = h(IF_NONE_MATCH).is_some_and(|m| {
+                m.split(',')
+                    .any(|t| t.trim() == &*made.etag || t.trim() == "*")
+            });
+            let mut r = if fresh {
+                response::empty(304)
+            } else {
+                let mut r = response::json_bytes(200, made.bytes);
+                r.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("application/vnd.mapbox-vector-tile"),
+                );
+                r
+            };
+            let headers = r.headers_mut();
+            if let Ok(v) = HeaderValue::from_str(&made.etag) {
+                headers.insert(ETAG, v);
+            }
+            // Private: a tile holds what its caller may read, so no shared cache may keep it
+            // for another. Revalidated each time, which the tag makes a 304 until a write
+            // changes the tile.
+            headers.insert(CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
+            headers.insert(VARY, HeaderValue::from_static("Authorization"));
             Ok(r)
         }
         _ => Err(ApiError::new(
@@ -100,6 +121,7 @@ async fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError>
     Ok(response::json_value(200, &doc))
 }
 
+/// A tile: kept from before when no write has met it since, else made (and kept).
 async fn tile(
     app: &Arc<App>,
     ctx: &Ctx,
@@ -107,8 +129,49 @@ async fn tile(
     z: u32,
     x: u32,
     y: u32,
-) -> Result<Bytes, ApiError> {
+) -> Result<Tile, ApiError> {
     let (d, layer_id) = ogc::find(app, ctx, id)?;
+    let cache = app.features.tiles();
+    // A node holding some shards only asks others, whose writes it does not see.
+    let view = app
+        .features
+        .view_of(&d.name, layer_id)
+        .filter(|_| cache.enabled() && app.spread().is_none());
+    let Some(view) = view else {
+        return make(app, ctx, &d, layer_id, id, z, x, y)
+            .await
+            .map(Tile::new);
+    };
+    let key = TileKey {
+        collection: Arc::from(id),
+        generation: app.features.generation(),
+        readers: TileKey::readers_of(ctx.caller.roles()),
+        z,
+        x,
+        y,
+    };
+    if let Some(t) = cache.get(&key) {
+        crate::metrics::record(|m| m.tiles.with_label_values(&["cache"]).inc());
+        return Ok(t);
+    }
+    crate::metrics::record(|m| m.tiles.with_label_values(&["made"]).inc());
+    let making = cache.making();
+    let t = Tile::new(make(app, ctx, &d, layer_id, id, z, x, y).await?);
+    cache.put(key, view, making, t.clone());
+    Ok(t)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn make(
+    app: &Arc<App>,
+    ctx: &Ctx,
+    d: &crate::features::descriptor::Descriptor,
+    layer_id: i64,
+    id: &str,
+    z: u32,
+    x: u32,
+    y: u32,
+) -> Result<Bytes, ApiError> {
     let (left, bottom, right, top) = mercator_bounds(z, x, y);
     let unit = (right - left) / f64::from(EXTENT);
     let pad = BUFFER * unit;
@@ -117,7 +180,7 @@ async fn tile(
     let (east, north) = to_lon_lat(clip.2.min(HALF), clip.3.min(HALF));
     let limit = app.features.settings().max_record_count.max(1);
     let name = ogc::collection_id(
-        &d,
+        d,
         d.layers.iter().find(|l| l.id == layer_id).ok_or_else(|| {
             ApiError::new(
                 ErrorCode::ExtensionNotFound,
