@@ -42,11 +42,11 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
-    /// Load files (GeoJSON, NDJSON, CSV) into a layer: a running server's (`--url`) or a
+    /// Load files (GeoJSON, NDJSON, CSV, Shapefile, FlatGeobuf, GeoPackage, GeoParquet) into a layer: a running server's (`--url`) or a
     /// stopped server's data directory (`--data-dir`).
     Load(Box<geoshard::load::LoadArgs>),
     /// Write a layer's features, or a query's, to a file (GeoJSON text sequences, CSV with
-    /// WKT, FlatGeobuf): from a running server (`--url`) or a stopped server's data directory
+    /// WKT, FlatGeobuf, GeoParquet): from a running server (`--url`) or a stopped server's data directory
     /// (`--data-dir`).
     Export(Box<geoshard::load::export::ExportArgs>),
     /// A cluster's state as NATS holds it: the log, the live nodes and their lag.
