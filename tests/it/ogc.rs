@@ -714,11 +714,41 @@ fn filter_is_cql2_text_on_the_queryables() {
     );
     assert_eq!(got, want);
 
-    // Refusals: an unknown property, a bad expression, another language, another CRS.
+    // The same filters as CQL2-JSON, the language given before or after the filter.
+    let json_cases = [
+        json!({"op": "and", "args": [
+            {"op": "like", "args": [{"property": "name"}, "San%"]},
+            {"op": "=", "args": [{"property": "state"}, 48]}]}),
+        json!({"op": "or", "args": [
+            {"op": "=", "args": [{"property": "state"}, 8]},
+            {"op": "<", "args": [{"property": "west"}, -106.5]}]}),
+        json!({"op": "and", "args": [
+            {"op": "between", "args": [{"property": "vertices"}, 20, 40]},
+            {"op": "not", "args": [{"op": "in", "args": [{"property": "name"}, ["Harris", "Travis"]]}]}]}),
+        json!({"op": "=", "args": [{"property": "name"}, "Denver"]}),
+    ];
+    for (i, ((text, pred), filter)) in cases.iter().zip(&json_cases).enumerate() {
+        let mut want: Vec<i64> = src
+            .iter()
+            .filter(|(_, f)| pred(&f["properties"]))
+            .map(|(id, _)| *id)
+            .collect();
+        want.sort_unstable();
+        let query = if i % 2 == 0 {
+            format!("filter-lang=cql2-json&filter={}", enc(&filter.to_string()))
+        } else {
+            format!("filter={}&filter-lang=cql2-json", enc(&filter.to_string()))
+        };
+        assert_eq!(all_pages(&mut c, &query), want, "{text} as CQL2-JSON");
+    }
+
+    // Refusals: an unknown property, a bad expression, CQL2-JSON that is not, another
+    // language, another CRS.
     for (query, says) in [
         ("filter=nope%20%3D%201", "filter:"),
         ("filter=name%20%3D", "filter:"),
-        ("filter=state%3D8&filter-lang=cql2-json", "cql2-text"),
+        ("filter=state%3D8&filter-lang=cql2-json", "CQL2-JSON"),
+        ("filter=state%3D8&filter-lang=ecql", "cql2-text"),
         ("filter=state%3D8&filter-crs=EPSG%3A4326", "CRS84"),
     ] {
         let r = c.get(&format!("/ogc/collections/{COLLECTION}/items?{query}"));

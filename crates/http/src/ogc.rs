@@ -26,11 +26,12 @@ const CORE: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/core"
 const GEOJSON: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/geojson";
 const OAS30: &str = "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/oas30";
 /// Part 3 (filtering) and the CQL2 classes its `filter` takes.
-const FILTERING: [&str; 6] = [
+const FILTERING: [&str; 7] = [
     "http://www.opengis.net/spec/ogcapi-features-3/1.0/conf/queryables",
     "http://www.opengis.net/spec/ogcapi-features-3/1.0/conf/filter",
     "http://www.opengis.net/spec/ogcapi-features-3/1.0/conf/features-filter",
     "http://www.opengis.net/spec/cql2/1.0/conf/cql2-text",
+    "http://www.opengis.net/spec/cql2/1.0/conf/cql2-json",
     "http://www.opengis.net/spec/cql2/1.0/conf/basic-cql2",
     "http://www.opengis.net/spec/cql2/1.0/conf/advanced-comparison-operators",
 ];
@@ -143,6 +144,18 @@ fn landing(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
             ]
         }),
     ))
+}
+
+/// A CQL2 filter, text or JSON, parsed by the `cql2` crate and written back as CQL2-text,
+/// then as the where language.
+fn cql2_filter(filter: &str, json: bool) -> Result<String, ApiError> {
+    let expr = if json {
+        cql2::parse_json(filter).map_err(|e| bad(format!("filter: not CQL2-JSON: {e}")))?
+    } else {
+        cql2::parse_text(filter).map_err(|e| bad(format!("filter: not CQL2-text: {e}")))?
+    };
+    let text = expr.to_text().map_err(|e| bad(format!("filter: {e}")))?;
+    Ok(cql2_to_where(&text))
 }
 
 /// CQL2-text (the Basic CQL2 and advanced comparison classes) as the where language, which
@@ -440,6 +453,7 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
         filter: None,
         csv: false,
     };
+    let (mut filter, mut json) = (None, false);
     for (k, v) in ctx.params.pairs() {
         match k {
             "bbox" => {
@@ -490,10 +504,16 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
                 "csv" => q.csv = true,
                 _ => return Err(bad(format!("f={v}: json (GeoJSON) and csv are served"))),
             },
-            "filter" => q.filter = Some(cql2_to_where(v)),
+            "filter" => filter = Some(v),
             "filter-lang" => {
-                if v != "cql2-text" {
-                    return Err(bad(format!("filter-lang={v}: only cql2-text is taken")));
+                json = match v {
+                    "cql2-text" => false,
+                    "cql2-json" => true,
+                    _ => {
+                        return Err(bad(format!(
+                            "filter-lang={v}: cql2-text and cql2-json are taken"
+                        )));
+                    }
                 }
             }
             "filter-crs" => {
@@ -512,6 +532,9 @@ fn items_query(ctx: &Ctx, layer: &Layer, view: &ViewState) -> Result<ItemsQuery,
                     .push((column.name.clone(), where_value(column.scalar.kind(), v)?));
             }
         }
+    }
+    if let Some(f) = filter {
+        q.filter = Some(cql2_filter(f, json)?);
     }
     Ok(q)
 }
