@@ -79,8 +79,19 @@ const isPoint = ['match', ['geometry-type'], ['Point', 'MultiPoint'], true, fals
 function styleOf(list) {
   const style = {
     version: 8,
-    sources: {},
-    layers: [{id: 'background', type: 'background', paint: {'background-color': '#eef2f5'}}],
+    // The base: the world's countries, served by this server from its bundled data.
+    sources: {base: {
+      type: 'vector',
+      tiles: [`${location.origin}/map/base/{z}/{x}/{y}.mvt`],
+      maxzoom: 8,
+    }},
+    layers: [
+      {id: 'background', type: 'background', paint: {'background-color': '#dbe7f0'}},
+      {id: 'base-land', type: 'fill', source: 'base', 'source-layer': 'countries',
+        paint: {'fill-color': '#f6f4ef'}},
+      {id: 'base-border', type: 'line', source: 'base', 'source-layer': 'countries',
+        paint: {'line-color': '#b9b2a6', 'line-width': 0.6}},
+    ],
   };
   const fills = [], lines = [], points = [];
   for (const l of list) {
@@ -92,10 +103,19 @@ function styleOf(list) {
     if (l.bbox) source.bounds = clampBounds(l.bbox);
     style.sources[l.source] = source;
     const common = {source: l.source, 'source-layer': l.id};
+    // Styled by geometry type: polygons filled and outlined, lines drawn heavier than
+    // outlines, points as circles.
     fills.push({id: `${l.source}-fill`, type: 'fill', ...common, filter: isPolygon,
       paint: {'fill-color': l.color, 'fill-opacity': 0.22}});
     lines.push({id: `${l.source}-line`, type: 'line', ...common, filter: isLine,
-      paint: {'line-color': l.color, 'line-width': 0.8}});
+      layout: {'line-cap': 'round', 'line-join': 'round'},
+      paint: {
+        'line-color': l.color,
+        // A zoom expression must be the outermost: the kind is chosen at each stop.
+        'line-width': ['interpolate', ['linear'], ['zoom'],
+          0, ['match', ['geometry-type'], ['LineString', 'MultiLineString'], 1.2, 0.8],
+          12, ['match', ['geometry-type'], ['LineString', 'MultiLineString'], 3, 0.8]],
+      }});
     points.push({id: `${l.source}-point`, type: 'circle', ...common, filter: isPoint,
       paint: {
         'circle-color': l.color,
@@ -123,6 +143,16 @@ function union(list) {
   ]);
 }
 
+// The kind of geometry a layer's descriptor declares, for its legend's symbol.
+function kindOf(geometryType) {
+  if (/point/i.test(geometryType)) return 'point';
+  if (/line/i.test(geometryType)) return 'line';
+  if (/polygon/i.test(geometryType)) return 'polygon';
+  return 'mixed';
+}
+
+// The layer list is the legend: a symbol of each layer's colour and kind of geometry, and the
+// base layer last.
 function layerList(map, list) {
   const ul = document.getElementById('layers');
   ul.replaceChildren();
@@ -137,13 +167,24 @@ function layerList(map, list) {
       }
     });
     const count = el('span', {class: 'count'}, '…');
-    const swatch = el('span', {class: 'swatch'});
-    swatch.style.background = l.color;
-    ul.append(el('li', {'data-layer': l.id}, box, swatch, el('label', {for: box.id}, l.title), count));
+    const kind = kindOf(l.geometryType);
+    const swatch = el('span', {class: `swatch ${kind}`, title: kind});
+    swatch.style.setProperty('--color', l.color);
+    ul.append(el('li', {'data-layer': l.id, 'data-kind': kind}, box, swatch,
+      el('label', {for: box.id}, l.title), count));
     geoQuery(l, {returnCountOnly: true})
       .then(r => { count.textContent = Number(r.count).toLocaleString('en-US'); })
       .catch(e => { count.textContent = '?'; count.title = e.message; });
   }
+  const base = el('input', {type: 'checkbox', id: 'show-base'});
+  base.checked = true;
+  base.addEventListener('change', () => {
+    for (const id of ['base-land', 'base-border']) {
+      map.setLayoutProperty(id, 'visibility', base.checked ? 'visible' : 'none');
+    }
+  });
+  ul.append(el('li', {'data-layer': 'base', class: 'base'}, base, el('span', {class: 'swatch base'}),
+    el('label', {for: base.id}, 'Countries (base map)')));
 }
 
 // The query geometry of a click on a layer: the point itself for polygons (point in polygon),

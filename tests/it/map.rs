@@ -233,10 +233,24 @@ fn a_real_browser_draws_the_layers_and_finds_denver() {
 
     // The layer list: both layers, with the source files' feature counts.
     let (counties, places) = source_counts();
-    let listed: Vec<(String, u64)> = summary["layers"]
-        .as_array()
-        .unwrap()
+    let layers = summary["layers"].as_array().unwrap();
+    // The list is the legend: each layer's symbol says its kind of geometry; the base last.
+    let kinds: Vec<(&str, &str)> = layers
         .iter()
+        .map(|l| (l["id"].as_str().unwrap(), l["swatch"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("Places.0", "swatch point"),
+            ("US Counties.0", "swatch polygon"),
+            ("base", "swatch base")
+        ],
+        "{summary}"
+    );
+    let listed: Vec<(String, u64)> = layers
+        .iter()
+        .filter(|l| l["id"] != "base")
         .map(|l| {
             (
                 l["id"].as_str().unwrap().to_string(),
@@ -270,6 +284,13 @@ fn a_real_browser_draws_the_layers_and_finds_denver() {
     }
     let pixels = drawn["pixels"].as_u64().unwrap();
     assert!(drawn["painted"].as_u64().unwrap() * 10 > pixels, "{drawn}");
+    // The base layer: its tiles came from this server, and countries were drawn under the
+    // layers.
+    assert!(summary["baseTiles"].as_u64().unwrap() > 0, "{summary}");
+    assert!(
+        drawn["rendered"]["countries"].as_u64().unwrap_or(0) > 0,
+        "{drawn}"
+    );
     assert!(drawn["colors"].as_u64().unwrap() >= 3, "{drawn}");
 
     // The click: the county containing the point the page queried, and the places in the box

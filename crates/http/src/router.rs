@@ -301,7 +301,10 @@ where
         Route::Diagnostics => feature_service::diagnostics(app, &ctx),
         Route::Ogc(rest) => super::ogc::get(app, &ctx, &rest).await,
         Route::Tiles(rest) => super::tiles::get(app, &ctx, &rest).await,
-        Route::Map(rest) => super::map::get(&ctx, &rest),
+        Route::Map(rest) => match rest.strip_prefix("base/") {
+            Some(tile) => super::basemap::get(&ctx, tile).await,
+            None => super::map::get(&ctx, &rest),
+        },
     };
     result.unwrap_or_else(|e| {
         if e.status() >= 500 {

@@ -25,10 +25,12 @@ async function main() {
     const statuses = {};
     const failed = [];
     let tiles = 0;
+    let baseTiles = 0;
     context.on('response', (r) => {
       statuses[r.status()] = (statuses[r.status()] || 0) + 1;
       if (r.status() >= 400 && r.status() !== 401) failed.push(`${r.status()} ${r.url()}`);
       if (r.status() === 200 && r.url().includes('/tiles/')) tiles += 1;
+      if (r.status() === 200 && r.url().includes('/map/base/')) baseTiles += 1;
     });
 
     // First the page as a user opens it (every layer in view), then the view asked for.
@@ -54,6 +56,8 @@ async function main() {
       null, { timeout: 30000 });
     const layers = await page.$$eval('#layers li', (lis) => lis.map((li) => ({
       id: li.dataset.layer,
+      kind: li.dataset.kind || null,
+      swatch: li.querySelector('.swatch') && li.querySelector('.swatch').className,
       title: li.querySelector('label') && li.querySelector('label').textContent,
       count: li.querySelector('.count') && li.querySelector('.count').textContent,
     })));
@@ -73,13 +77,20 @@ async function main() {
       const ctx = copy.getContext('2d');
       ctx.drawImage(canvas, 0, 0);
       const px = ctx.getImageData(0, 0, copy.width, copy.height).data;
+      // Pixels of the water (the background), of bare land (the base layer) and the rest,
+      // which the layers painted.
       let painted = 0;
+      let water = 0;
+      let land = 0;
       const colors = new Set();
+      const near = (i, r, g, b) => Math.abs(px[i] - r) + Math.abs(px[i + 1] - g) + Math.abs(px[i + 2] - b) <= 24;
       for (let i = 0; i < px.length; i += 4) {
-        if (Math.abs(px[i] - 0xee) + Math.abs(px[i + 1] - 0xf2) + Math.abs(px[i + 2] - 0xf5) > 24) painted += 1;
+        if (near(i, 0xdb, 0xe7, 0xf0)) water += 1;
+        else if (near(i, 0xf6, 0xf4, 0xef)) land += 1;
+        else painted += 1;
         colors.add((px[i] << 16) | (px[i + 1] << 8) | px[i + 2]);
       }
-      return { rendered, pixels: px.length / 4, painted, colors: colors.size };
+      return { rendered, pixels: px.length / 4, painted, water, land, colors: colors.size };
     });
 
     // Click where the point is on screen.
@@ -99,7 +110,7 @@ async function main() {
     })));
     const panel = await page.textContent('#properties');
     await page.screenshot({ path: screenshot });
-    console.log(JSON.stringify({ state, status, layers, drawn, tiles, clicked, cards, panel, consoleErrors, failed, statuses }));
+    console.log(JSON.stringify({ state, status, layers, drawn, tiles, baseTiles, clicked, cards, panel, consoleErrors, failed, statuses }));
   } finally {
     await browser.close();
   }
