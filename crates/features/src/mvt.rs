@@ -268,11 +268,12 @@ pub fn encode_items(
         let Some(clipped) = clip_geometry(simplify(projected, unit / 2.0), clip) else {
             continue;
         };
-        // MVT tells shells from holes by winding: shells counter-clockwise here (y up), which
-        // is the spec's clockwise in tile coordinates (y down). Sources wind either way.
+        // MVT tells shells from holes by winding: a shell has a positive area in tile
+        // coordinates (y down), so it is clockwise here (y up), and a hole the other way.
+        // Sources wind either way; strict readers (QGIS) drop a shell wound as a hole.
         let clipped = match clipped {
-            Geometry::Polygon(p) => Geometry::Polygon(p.orient(Direction::Default)),
-            Geometry::MultiPolygon(m) => Geometry::MultiPolygon(m.orient(Direction::Default)),
+            Geometry::Polygon(p) => Geometry::Polygon(p.orient(Direction::Reversed)),
+            Geometry::MultiPolygon(m) => Geometry::MultiPolygon(m.orient(Direction::Reversed)),
             other => other,
         };
         let Some(clipped) = without_collapsed(clipped, left, top, unit) else {
@@ -302,4 +303,66 @@ pub fn encode_items(
         layers: vec![layer],
     }
     .encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geo::{LineString, Polygon};
+
+    /// The rings of an MVT polygon's commands, in tile coordinates.
+    fn rings(commands: &[u32]) -> Vec<Vec<(i64, i64)>> {
+        let zigzag = |n: u32| i64::from((n >> 1) as i32 ^ -((n & 1) as i32));
+        let (mut x, mut y, mut i) = (0i64, 0i64, 0usize);
+        let (mut out, mut ring) = (Vec::new(), Vec::new());
+        while i < commands.len() {
+            let (id, count) = (commands[i] & 7, commands[i] >> 3);
+            i += 1;
+            if id == 7 {
+                out.push(std::mem::take(&mut ring));
+                continue;
+            }
+            for _ in 0..count {
+                x += zigzag(commands[i]);
+                y += zigzag(commands[i + 1]);
+                i += 2;
+                ring.push((x, y));
+            }
+        }
+        out
+    }
+
+    /// The surveyor's formula, as the MVT specification applies it.
+    fn area(ring: &[(i64, i64)]) -> i64 {
+        let n = ring.len();
+        (0..n)
+            .map(|k| {
+                let (a, b) = (ring[k], ring[(k + 1) % n]);
+                a.0 * b.1 - b.0 * a.1
+            })
+            .sum()
+    }
+
+    #[test]
+    fn shells_have_a_positive_area_in_tile_coordinates_and_holes_a_negative_one() {
+        // A square with a square hole, both wound the wrong way round for MVT, in the middle of
+        // the zoom-0 tile.
+        let square = |h: f64| LineString::from(vec![(-h, -h), (-h, h), (h, h), (h, -h), (-h, -h)]);
+        let polygon = Polygon::new(square(5.0e6), vec![square(1.0e6)]);
+        let half = crate::spatial::tile::HALF;
+        let unit = 2.0 * half / f64::from(EXTENT);
+        let bytes = encode_items(
+            "t",
+            vec![(Some(1), Vec::new(), Geometry::Polygon(polygon))],
+            (-half, -half, half, half),
+            (-half, -half, half, half),
+            unit,
+        );
+        let tile = Tile::decode(&bytes[..]).unwrap();
+        let feature = &tile.layers[0].features[0];
+        let got = rings(&feature.geometry);
+        assert_eq!(got.len(), 2);
+        assert!(area(&got[0]) > 0, "the shell: {:?}", got[0]);
+        assert!(area(&got[1]) < 0, "the hole: {:?}", got[1]);
+    }
 }
