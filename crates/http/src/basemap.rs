@@ -42,6 +42,7 @@ fn countries() -> &'static [Country] {
             .filter_map(|f| {
                 let g =
                     crate::spatial::geometry::parse_geojson_with(&f["geometry"], options).ok()?;
+                let g = unwrapped(g);
                 let r = g.bounding_rect()?;
                 Some(Country {
                     name: f["properties"]["name"].as_str().unwrap_or("").to_string(),
@@ -51,6 +52,35 @@ fn countries() -> &'static [Country] {
             })
             .collect()
     })
+}
+
+/// A country whose rings cross the antimeridian (Russia, Fiji) as polygons drawn twice: east
+/// of it (western longitudes + 360°) and west of it (eastern ones − 360°), each clipped by the
+/// tiles, so no edge spans the world.
+fn unwrapped(g: Geometry<f64>) -> Geometry<f64> {
+    use geo::{Coord, MultiPolygon, Polygon};
+    let polygons = match g {
+        Geometry::Polygon(p) => vec![p],
+        Geometry::MultiPolygon(m) => m.0,
+        other => return other,
+    };
+    let crosses = |p: &Polygon<f64>| {
+        std::iter::once(p.exterior())
+            .chain(p.interiors())
+            .any(|r| r.lines().any(|l| (l.end.x - l.start.x).abs() > 180.0))
+    };
+    let shifted =
+        |p: &Polygon<f64>, f: fn(f64) -> f64| p.map_coords(|c| Coord { x: f(c.x), y: c.y });
+    let mut out = Vec::with_capacity(polygons.len());
+    for p in polygons {
+        if crosses(&p) {
+            out.push(shifted(&p, |x| if x < 0.0 { x + 360.0 } else { x }));
+            out.push(shifted(&p, |x| if x > 0.0 { x - 360.0 } else { x }));
+        } else {
+            out.push(p);
+        }
+    }
+    Geometry::MultiPolygon(MultiPolygon(out))
 }
 
 /// Base tiles drawn so far (at most 16 MiB; nothing ever invalidates them).
