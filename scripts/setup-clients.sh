@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install the real clients the client tests drive, into the project's own places:
 # tests/clients/node_modules (npm, from the lock file), the vendored Koop provider's
-# dependencies (tests/clients/koop-provider-marklogic/node_modules) and target/clients-venv
-# (PyPI).
+# dependencies (tests/clients/koop-provider-marklogic/node_modules), target/clients-venv and
+# target/arcgis-venv (PyPI).
 # Idempotent; .ci/run and a new machine run it before `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,3 +22,9 @@ if [ ! -x target/clients-venv/bin/python ]; then
 fi
 target/clients-venv/bin/python -m pip install --quiet --disable-pip-version-check \
   -r tests/clients/requirements.txt
+# The ArcGIS API for Python pins numpy 1, GeoPandas numpy 2: a venv of its own.
+if [ ! -x target/arcgis-venv/bin/python ]; then
+  python3 -m venv target/arcgis-venv
+fi
+target/arcgis-venv/bin/python -m pip install --quiet --disable-pip-version-check \
+  -r tests/clients/requirements-arcgis.txt

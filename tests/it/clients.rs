@@ -344,6 +344,7 @@ fn python_client_through_the_contract() {
 struct Koop {
     child: std::process::Child,
     client: Client,
+    addr: std::net::SocketAddr,
     /// Koop's standard error, shown when it stops early.
     log: TestDir,
 }
@@ -383,6 +384,7 @@ impl Koop {
                 return Koop {
                     child,
                     client: Client::new(addr, Auth::None),
+                    addr,
                     log,
                 };
             }
@@ -774,4 +776,59 @@ fn koop_keeps_answering_across_geoshard_restarts() {
     assert_eq!(koop.ids(&washington), want, "after a crash");
     assert_eq!(koop.ids(&washington), want, "after a crash, again");
     drop(srv);
+}
+
+/// The ArcGIS API for Python (`arcgis` from PyPI, in target/arcgis-venv) through Koop: a
+/// `FeatureLayer`'s query with a where clause, `return_count_only`, an envelope filter and
+/// pages of 500, each against a scan of the counties.
+#[test]
+fn arcgis_api_for_python_through_koop() {
+    use geo::Intersects;
+    let srv = TestServer::start();
+    let all = load_counties(&mut srv.client(GEO));
+    let koop = Koop::start(srv.addr, GEO);
+    let url = format!(
+        "http://{}/marklogic/rest/services/Counties/FeatureServer/0",
+        koop.addr
+    );
+    let summary = run(
+        &root().join("target/arcgis-venv/bin/python"),
+        &[
+            root()
+                .join("tests/clients/python/arcgis_check.py")
+                .display()
+                .to_string(),
+            url,
+        ],
+    );
+    let scan = |hit: &dyn Fn(&geo::Geometry<f64>, &Value) -> bool| -> Vec<i64> {
+        let mut v: Vec<i64> = all
+            .iter()
+            .filter(|(_, g, d)| hit(g, d))
+            .map(|(id, _, _)| *id)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let ids = |k: &str| -> Vec<i64> {
+        summary[k]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k}: {summary}"))
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect()
+    };
+    let washington = scan(&|_, d| d["name"] == "Washington");
+    assert!(washington.len() > 25, "{washington:?}");
+    assert_eq!(ids("washington"), washington);
+    assert_eq!(summary["count"], all.len(), "{summary}");
+    let rect = geo::Rect::new(
+        geo::coord! {x: -105.1, y: 39.6},
+        geo::coord! {x: -104.8, y: 39.9},
+    );
+    let in_box = scan(&|g, _| g.intersects(&rect));
+    assert!(in_box.len() >= 4, "{in_box:?}");
+    assert_eq!(ids("box"), in_box);
+    // Every county once, in OBJECTID order.
+    assert_eq!(ids("paged"), scan(&|_, _| true));
 }
