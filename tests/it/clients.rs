@@ -439,6 +439,20 @@ impl Drop for Koop {
     }
 }
 
+/// The sorted ids of the counties `hit` selects: the oracle of the FeatureServer tests.
+fn scan(
+    all: &[(i64, geo::Geometry<f64>, Value)],
+    hit: &dyn Fn(&geo::Geometry<f64>, &Value) -> bool,
+) -> Vec<i64> {
+    let mut v: Vec<i64> = all
+        .iter()
+        .filter(|(_, g, d)| hit(g, d))
+        .map(|(id, _, _)| *id)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 /// Koop's FeatureServer in front of the counties, each answer against a scan of the
 /// counties with geo.
 #[test]
@@ -447,15 +461,7 @@ fn koop_feature_server_over_the_counties() {
     let srv = TestServer::start();
     let all = load_counties(&mut srv.client(GEO));
     let mut koop = Koop::start(srv.addr, GEO);
-    let scan = |hit: &dyn Fn(&geo::Geometry<f64>, &Value) -> bool| -> Vec<i64> {
-        let mut v: Vec<i64> = all
-            .iter()
-            .filter(|(_, g, d)| hit(g, d))
-            .map(|(id, _, _)| *id)
-            .collect();
-        v.sort_unstable();
-        v
-    };
+    let scan = |hit: &dyn Fn(&geo::Geometry<f64>, &Value) -> bool| scan(&all, hit);
     let s = |x: &str| x.to_string();
 
     // Service and layer info: names, fields, maxRecordCount, the data's extent.
@@ -801,15 +807,7 @@ fn arcgis_api_for_python_through_koop() {
             url,
         ],
     );
-    let scan = |hit: &dyn Fn(&geo::Geometry<f64>, &Value) -> bool| -> Vec<i64> {
-        let mut v: Vec<i64> = all
-            .iter()
-            .filter(|(_, g, d)| hit(g, d))
-            .map(|(id, _, _)| *id)
-            .collect();
-        v.sort_unstable();
-        v
-    };
+    let scan = |hit: &dyn Fn(&geo::Geometry<f64>, &Value) -> bool| scan(&all, hit);
     let ids = |k: &str| -> Vec<i64> {
         summary[k]
             .as_array()

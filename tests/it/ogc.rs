@@ -683,13 +683,18 @@ fn filter_is_cql2_text_on_the_queryables() {
         ),
         ("\"name\" = 'Denver'", Box::new(|p| p["name"] == "Denver")),
     ];
-    for (filter, pred) in &cases {
+    // The ids of the source's features whose properties `pred` holds, sorted.
+    let selected = |pred: &Pred| -> Vec<i64> {
         let mut want: Vec<i64> = src
             .iter()
             .filter(|(_, f)| pred(&f["properties"]))
             .map(|(id, _)| *id)
             .collect();
         want.sort_unstable();
+        want
+    };
+    for (filter, pred) in &cases {
+        let want = selected(pred);
         assert!(!want.is_empty(), "{filter}");
         let got = all_pages(
             &mut c,
@@ -728,12 +733,7 @@ fn filter_is_cql2_text_on_the_queryables() {
         json!({"op": "=", "args": [{"property": "name"}, "Denver"]}),
     ];
     for (i, ((text, pred), filter)) in cases.iter().zip(&json_cases).enumerate() {
-        let mut want: Vec<i64> = src
-            .iter()
-            .filter(|(_, f)| pred(&f["properties"]))
-            .map(|(id, _)| *id)
-            .collect();
-        want.sort_unstable();
+        let want = selected(pred);
         let query = if i % 2 == 0 {
             format!("filter-lang=cql2-json&filter={}", enc(&filter.to_string()))
         } else {
