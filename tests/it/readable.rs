@@ -485,6 +485,14 @@ fn tiles_are_kept_until_a_write_meets_them_and_per_readable_rows() {
     put(&mut admin, "spots", 1, &point(10.0, 10.0), GEO_READ);
     put(&mut admin, "spots", 2, &point(10.001, 10.001), ADMIN_ONLY);
     put(&mut admin, "spots", 3, &point(-120.0, -40.0), GEO_READ);
+    // Enough points beside the first for a tile worth gzipping.
+    for i in 0..200 {
+        let at = point(
+            10.1 + f64::from(i % 20) * 0.01,
+            10.1 + f64::from(i / 20) * 0.01,
+        );
+        put(&mut admin, "spots", 100 + i64::from(i), &at, GEO_READ);
+    }
     let (x, y) = tile_of(8, 10.0, 10.0);
     let near = format!("/tiles/Spots.0/8/{x}/{y}.mvt");
     let (fx, fy) = tile_of(8, -120.0, -40.0);
@@ -493,7 +501,8 @@ fn tiles_are_kept_until_a_write_meets_them_and_per_readable_rows() {
 
     let first = geo.get(&near);
     assert_eq!(first.status, 200, "{}", first.text());
-    assert_eq!(tile_features(&first.body), 1);
+    assert_eq!(tile_features(&first.body), 201);
+    assert!(first.body.len() > 1024, "{}", first.body.len());
     let tag = first.header("etag").unwrap().to_string();
     assert_eq!(first.header("cache-control"), Some("private, no-cache"));
     assert_eq!(tiles_served(&srv), (0, 1));
@@ -506,20 +515,44 @@ fn tiles_are_kept_until_a_write_meets_them_and_per_readable_rows() {
     let r = geo.request("GET", &near, &[("If-None-Match", tag.as_str())], b"");
     assert_eq!(r.status, 304, "{}", r.text());
     assert!(r.body.is_empty());
-    // The admin reads both points: another tile, never the geo user's.
+    // Gzipped when asked for, under a tag of its own; the same tile once unzipped.
+    let gz = geo.request("GET", &near, &[("Accept-Encoding", "gzip")], b"");
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    let gz_tag = gz.header("etag").unwrap().to_string();
+    assert_ne!(gz_tag, tag);
+    let mut unzipped = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&gz.body[..]),
+        &mut unzipped,
+    )
+    .unwrap();
+    assert_eq!(unzipped, first.body);
+    let r = geo.request(
+        "GET",
+        &near,
+        &[
+            ("Accept-Encoding", "gzip"),
+            ("If-None-Match", gz_tag.as_str()),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 304);
+    // The admin reads the admin-only point too: another tile, never the geo user's.
     let a = admin.get(&near);
-    assert_eq!(tile_features(&a.body), 2);
+    assert_eq!(tile_features(&a.body), 202);
     assert_ne!(a.header("etag"), Some(tag.as_str()));
     let r = geo.get(&far);
     assert_eq!(tile_features(&r.body), 1);
     let far_tag = r.header("etag").unwrap().to_string();
     let served = tiles_served(&srv);
+    // Both answers in gzip above came from the cache.
+    assert_eq!(served, (4, 3), "{served:?}");
 
     // A readable point lands in the near tile: the tag no longer matches, the tile has it.
     put(&mut admin, "spots", 4, &point(10.002, 10.002), GEO_READ);
     let r = geo.request("GET", &near, &[("If-None-Match", tag.as_str())], b"");
     assert_eq!(r.status, 200);
-    assert_eq!(tile_features(&r.body), 2);
+    assert_eq!(tile_features(&r.body), 202);
     assert_ne!(r.header("etag"), Some(tag.as_str()));
     // The far tile was not met: still kept, still 304.
     let r = geo.request("GET", &far, &[("If-None-Match", far_tag.as_str())], b"");

@@ -49,6 +49,9 @@ impl TileKey {
 pub struct Tile {
     pub bytes: Bytes,
     pub etag: Arc<str>,
+    /// The bytes gzipped, made once by the first answer that sends them so, and kept with
+    /// the tile (outside the budget, which counts the bytes).
+    pub gzip: Arc<std::sync::OnceLock<Bytes>>,
 }
 
 impl Tile {
@@ -58,6 +61,7 @@ impl Tile {
         Tile {
             bytes,
             etag: Arc::from(etag),
+            gzip: Arc::default(),
         }
     }
 }

@@ -110,7 +110,7 @@ pub(super) fn get(ctx: &Ctx, rest: &str) -> Result<Resp, ApiError> {
 }
 
 /// Whether an `Accept-Encoding` value allows gzip (listed without `q=0`).
-fn accepts_gzip(v: &str) -> bool {
+pub(super) fn accepts_gzip(v: &str) -> bool {
     v.split(',').any(|part| {
         let mut it = part.split(';');
         let coding = it.next().unwrap_or("").trim();

@@ -12,7 +12,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use geo::{Geometry, LineString, Polygon};
-use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, HeaderValue, IF_NONE_MATCH, VARY};
+use hyper::header::{
+    ACCEPT_ENCODING, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, ETAG, HeaderValue,
+    IF_NONE_MATCH, VARY,
+};
 use serde_json::{Value, json};
 
 use super::ogc;
@@ -49,29 +52,48 @@ pub(super) async fn get(app: &Arc<App>, ctx: &Ctx, rest: &str) -> Result<Resp, A
             }
             let made = tile(app, ctx, id, z, x, y).await?;
             let h = |name| ctx.headers.get(name).and_then(|v| v.to_str().ok());
-            let fresh = h(IF_NONE_MATCH).is_some_and(|m| {
-                m.split(',')
-                    .any(|t| t.trim() == &*made.etag || t.trim() == "*")
-            });
+            // Gzipped when the client takes it and the tile is worth it; the tag then names
+            // that representation.
+            let gzip = made.bytes.len() >= GZIP_FROM
+                && h(ACCEPT_ENCODING).is_some_and(super::map::accepts_gzip);
+            let tag = if gzip {
+                format!("{}-gz\"", made.etag.trim_end_matches('"'))
+            } else {
+                made.etag.to_string()
+            };
+            let fresh = h(IF_NONE_MATCH)
+                .is_some_and(|m| m.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
             let mut r = if fresh {
                 response::empty(304)
             } else {
-                let mut r = response::json_bytes(200, made.bytes);
+                let body = if gzip {
+                    gzipped(&made).await
+                } else {
+                    made.bytes.clone()
+                };
+                let mut r = response::json_bytes(200, body);
                 r.headers_mut().insert(
                     CONTENT_TYPE,
                     HeaderValue::from_static("application/vnd.mapbox-vector-tile"),
                 );
+                if gzip {
+                    r.headers_mut()
+                        .insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                }
                 r
             };
             let headers = r.headers_mut();
-            if let Ok(v) = HeaderValue::from_str(&made.etag) {
+            if let Ok(v) = HeaderValue::from_str(&tag) {
                 headers.insert(ETAG, v);
             }
             // Private: a tile holds what its caller may read, so no shared cache may keep it
             // for another. Revalidated each time, which the tag makes a 304 until a write
             // changes the tile.
             headers.insert(CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
-            headers.insert(VARY, HeaderValue::from_static("Authorization"));
+            headers.insert(
+                VARY,
+                HeaderValue::from_static("Authorization, Accept-Encoding"),
+            );
             Ok(r)
         }
         _ => Err(ApiError::new(
@@ -119,6 +141,31 @@ async fn tilejson(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError>
         doc["bounds"] = json!(b);
     }
     Ok(response::json_value(200, &doc))
+}
+
+/// Tiles smaller than this go as they are: gzip would save little.
+const GZIP_FROM: usize = 1024;
+
+/// A tile's bytes gzipped (fast, level 1), made once per tile and kept with it.
+async fn gzipped(t: &Tile) -> Bytes {
+    if let Some(gz) = t.gzip.get() {
+        return gz.clone();
+    }
+    let (raw, slot) = (t.bytes.clone(), t.gzip.clone());
+    crate::cpu::run_cpu_intensive(move || {
+        use std::io::Write;
+        let mut z = flate2::write::GzEncoder::new(
+            Vec::with_capacity(raw.len() / 3),
+            flate2::Compression::fast(),
+        );
+        let gz = z.write_all(&raw).and_then(|()| z.finish());
+        match gz {
+            Ok(gz) => slot.get_or_init(|| Bytes::from(gz)).clone(),
+            Err(_) => raw,
+        }
+    })
+    .await
+    .unwrap_or_else(|| t.bytes.clone())
 }
 
 /// A tile: kept from before when no write has met it since, else made (and kept).
