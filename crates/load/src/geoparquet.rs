@@ -225,7 +225,7 @@ fn geometry_at(a: &dyn Array, i: usize, encoding: Encoding) -> Result<Value, Pro
                     )));
                 }
             };
-            super::source::wkb_json(wkb).map_err(Problem::Geometry)
+            super::gis::wkb_json(wkb).map_err(Problem::Geometry)
         }
         Encoding::Native(kind) => {
             let coordinates = nested(a, i)

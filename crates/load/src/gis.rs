@@ -379,6 +379,17 @@ pub fn read_flatgeobuf(
     Ok(())
 }
 
+/// A WKB or EWKB geometry as GeoJSON.
+pub(crate) fn wkb_json(wkb: &[u8]) -> Result<Value, String> {
+    let text = geozero::wkb::Ewkb(wkb)
+        .to_json()
+        .map_err(|e| e.to_string())?;
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Null) | Err(_) => Err("not a WKB geometry".into()),
+        Ok(v) => Ok(v),
+    }
+}
+
 fn geometry_json(json: geozero::error::Result<String>) -> Result<Value, Problem> {
     let text = json.map_err(|e| Problem::Geometry(e.to_string()))?;
     match serde_json::from_str::<Value>(&text) {

@@ -292,7 +292,7 @@ fn csv_feature(
         Geometry::Wkt(w) => {
             let text = record[w].trim();
             let parsed = match hex_bytes(text) {
-                Some(wkb) => wkb_json(&wkb),
+                Some(wkb) => super::gis::wkb_json(&wkb),
                 None => super::schema::from_wkt(text),
             };
             parsed.map_err(|message| Problem::BadWkt {
@@ -336,18 +336,6 @@ fn hex_bytes(text: &str) -> Option<Vec<u8>> {
             .map(|p| (nibble(p[0]) << 4) | nibble(p[1]))
             .collect(),
     )
-}
-
-/// A WKB or EWKB geometry as GeoJSON.
-pub(crate) fn wkb_json(wkb: &[u8]) -> Result<Value, String> {
-    use geozero::ToJson;
-    let text = geozero::wkb::Ewkb(wkb)
-        .to_json()
-        .map_err(|e| e.to_string())?;
-    match serde_json::from_str::<Value>(&text) {
-        Ok(Value::Null) | Err(_) => Err("not a WKB geometry".into()),
-        Ok(v) => Ok(v),
-    }
 }
 
 fn read_csv(
