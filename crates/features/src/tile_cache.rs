@@ -273,15 +273,19 @@ impl TileCache {
         let Some(tiles) = inner.by_view.get(view) else {
             return;
         };
-        let zooms: std::collections::BTreeSet<u32> = tiles.keys().map(|k| k.0).collect();
         let mut gone = Vec::new();
-        for z in zooms {
+        // Each zoom held, found by a jump to the next one rather than a walk over every tile.
+        let mut next = tiles.range((0, 0, 0)..).next().map(|(k, _)| k.0);
+        while let Some(z) = next {
             let ((x0, x1), (y0, y1)) = tile_range(z, &b);
             for ((_, _, y), keys) in tiles.range((z, x0, 0)..=(z, x1, u32::MAX)) {
                 if (y0..=y1).contains(y) {
                     gone.extend(keys.iter().cloned());
                 }
             }
+            next = z
+                .checked_add(1)
+                .and_then(|n| tiles.range((n, 0, 0)..).next().map(|(k, _)| k.0));
         }
         for k in &gone {
             Self::remove(inner, k);

@@ -26,8 +26,8 @@ use crate::error::{ApiError, ErrorCode};
 use crate::features::FeatureRequest;
 use crate::features::mvt::{Answer, Frame, encode, encode_page};
 use crate::features::query::QuerySpec;
-use crate::features::tile_cache::{Tile, TileKey};
-use crate::spatial::tile::{BUFFER, EXTENT, HALF, MAX_ZOOM, band_of, mercator_bounds, to_lon_lat};
+use crate::features::tile_cache::{Tile, TileKey, tile_box};
+use crate::spatial::tile::{BUFFER, EXTENT, MAX_ZOOM, band_of, mercator_bounds};
 use crate::spatial::{Query, Relation};
 
 fn bad(message: impl Into<String>) -> ApiError {
@@ -223,8 +223,8 @@ async fn make(
     let unit = (right - left) / f64::from(EXTENT);
     let pad = BUFFER * unit;
     let clip = (left - pad, bottom - pad, right + pad, top + pad);
-    let (west, south) = to_lon_lat(clip.0.max(-HALF), clip.1.max(-HALF));
-    let (east, north) = to_lon_lat(clip.2.min(HALF), clip.3.min(HALF));
+    // The box the query covers is the one a write is checked against to drop kept tiles.
+    let [west, south, east, north] = tile_box(z, x, y);
     let limit = app.features.settings().max_record_count.max(1);
     let name = ogc::collection_id(
         d,

@@ -337,12 +337,10 @@ impl<W: Write> Fgb<W> {
         .map_err(|e| e.to_string())?;
         let mut columns = Vec::with_capacity(fields.len());
         for (name, esri) in fields {
-            // The layer's `fields` name types as the feature service does (`Integer`), or with
-            // Esri's prefix (`esriFieldTypeInteger`); a date stays text, as the answer gives it.
-            let kind = match esri.trim_start_matches("esriFieldType") {
-                "OID" | "Integer" | "SmallInteger" | "BigInteger" => ColumnType::Long,
-                "Double" | "Single" => ColumnType::Double,
-                _ => ColumnType::String,
+            let kind = match crate::geoparquet::Kind::of(esri) {
+                crate::geoparquet::Kind::Integer => ColumnType::Long,
+                crate::geoparquet::Kind::Double => ColumnType::Double,
+                crate::geoparquet::Kind::Text => ColumnType::String,
             };
             writer.add_column(name, kind, |_, col| col.nullable = true);
             columns.push((name.clone(), kind));

@@ -179,18 +179,30 @@ pub fn read(
         let geometry = batch
             .column_by_name(&column.name)
             .ok_or_else(|| fail(format!("no geometry column {:?}", column.name)))?;
-        let properties: Vec<(&str, &ArrayRef)> = schema
+        // A dictionary column's keys are resolved once a batch, not once a value.
+        let properties: Vec<(&str, &ArrayRef, Option<Vec<usize>>)> = schema
             .fields()
             .iter()
             .zip(batch.columns())
-            .map(|(f, a)| (f.name().as_str(), a))
-            .filter(|(n, _)| *n != column.name && Some(*n) != column.covering.as_deref())
+            .filter(|(f, _)| {
+                *f.name() != column.name && Some(f.name().as_str()) != column.covering.as_deref()
+            })
+            .map(|(f, a)| {
+                let keys = matches!(a.data_type(), DataType::Dictionary(_, _))
+                    .then(|| a.as_any_dictionary().normalized_keys());
+                (f.name().as_str(), a, keys)
+            })
             .collect();
         for row in 0..batch.num_rows() {
             let at = records.next();
             let mut map = Map::with_capacity(properties.len());
-            for (name, array) in &properties {
-                if let Some(v) = cell(array.as_ref(), row) {
+            for (name, array, keys) in &properties {
+                let value = match keys {
+                    Some(_) if array.is_null(row) => Some(Value::Null),
+                    Some(keys) => cell(array.as_any_dictionary().values().as_ref(), keys[row]),
+                    None => cell(array.as_ref(), row),
+                };
+                if let Some(v) = value {
                     map.insert((*name).to_string(), v);
                 }
             }
@@ -326,6 +338,7 @@ fn cell(a: &dyn Array, i: usize) -> Option<Value> {
             json!(t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string())
         }
         DataType::Dictionary(_, _) => {
+            // Within a list or struct only: a top-level column's keys are resolved per batch.
             let d = a.as_any_dictionary();
             let key = *d.normalized_keys().get(i)?;
             return cell(d.values().as_ref(), key);
@@ -352,13 +365,24 @@ fn cell(a: &dyn Array, i: usize) -> Option<Value> {
     })
 }
 
-/// The type of a column written: the layer's `fields` name types as the feature service
-/// does (`Integer`) or with Esri's prefix; dates and the rest are text, as answers give them.
+/// The type of a column written, from the layer's `fields`: they name types as the feature
+/// service does (`Integer`) or with Esri's prefix (`esriFieldTypeInteger`); dates and the rest
+/// are text, as answers give them. The export's FlatGeobuf and GeoParquet writers share it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Integer,
     Double,
     Text,
+}
+
+impl Kind {
+    pub(crate) fn of(esri: &str) -> Kind {
+        match esri.trim_start_matches("esriFieldType") {
+            "OID" | "Integer" | "SmallInteger" | "BigInteger" => Kind::Integer,
+            "Double" | "Single" => Kind::Double,
+            _ => Kind::Text,
+        }
+    }
 }
 
 /// Values of a column, gathered until a row group is written.
@@ -386,12 +410,7 @@ impl<W: Write + Send> Writer<W> {
         let mut schema_fields = Vec::with_capacity(fields.len() + 2);
         let mut columns = Vec::with_capacity(fields.len());
         for (name, esri) in fields {
-            let kind = match esri.trim_start_matches("esriFieldType") {
-                "OID" | "Integer" | "SmallInteger" | "BigInteger" => Kind::Integer,
-                "Double" | "Single" => Kind::Double,
-                _ => Kind::Text,
-            };
-            let (data_type, values) = match kind {
+            let (data_type, values) = match Kind::of(esri) {
                 Kind::Integer => (DataType::Int64, Values::Integer(Vec::new())),
                 Kind::Double => (DataType::Float64, Values::Double(Vec::new())),
                 Kind::Text => (DataType::Utf8, Values::Text(Vec::new())),
@@ -643,6 +662,59 @@ mod tests {
                 flat(&f["geometry"]["coordinates"])
             );
         }
+    }
+
+    /// A file as pandas writes a categorical column (a dictionary), with no `geo` metadata:
+    /// its geometry is found by its column's name, its categories read as text.
+    #[test]
+    fn a_dictionary_column_and_a_plain_wkb_geometry_column_are_read() {
+        use arrow_array::types::Int32Type;
+        use arrow_array::{BinaryArray, DictionaryArray};
+        use geozero::{CoordDimensions, ToWkb};
+        let kinds: DictionaryArray<Int32Type> =
+            vec![Some("truck"), None, Some("van"), Some("truck")]
+                .into_iter()
+                .collect();
+        let points: Vec<Vec<u8>> = (0..4)
+            .map(|i| {
+                geo::Geometry::Point(geo::Point::new(f64::from(i), 1.5))
+                    .to_wkb(CoordDimensions::xy())
+                    .unwrap()
+            })
+            .collect();
+        let batch = RecordBatch::try_from_iter([
+            ("kind", Arc::new(kinds) as ArrayRef),
+            (
+                "geometry",
+                Arc::new(BinaryArray::from_iter_values(points.iter())) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("gs-parquet-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("d.parquet");
+        let mut w =
+            ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let mut got = Vec::new();
+        read(&path, &AtomicU64::new(0), &mut |(_, r)| {
+            got.push(r.unwrap());
+            true
+        })
+        .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let kinds: Vec<&Value> = got.iter().map(|f| &f.properties["kind"]).collect();
+        assert_eq!(
+            kinds,
+            [
+                &json!("truck"),
+                &Value::Null,
+                &json!("van"),
+                &json!("truck")
+            ]
+        );
+        assert_eq!(flat(&got[3].geometry["coordinates"]), [3.0, 1.5]);
     }
 
     #[test]
