@@ -18,6 +18,7 @@ use geoshard_store as store;
 mod digest;
 mod nonce;
 mod throttle;
+mod token;
 
 use std::sync::Arc;
 
@@ -35,6 +36,7 @@ use crate::store::{Op, Store, StoreError, Table};
 pub use digest::{DigestResponse, HeaderCache, expected_response, ha1, parse_digest};
 pub use nonce::{NonceCheck, NonceKey, NonceLimits, NonceTable, NonceVault, SavedNonce};
 pub use throttle::{Throttle, ThrottleLimits};
+pub use token::{DEFAULT_TOKEN_MINUTES, MAX_TOKEN_MINUTES, TokenRefusal};
 
 #[derive(Debug, Error)]
 pub enum SecurityError {
