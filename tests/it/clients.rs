@@ -13,7 +13,7 @@ use common::layers::*;
 use common::*;
 use serde_json::Value;
 
-fn root() -> &'static Path {
+pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -341,7 +341,7 @@ fn python_client_through_the_contract() {
 
 /// Koop 8 with the vendored MarkLogic provider, in front of a server, unauthenticated to its
 /// own clients and Digest to the server; stopped when dropped.
-struct Koop {
+pub(crate) struct Koop {
     child: std::process::Child,
     client: Client,
     addr: std::net::SocketAddr,
@@ -350,7 +350,7 @@ struct Koop {
 }
 
 impl Koop {
-    fn start(server: std::net::SocketAddr, user: (&str, &str)) -> Koop {
+    pub(crate) fn start(server: std::net::SocketAddr, user: (&str, &str)) -> Koop {
         setup();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -401,20 +401,13 @@ impl Koop {
     fn stderr(log: &TestDir) -> String {
         std::fs::read_to_string(log.join("stderr")).unwrap_or_default()
     }
+}
 
-    /// A FeatureServer answer as JSON, with `f=json`.
-    fn get(&mut self, path: &str, query: &[(&str, String)]) -> Value {
-        let mut target = format!("/marklogic/rest/services/Counties/FeatureServer{path}?f=json");
-        for (k, v) in query {
-            target.push_str(&format!("&{k}={}", enc(v)));
-        }
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("Koop exited: {status}\n{}", Koop::stderr(&self.log));
-        }
-        let r = self.client.get(&target);
-        assert_eq!(r.status, 200, "{target}: {}", r.text());
-        r.json()
-    }
+/// A FeatureServer of the counties that a test asks: Koop's in front of geoshard, or
+/// geoshard's own (`crate::arcgis`).
+pub(crate) trait FeatureServer {
+    /// An answer as JSON, with `f=json`: `path` is what follows `…/FeatureServer`.
+    fn get(&mut self, path: &str, query: &[(&str, String)]) -> Value;
 
     /// The OBJECTIDs of a query's features, sorted.
     fn ids(&mut self, query: &[(&str, String)]) -> Vec<i64> {
@@ -432,6 +425,21 @@ impl Koop {
     }
 }
 
+impl FeatureServer for Koop {
+    fn get(&mut self, path: &str, query: &[(&str, String)]) -> Value {
+        let mut target = format!("/marklogic/rest/services/Counties/FeatureServer{path}?f=json");
+        for (k, v) in query {
+            target.push_str(&format!("&{k}={}", enc(v)));
+        }
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("Koop exited: {status}\n{}", Koop::stderr(&self.log));
+        }
+        let r = self.client.get(&target);
+        assert_eq!(r.status, 200, "{target}: {}", r.text());
+        r.json()
+    }
+}
+
 impl Drop for Koop {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -440,7 +448,7 @@ impl Drop for Koop {
 }
 
 /// The sorted ids of the counties `hit` selects: the oracle of the FeatureServer tests.
-fn scan(
+pub(crate) fn scan(
     all: &[(i64, geo::Geometry<f64>, Value)],
     hit: &dyn Fn(&geo::Geometry<f64>, &Value) -> bool,
 ) -> Vec<i64> {
@@ -457,16 +465,28 @@ fn scan(
 /// counties with geo.
 #[test]
 fn koop_feature_server_over_the_counties() {
-    use geo::{BoundingRect, Contains, Intersects, Relate};
     let srv = TestServer::start();
     let all = load_counties(&mut srv.client(GEO));
     let mut koop = Koop::start(srv.addr, GEO);
-    let scan = |hit: &dyn Fn(&geo::Geometry<f64>, &Value) -> bool| scan(&all, hit);
+    feature_server_over_the_counties(&mut koop, &srv, &all);
+}
+
+/// The queries the FeatureServer tests make of `fs`, over the counties `all` that `srv`
+/// holds, each answer against a scan of the counties with geo: infos, where, a point with
+/// intersects and contains, an envelope with each relation a box has, a polygon in WGS84
+/// and Web Mercator, a distance, counts, object ids, order and paging, statistics.
+pub(crate) fn feature_server_over_the_counties(
+    koop: &mut dyn FeatureServer,
+    srv: &TestServer,
+    all: &[(i64, geo::Geometry<f64>, Value)],
+) {
+    use geo::{BoundingRect, Contains, Intersects, Relate};
+    let scan = |hit: &dyn Fn(&geo::Geometry<f64>, &Value) -> bool| scan(all, hit);
     let s = |x: &str| x.to_string();
 
     // Service and layer info: names, fields, maxRecordCount, the data's extent.
     let (mut x0, mut y0, mut x1, mut y1) = (f64::MAX, f64::MAX, f64::MIN, f64::MIN);
-    for (_, g, _) in &all {
+    for (_, g, _) in all {
         let r = g.bounding_rect().unwrap();
         (x0, y0, x1, y1) = (
             x0.min(r.min().x),

@@ -6,6 +6,7 @@ mod common;
 #[path = "../../benches/shapes.rs"]
 mod shapes;
 
+mod arcgis;
 mod authz;
 mod clients;
 mod clients_contract;

@@ -63,7 +63,7 @@ pub use diagnostics::Diagnostic;
 use diagnostics::*;
 use extract::*;
 pub use persist::ViewSaver;
-pub use query::{FeatureError, FeatureRequest};
+pub use query::{EsriShape, FeatureError, FeatureRequest, esri_field_type, esri_geometry_type};
 
 /// Settings of the feature service, from `Config`.
 #[derive(Debug, Clone, Copy)]

@@ -10,6 +10,7 @@
 //! - `request`: the model and its readers (`fast_reader`, serde, `esri`), the prepared-body cache;
 //! - `execute`: resolving the layer, the descriptors, and running a query;
 //! - `geojson`: the response writer;
+//! - `esri_out`: the native FeatureServer's Esri JSON answers, written from the view;
 //! - `typed`: the in-process readers' answers (OGC API items, tiles), with no JSON between.
 //!
 //! The submodules share this module's imports and each other's items through `super::*`.
@@ -37,12 +38,14 @@ use crate::spatial::geometry::{coord_count, parse_parts};
 use crate::spatial::{Query, Relation};
 use crate::time::{format_datetime, write_datetime};
 
+mod esri_out;
 mod execute;
 mod geojson;
 mod partial;
 mod request;
 mod typed;
 
+pub use esri_out::{EsriShape, esri_field_type, esri_geometry_type, signed_area};
 use execute::*;
 use geojson::*;
 pub use partial::{Acc, Key, Partial, Round, merge_extents};

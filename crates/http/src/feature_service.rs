@@ -112,6 +112,13 @@ where
     } else {
         body
     };
+    Ok(response::json_bytes(200, answer(app, ctx, body).await?))
+}
+
+/// The geoQueryService answer to a request `body` (its JSON), for the caller of `ctx`: routed
+/// over the cluster's nodes when they hold some shards each, parsed and run on rayon when
+/// large or heavy, within `query_time_limit_ms`. The FeatureServer's queries come here too.
+pub(super) async fn answer(app: &Arc<App>, ctx: &Ctx, body: Bytes) -> Result<Vec<u8>, ApiError> {
     let max_vertices = app.features.settings().max_query_vertices;
     let features = app.features.clone();
     let caller = ctx.caller.clone();
@@ -125,7 +132,7 @@ where
             crate::cluster::spread::geo_query(cluster, &caller, after, body, limit, false),
         )
         .await??;
-        return Ok(response::json_bytes(200, out));
+        return Ok(out);
     }
     if body.len() > INLINE_PARSE_BYTES {
         // A large body (a big query geometry) is parsed and prepared with the query, off the
@@ -143,24 +150,35 @@ where
         )
         .await?
         .ok_or_else(failed)??;
-        return Ok(response::json_bytes(200, out));
+        return Ok(out);
     }
     let request = FeatureRequest::parse_for(ctx.caller.name(), &body, max_vertices)?;
-    let out = if request.is_light() {
-        features
-            .queries()
-            .execute_within(&caller, &request, limit)?
-    } else {
-        within(
-            limit,
-            crate::cpu::run_cpu_intensive(move || {
-                features.queries().execute_within(&caller, &request, limit)
-            }),
-        )
-        .await?
-        .ok_or_else(failed)??
-    };
-    Ok(response::json_bytes(200, out))
+    run(app, &caller, request).await
+}
+
+/// Run a parsed request on this node for `caller`: a light one (a point query) on the
+/// calling task, any other on rayon, within `query_time_limit_ms`.
+pub(super) async fn run(
+    app: &Arc<App>,
+    caller: &crate::acl::Caller,
+    request: FeatureRequest,
+) -> Result<Vec<u8>, ApiError> {
+    let features = app.features.clone();
+    let limit = app.query_limit();
+    if request.is_light() {
+        return Ok(features.queries().execute_within(caller, &request, limit)?);
+    }
+    let caller = caller.clone();
+    let failed = || ApiError::new(ErrorCode::Internal, "the query failed");
+    within(
+        limit,
+        crate::cpu::run_cpu_intensive(move || {
+            features.queries().execute_within(&caller, &request, limit)
+        }),
+    )
+    .await?
+    .ok_or_else(failed)?
+    .map_err(ApiError::from)
 }
 
 /// `work`, or a 503 naming `query_time_limit_ms` at the deadline. The work itself stops at

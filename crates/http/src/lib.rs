@@ -15,6 +15,7 @@ use geoshard_flow as flow;
 use geoshard_spatial as spatial;
 use geoshard_store as store;
 
+mod arcgis;
 mod basemap;
 pub mod conn;
 mod documents;

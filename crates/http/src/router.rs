@@ -37,6 +37,8 @@ enum Route {
     Tiles(String),
     /// The map page (`/`, an empty path) and its files: the path after `/map/`.
     Map(String),
+    /// The GeoServices REST API: the path after `/arcgis`.
+    ArcGis(String),
     NotFound,
 }
 
@@ -62,6 +64,9 @@ impl Route {
                 }
                 if let Some(rest) = path.strip_prefix("/tiles/") {
                     return Route::Tiles(rest.to_string());
+                }
+                if let Some(rest) = path.strip_prefix("/arcgis/") {
+                    return Route::ArcGis(rest.to_string());
                 }
                 if path == "/ogc" || path.starts_with("/ogc/") {
                     return Route::Ogc(path["/ogc".len()..].to_string());
@@ -105,6 +110,7 @@ impl Route {
             Route::Deploy => &[Method::POST],
             Route::Traces => &[Method::GET],
             Route::Diagnostics | Route::Ogc(_) | Route::Tiles(_) | Route::Map(_) => &[Method::GET],
+            Route::ArcGis(_) => &[Method::GET, Method::POST],
             Route::NotFound => &[],
         }
     }
@@ -138,6 +144,11 @@ where
     // Before authentication: the entry waited for may be the one that made the caller's user.
     if let Some(refused) = wait_for_entry(app, &parts.headers).await {
         return refused;
+    }
+    if let Route::ArcGis(rest) = &route {
+        // Tokens, Esri's errors: authenticated and answered in its own module.
+        let req = Request::from_parts(parts, body);
+        return super::arcgis::serve(app, conn, req, rest).await;
     }
     let target = parts
         .uri
@@ -238,17 +249,8 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
-    // A connection taken from the reserve (past max_connections) serves admins only.
-    if conn.is_some_and(|c| c.reserve) && !caller.has(crate::acl::Role::Admin) {
-        crate::metrics::record(|m| m.shed.with_label_values(&["reserve"]).inc());
-        let mut r = response::error(&ApiError::new(
-            ErrorCode::Unavailable,
-            "the server is at its connection limit (max_connections); retry shortly",
-        ));
-        r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1u32));
-        r.headers_mut()
-            .insert(CONNECTION, HeaderValue::from_static("close"));
-        return r;
+    if let Some(refused) = reserve_refusal(conn, &caller) {
+        return refused;
     }
 
     if route == Route::NotFound {
@@ -269,7 +271,7 @@ where
     };
     let method = parts.method;
     let result = match route {
-        Route::Health | Route::Ready | Route::NotFound => unreachable_route(),
+        Route::Health | Route::Ready | Route::ArcGis(_) | Route::NotFound => unreachable_route(),
         Route::Metrics => Ok(metrics(app, ctx.caller.has(crate::acl::Role::Admin))),
         Route::OpenApi => Ok(response::json_bytes(
             200,
@@ -314,6 +316,26 @@ where
     })
 }
 
+/// A connection taken from the reserve (past max_connections) serves admins only: the
+/// answer to anyone else.
+pub(super) fn reserve_refusal(
+    conn: Option<&super::conn::Activity>,
+    caller: &crate::acl::Caller,
+) -> Option<Resp> {
+    if conn.is_none_or(|c| !c.reserve) || caller.has(crate::acl::Role::Admin) {
+        return None;
+    }
+    crate::metrics::record(|m| m.shed.with_label_values(&["reserve"]).inc());
+    let mut r = response::error(&ApiError::new(
+        ErrorCode::Unavailable,
+        "the server is at its connection limit (max_connections); retry shortly",
+    ));
+    r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1u32));
+    r.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    Some(r)
+}
+
 /// The authenticated user of a request, on its answer for the access log.
 #[derive(Clone)]
 pub(super) struct User(pub String);
@@ -336,6 +358,7 @@ pub(super) fn label(path: &str) -> &'static str {
         Route::Ogc(_) => "ogc",
         Route::Tiles(_) => "tiles",
         Route::Map(_) => "map",
+        Route::ArcGis(rest) => super::arcgis::label(&rest),
         Route::NotFound => "unknown",
     }
 }
@@ -472,7 +495,8 @@ mod tests {
                     .replace("{z}", "0")
                     .replace("{x}", "0")
                     .replace("{y}", "0")
-                    .replace("{asset}", "map.js"),
+                    .replace("{asset}", "map.js")
+                    .replace("{arcgisPath}", "rest/info"),
             );
             assert_ne!(route, Route::NotFound, "{path} is no route");
             let mut documented: Vec<String> = item
@@ -506,6 +530,7 @@ mod tests {
             Route::Ogc(String::new()),
             Route::Tiles(String::new()),
             Route::Map(String::new()),
+            Route::ArcGis(String::new()),
         ];
         for r in all {
             // A new route must be added here, and to the document.
@@ -527,6 +552,7 @@ mod tests {
                 | Route::Ogc(_)
                 | Route::Tiles(_)
                 | Route::Map(_)
+                | Route::ArcGis(_)
                 | Route::NotFound => {}
             }
             assert!(
@@ -549,5 +575,9 @@ mod tests {
         assert_eq!(Route::of("/"), Route::Map(String::new()));
         assert_eq!(Route::of("/map/map.js"), Route::Map("map.js".into()));
         assert_eq!(Route::of("/mapx"), Route::NotFound);
+        assert_eq!(
+            Route::of("/arcgis/rest/services"),
+            Route::ArcGis("rest/services".into())
+        );
     }
 }

@@ -179,6 +179,20 @@ impl Queries<'_> {
         let q = &req.query;
         let Some(view) = resolved.view.as_ref() else {
             // The layer's view has no template yet: a valid layer with no features.
+            if let Some(shape) = &q.esri {
+                return Ok(match (q.count_only, q.ids_only) {
+                    (true, _) => self.write_esri_count(0),
+                    (false, true) => {
+                        let mut out = b"{\"objectIdFieldName\":".to_vec();
+                        write_str(&mut out, &resolved.layer.id_field);
+                        out.extend_from_slice(b",\"objectIds\":[]}");
+                        out
+                    }
+                    _ => {
+                        self.write_esri_features(resolved, None, None, &[], &[], false, q, shape, 0)
+                    }
+                });
+            }
             return Ok(self.write_features(descriptor, resolved, None, &[], &[], false, q, 0));
         };
         let def = &view.def;
@@ -191,10 +205,15 @@ impl Queries<'_> {
             Output::Statistics { columns, groups } => {
                 self.write_statistics(descriptor, resolved, &data, &rows, &columns, &groups, q)
             }
+            Output::Count if q.esri.is_some() => self.write_esri_count(rows.len()),
             Output::Count => self.write_count(descriptor, resolved, def, rows.len()),
             Output::Ids => {
                 sort_rows(&mut rows, &plan.order, &data);
-                self.write_ids(descriptor, resolved, def, &rows)
+                if q.esri.is_some() {
+                    self.write_esri_ids(def, &rows)
+                } else {
+                    self.write_ids(descriptor, resolved, def, &rows)
+                }
             }
             Output::Page { offset, limit } => {
                 sort_rows(&mut rows, &plan.order, &data);
@@ -210,6 +229,19 @@ impl Queries<'_> {
                     .return_geometry
                     .then(|| data.geometry_column(resolved.layer.geometry_path.text()));
                 let bytes = self.answer_fits(&page, geometries, plan.out.len())?;
+                if let Some(shape) = &q.esri {
+                    return Ok(self.write_esri_features(
+                        resolved,
+                        Some(&data),
+                        Some(def),
+                        &page,
+                        &plan.out,
+                        exceeded,
+                        q,
+                        shape,
+                        bytes,
+                    ));
+                }
                 self.write_features(
                     descriptor,
                     resolved,

@@ -176,6 +176,9 @@ pub struct QuerySpec {
     /// Over the limit, a page spread evenly over the ordered matches instead of the first
     /// ones: a map tile's sample of a dense layer. Set by the server only, never by a request.
     pub spread: bool,
+    /// Answer as an Esri feature set, id list or count (the native FeatureServer), written
+    /// so. Set by the server only; statistics are still written as geoQueryService writes them.
+    pub esri: Option<EsriShape>,
 }
 
 /// A geoQueryService request.
@@ -667,6 +670,55 @@ impl FeatureRequest {
             Some((raw, _)) => FeatureRequest::from_raw(raw, DEFAULT_MAX_QUERY_VERTICES),
             None => FeatureRequest::from_raw(serde_read(body)?, DEFAULT_MAX_QUERY_VERTICES),
         }
+    }
+
+    /// A query of `layer` of `service` from text parameters, as ArcGIS clients send a
+    /// FeatureServer query: the members geoQueryService reads, under the same names, coerced
+    /// and checked as a body's are. Empty values are unset; other names are ignored.
+    pub fn from_params<'p>(
+        service: &str,
+        layer: i64,
+        params: impl IntoIterator<Item = (&'p str, &'p str)>,
+        max_vertices: usize,
+    ) -> Result<FeatureRequest, FeatureError> {
+        let mut q = RawQuery::default();
+        for (name, v) in params {
+            if v.is_empty() {
+                continue;
+            }
+            let text = Coercible::Str(Cow::Borrowed(v));
+            let value = Some(Value::String(v.to_string()));
+            match name {
+                "where" => q.where_ = text,
+                "objectIds" => q.object_ids = value,
+                "outFields" => q.out_fields = text,
+                "returnGeometry" => q.return_geometry = text,
+                "returnCountOnly" => q.return_count_only = text,
+                "returnIdsOnly" => q.return_ids_only = text,
+                "orderByFields" => q.order_by_fields = text,
+                "resultOffset" => q.result_offset = text,
+                "resultRecordCount" => q.result_record_count = text,
+                "outStatistics" => q.out_statistics = value,
+                "groupByFieldsForStatistics" => q.group_by_fields_for_statistics = value,
+                "time" => q.time = value,
+                "geometryType" => q.geometry_type = text,
+                "spatialRel" => q.spatial_rel = text,
+                "geometry" => q.geometry = value,
+                "inSR" => q.in_sr = value,
+                "distance" => q.distance = text,
+                "units" => q.units = text,
+                _ => {}
+            }
+        }
+        let raw = RawRequest {
+            params: Some(RawParams {
+                id: Coercible::Str(Cow::Borrowed(service)),
+                layer: Coercible::Int(layer),
+                method: Coercible::Str(Cow::Borrowed("query")),
+            }),
+            query: Some(q),
+        };
+        FeatureRequest::from_raw(raw, max_vertices)
     }
 
     /// [`FeatureRequest::parse`], for `user`, with a query geometry of at most
