@@ -80,12 +80,26 @@ pub struct Spec {
     pub step: Duration,
 }
 
+/// The HTTP API a query is asked through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/resources/geoQueryService`.
+    GeoQuery,
+    /// `GET /arcgis/rest/services/…/query`: geoshard's own FeatureServer.
+    ArcGis,
+    /// The same GET of Koop's FeatureServer (`/marklogic/rest/services/…`), in front of
+    /// geoshard.
+    Koop,
+}
+
 /// What answers a query: an HTTP connection or a PostgreSQL connection.
 pub enum Sender {
     Http {
         conn: Conn,
         /// Check `features[].id` in responses (not for the baseline).
         check: bool,
+        /// Which API is asked.
+        api: Api,
     },
     Postgres {
         client: tokio_postgres::Client,
@@ -128,24 +142,62 @@ pub fn response_ids(body: &[u8]) -> Option<Vec<i64>> {
     Some(ids)
 }
 
+/// The OBJECTIDs of an Esri feature set (`features[].attributes.OBJECTID`), ascending.
+pub fn esri_ids(body: &[u8]) -> Option<Vec<i64>> {
+    #[derive(Deserialize)]
+    struct Answer {
+        features: Vec<Feature>,
+    }
+    #[derive(Deserialize)]
+    struct Feature {
+        attributes: Attributes,
+    }
+    #[derive(Deserialize)]
+    struct Attributes {
+        #[serde(rename = "OBJECTID")]
+        id: i64,
+    }
+    let answer: Answer = serde_json::from_slice(body).ok()?;
+    let mut ids: Vec<i64> = answer.features.iter().map(|f| f.attributes.id).collect();
+    ids.sort_unstable();
+    Some(ids)
+}
+
 impl Sender {
     /// Send one query; the ids it answered (when asked and available).
     async fn query(&mut self, q: &Query, want_ids: bool) -> Result<Option<Vec<i64>>, BoxError> {
         match self {
-            Sender::Http { conn, check } => {
-                let r = conn
-                    .request(
-                        "POST",
-                        "/v1/resources/geoQueryService",
-                        Some("application/json"),
-                        q.body.clone(),
-                    )
-                    .await?;
+            Sender::Http { conn, check, api } => {
+                let r = match (&q.get, *api) {
+                    (Some(target), Api::ArcGis) => {
+                        conn.request("GET", target, None, Bytes::new()).await?
+                    }
+                    (Some(target), Api::Koop) => {
+                        let target = target.replacen("/arcgis/rest/", "/marklogic/rest/", 1);
+                        conn.request("GET", &target, None, Bytes::new()).await?
+                    }
+                    (None, Api::ArcGis | Api::Koop) => {
+                        return Err("this workload has no FeatureServer query".into());
+                    }
+                    _ => {
+                        conn.request(
+                            "POST",
+                            "/v1/resources/geoQueryService",
+                            Some("application/json"),
+                            q.body.clone(),
+                        )
+                        .await?
+                    }
+                };
                 if r.status != 200 {
                     return Err(format!("status {}", r.status).into());
                 }
                 Ok(if want_ids && *check {
-                    Some(response_ids(&r.body).ok_or("response without features")?)
+                    let ids = match api {
+                        Api::GeoQuery => response_ids(&r.body),
+                        Api::ArcGis | Api::Koop => esri_ids(&r.body),
+                    };
+                    Some(ids.ok_or("response without features")?)
                 } else {
                     None
                 })
@@ -393,7 +445,11 @@ pub async fn http_senders(
         let mut conn = Conn::connect(addrs[i % addrs.len()], user, password).await?;
         // Negotiate Digest before the clock starts.
         let _ = conn.request("GET", "/v1/ping", None, Bytes::new()).await?;
-        out.push(Sender::Http { conn, check });
+        out.push(Sender::Http {
+            conn,
+            check,
+            api: Api::GeoQuery,
+        });
     }
     Ok(out)
 }

@@ -156,7 +156,9 @@ enum Command {
 
 #[derive(clap::Args, Clone)]
 struct RunArgs {
-    /// geoshard, baseline or postgis.
+    /// geoshard (geoQueryService), arcgis (the same point queries as GETs of the native
+    /// FeatureServer; pip workloads), koop (those GETs of Koop's FeatureServer at `--addr`),
+    /// baseline or postgis.
     #[arg(long, default_value = "geoshard")]
     target: String,
     #[arg(long, default_value = "127.0.0.1:8011")]
@@ -436,10 +438,27 @@ fn run(args: RunArgs) -> Result<(), BoxError> {
                 drive::http_senders(&addrs, &args.user, &args.password, args.connections, false)
                     .await?
             }
+            "arcgis" | "koop" => {
+                let mut senders =
+                    drive::http_senders(&addrs, &args.user, &args.password, args.connections, true)
+                        .await?;
+                let which = if args.target == "koop" {
+                    drive::Api::Koop
+                } else {
+                    drive::Api::ArcGis
+                };
+                for s in &mut senders {
+                    if let drive::Sender::Http { api, .. } = s {
+                        *api = which;
+                    }
+                }
+                senders
+            }
             "postgis" => postgis::senders(&args.pg, &set, args.connections, args.geometry).await?,
             other => {
                 return Err::<_, BoxError>(
-                    format!("unknown target {other} (geoshard, baseline, postgis)").into(),
+                    format!("unknown target {other} (geoshard, arcgis, koop, baseline, postgis)")
+                        .into(),
                 );
             }
         };

@@ -60,6 +60,9 @@ pub enum PgArgs {
 #[derive(Debug, Clone)]
 pub struct Query {
     pub body: Bytes,
+    /// The same question as a GET of the native FeatureServer (`--target arcgis`), where the
+    /// workload has one.
+    pub get: Option<String>,
     pub pg: PgArgs,
     /// The right OBJECTIDs, ascending, for the queries that are checked.
     pub expected: Option<Vec<i64>>,
@@ -85,6 +88,19 @@ fn pip_body(service: &str, x: f64, y: f64, geometry: bool) -> Bytes {
             }
         })
         .to_string(),
+    )
+}
+
+/// A point query of the native FeatureServer, as ArcGIS clients ask it: the features that
+/// intersect the point.
+fn pip_get(service: &str, x: f64, y: f64, geometry: bool) -> String {
+    let service: String = form_urlencoded::byte_serialize(service.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20");
+    format!(
+        "/arcgis/rest/services/{service}/FeatureServer/0/query?geometry={x},{y}\
+         &geometryType=esriGeometryPoint&spatialRel=esriSpatialRelIntersects&outFields=*\
+         &returnGeometry={geometry}&f=json"
     )
 }
 
@@ -142,6 +158,7 @@ pub fn build(
                     };
                     Query {
                         body: pip_body(service, x, y, geometry),
+                        get: Some(pip_get(service, x, y, geometry)),
                         pg: PgArgs::Point(x, y),
                         expected: is_checked(i).then(|| polys.containing(x, y)),
                     }
@@ -224,6 +241,7 @@ pub fn build(
                     };
                     Query {
                         body,
+                        get: None,
                         pg,
                         expected: checked_queries.binary_search(&i).ok().map(|j| {
                             // The server returns at most 5000, in ascending id order.
