@@ -7,6 +7,7 @@ use crate::clients::{self, FeatureServer, feature_server_over_the_counties, scan
 use crate::common;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::Command;
 
 use common::layers::*;
@@ -755,4 +756,146 @@ fn geojson_answers_hold_the_same_features() {
             panic!("county {id}: {e}");
         }
     }
+}
+
+/// `f=pbf`, read by arcgis-pbf-parser (npm) and the `pbf` package, not by geoshard: the
+/// features a scan selects with their source geometry (quantized to a nanodegree), a page's
+/// transfer limit, counts and ids; and in Web Mercator with the JS API's
+/// `quantizationParameters`, each ring within the tolerance of its source's box.
+#[test]
+fn pbf_answers_read_by_an_independent_decoder() {
+    clients::setup();
+    let srv = TestServer::start();
+    let all = load_counties(&mut srv.client(GEO));
+    let source = source_counties();
+    let t = token(&mut srv.anonymous(), GEO, 10);
+    let base = format!(
+        "http://{}/arcgis/rest/services/Counties/FeatureServer/0/query?token={}&f=pbf",
+        srv.addr,
+        enc(&t)
+    );
+    let w = enc("name LIKE 'W%'");
+    let quantization = enc(
+        r#"{"mode":"view","originPosition":"upperLeft","tolerance":20,"extent":{"xmin":-20037508.342789244,"ymin":-20037508.342789244,"xmax":20037508.342789244,"ymax":20037508.342789244,"spatialReference":{"wkid":102100}}}"#,
+    );
+    let urls = [
+        format!("{base}&where={w}&outFields=OBJECTID,name"),
+        format!("{base}&where={w}&outFields=OBJECTID&resultRecordCount=5"),
+        format!("{base}&where={w}&returnCountOnly=true"),
+        format!("{base}&where={w}&returnIdsOnly=true"),
+        format!(
+            "{base}&where={w}&outFields=OBJECTID&outSR=102100&quantizationParameters={quantization}"
+        ),
+    ];
+    let got = clients::run(
+        Path::new("node"),
+        &std::iter::once(
+            clients::root()
+                .join("tests/clients/node/pbf_decode.js")
+                .display()
+                .to_string(),
+        )
+        .chain(urls.iter().cloned())
+        .collect::<Vec<_>>(),
+    );
+    let want = scan(&all, &|_, d| d["name"].as_str().unwrap().starts_with('W'));
+    let names: BTreeMap<i64, &str> = all
+        .iter()
+        .map(|(id, _, d)| (*id, d["name"].as_str().unwrap()))
+        .collect();
+    // Features, with names and geometry.
+    let fc = &got[0]["featureCollection"];
+    let mut ids = Vec::new();
+    for f in fc["features"].as_array().unwrap() {
+        let id = f["properties"]["OBJECTID"].as_i64().unwrap();
+        assert_eq!(f["id"], id);
+        assert_eq!(f["properties"]["name"], names[&id], "{id}");
+        if let Err(e) = same_rings(&f["geometry"], &source[&id]) {
+            panic!("county {id}: {e}");
+        }
+        ids.push(id);
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, want);
+    assert_eq!(got[0]["exceededTransferLimit"], false);
+    assert_eq!(
+        got[1]["featureCollection"]["features"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    assert_eq!(got[1]["exceededTransferLimit"], true);
+    assert_eq!(
+        got[2],
+        serde_json::json!({"kind": "count", "count": want.len()})
+    );
+    let mut id_list: Vec<i64> = got[3]["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    id_list.sort_unstable();
+    assert_eq!(
+        (got[3]["name"].as_str(), id_list),
+        (Some("OBJECTID"), want.clone())
+    );
+    // Web Mercator, quantized to 20 m: each county's box within 40 m of its source's rings'.
+    let merc = |x: f64, y: f64| {
+        const R: f64 = 6_378_137.0;
+        (
+            R * x.to_radians(),
+            R * (std::f64::consts::FRAC_PI_4 + y.to_radians() / 2.0)
+                .tan()
+                .ln(),
+        )
+    };
+    let bounds = |rings: &[Vec<[f64; 2]>]| {
+        let mut b = [f64::MAX, f64::MAX, f64::MIN, f64::MIN];
+        for p in rings.iter().flatten() {
+            b = [
+                b[0].min(p[0]),
+                b[1].min(p[1]),
+                b[2].max(p[0]),
+                b[3].max(p[1]),
+            ];
+        }
+        b
+    };
+    let mut seen = 0;
+    for f in got[4]["featureCollection"]["features"].as_array().unwrap() {
+        let id = f["properties"]["OBJECTID"].as_i64().unwrap();
+        let got_box = bounds(&rings_of(&f["geometry"]));
+        // A ring of no area (the source has one, out and back) is dropped in view mode.
+        let src: Vec<Vec<[f64; 2]>> = rings_of(&source[&id])
+            .into_iter()
+            .filter(|r| {
+                let area: f64 = (0..r.len())
+                    .map(|i| {
+                        let (a, b) = (r[i], r[(i + 1) % r.len()]);
+                        a[0] * b[1] - b[0] * a[1]
+                    })
+                    .sum();
+                area != 0.0
+            })
+            .map(|r| {
+                r.into_iter()
+                    .map(|[x, y]| {
+                        let (a, b) = merc(x, y);
+                        [a, b]
+                    })
+                    .collect()
+            })
+            .collect();
+        let want_box = bounds(&src);
+        for k in 0..4 {
+            assert!(
+                (got_box[k] - want_box[k]).abs() <= 40.0,
+                "county {id}: {got_box:?} against {want_box:?}"
+            );
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, want.len());
 }

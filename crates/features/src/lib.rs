@@ -63,7 +63,10 @@ pub use diagnostics::Diagnostic;
 use diagnostics::*;
 use extract::*;
 pub use persist::ViewSaver;
-pub use query::{EsriShape, FeatureError, FeatureRequest, esri_field_type, esri_geometry_type};
+pub use query::{
+    EsriShape, FeatureCollectionPBuffer, FeatureError, FeatureRequest, Quantization,
+    esri_field_type, esri_geometry_type,
+};
 
 /// Settings of the feature service, from `Config`.
 #[derive(Debug, Clone, Copy)]

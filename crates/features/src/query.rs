@@ -11,6 +11,7 @@
 //! - `execute`: resolving the layer, the descriptors, and running a query;
 //! - `geojson`: the response writer;
 //! - `esri_out`: the native FeatureServer's Esri JSON answers, written from the view;
+//! - `esri_pbf`: the same as Esri's protobuf feature format (`f=pbf`);
 //! - `typed`: the in-process readers' answers (OGC API items, tiles), with no JSON between.
 //!
 //! The submodules share this module's imports and each other's items through `super::*`.
@@ -39,6 +40,7 @@ use crate::spatial::{Query, Relation};
 use crate::time::{format_datetime, write_datetime};
 
 mod esri_out;
+mod esri_pbf;
 mod execute;
 mod geojson;
 mod partial;
@@ -46,6 +48,7 @@ mod request;
 mod typed;
 
 pub use esri_out::{EsriShape, esri_field_type, esri_geometry_type, signed_area};
+pub use esri_pbf::{FeatureCollectionPBuffer, Quantization};
 use execute::*;
 use geojson::*;
 pub use partial::{Acc, Key, Partial, Round, merge_extents};

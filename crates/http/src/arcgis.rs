@@ -11,7 +11,8 @@
 //!
 //! A query's parameters become a geoQueryService request, run by the same code, with the
 //! same permissions, limits and cluster routing ([`feature_service::answer`]); its answer is
-//! written again as Esri JSON or GeoJSON (`feature_set`). Every route takes a token
+//! written as Esri JSON or Esri's protobuf format (`features::query::esri_out`,
+//! `esri_pbf`), or written again from geoQueryService's answer (`feature_set`). Every route takes a token
 //! (`token=`, `Authorization: Bearer` or `X-Esri-Authorization: Bearer`), Digest or Basic,
 //! and needs the roles geoQueryService needs. Errors are Esri's
 //! `{"error": {"code", "message", "details"}}` with the code also as the HTTP status.
@@ -382,6 +383,7 @@ async fn handle(
 enum Format {
     Json,
     GeoJson,
+    Pbf,
 }
 
 impl Format {
@@ -389,8 +391,9 @@ impl Format {
         match f.map(str::to_ascii_lowercase).as_deref() {
             None | Some("json") | Some("pjson") => Ok(Format::Json),
             Some("geojson") => Ok(Format::GeoJson),
+            Some("pbf") => Ok(Format::Pbf),
             Some(other) => Err(EsriError::invalid(format!(
-                "f={other} is not served; use json, pjson or geojson"
+                "f={other} is not served; use json, pjson, geojson or pbf"
             ))),
         }
     }
@@ -517,7 +520,7 @@ async fn service_info(app: &Arc<App>, ctx: &Ctx, service: &str) -> Result<Value,
         "supportsDisconnectedEditing": false,
         "hasStaticData": false,
         "maxRecordCount": d["maxRecordCount"],
-        "supportedQueryFormats": "JSON, geoJSON",
+        "supportedQueryFormats": "JSON, geoJSON, PBF",
         "capabilities": "Query",
         "description": description,
         "copyrightText": d["copyrightText"].as_str().unwrap_or_default(),
@@ -591,7 +594,7 @@ fn layer_info(app: &App, m: &Value) -> Value {
     );
     put("supportsStatistics", true.into());
     put("supportsAdvancedQueries", true.into());
-    put("supportedQueryFormats", "JSON, geoJSON".into());
+    put("supportedQueryFormats", "JSON, geoJSON, PBF".into());
     put("isDataVersioned", false.into());
     put(
         "ownershipBasedAccessControlForFeatures",
@@ -609,7 +612,7 @@ fn layer_info(app: &App, m: &Value) -> Value {
             "supportsPaginationOnAggregatedQueries": false,
         }),
     );
-    put("supportsCoordinatesQuantization", false.into());
+    put("supportsCoordinatesQuantization", true.into());
     put(
         "drawingInfo",
         json!({"renderer": renderer, "labelingInfo": null}),
@@ -662,13 +665,28 @@ async fn query(
     format: Format,
 ) -> Result<Resp, EsriError> {
     let p = &ctx.params;
-    let shape = feature_set::shape_of(p)?;
+    let mut shape = feature_set::shape_of(p)?;
     // ArcGIS returns geometries unless told not to; geoQueryService, only when asked.
     let geometry = feature_set::yes(Some(last(p, "returnGeometry").unwrap_or("true")))?;
     let extent_only = feature_set::yes(last(p, "returnExtentOnly"))?;
     let count_only = feature_set::yes(last(p, "returnCountOnly"))?;
     let statistics = last(p, "outStatistics").is_some();
-    if format == Format::Json && !extent_only && !statistics && app.spread().is_none() {
+    if format == Format::Pbf {
+        if extent_only || statistics {
+            return Err(EsriError::invalid(
+                "f=pbf answers features, ids and counts; ask for extents and statistics \
+                 with f=json",
+            ));
+        }
+        if app.spread().is_some() {
+            return Err(EsriError::invalid(
+                "f=pbf is not served yet by a cluster whose nodes hold some shards each; use \
+                 f=json",
+            ));
+        }
+        shape.pbf = Some(feature_set::quantization_of(p, shape.web_mercator)?);
+    }
+    if format != Format::GeoJson && !extent_only && !statistics && app.spread().is_none() {
         // Written as Esri JSON by the query itself, from the parameters as sent.
         let max_vertices = app.features.settings().max_query_vertices;
         let pairs = std::iter::once(("returnGeometry", if geometry { "true" } else { "false" }))
@@ -677,11 +695,11 @@ async fn query(
             .map_err(ApiError::from)?;
         request.query.esri = Some(shape);
         let out = feature_service::run(app, &ctx.caller, request).await?;
-        return Ok(response::with_body(
-            200,
-            "application/json; charset=utf-8",
-            out,
-        ));
+        let kind = match format {
+            Format::Pbf => "application/x-protobuf",
+            _ => "application/json; charset=utf-8",
+        };
+        return Ok(response::with_body(200, kind, out));
     }
     let mut q = Map::new();
     for name in PASSED {
@@ -712,13 +730,15 @@ async fn query(
                 .map(|l| l.geometry_type.clone())
         })
         .filter(|_| geometry);
-    let out = match format {
-        Format::Json => feature_set::esri_json(&answer, geometry_type.as_deref(), &shape)?,
-        Format::GeoJson => feature_set::geojson(&answer, &shape)?,
-    };
-    let kind = match format {
-        Format::Json => "application/json; charset=utf-8",
-        Format::GeoJson => "application/geo+json",
+    let (out, kind) = match format {
+        Format::GeoJson => (
+            feature_set::geojson(&answer, &shape)?,
+            "application/geo+json",
+        ),
+        _ => (
+            feature_set::esri_json(&answer, geometry_type.as_deref(), &shape)?,
+            "application/json; charset=utf-8",
+        ),
     };
     Ok(response::with_body(200, kind, out))
 }

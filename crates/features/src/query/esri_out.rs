@@ -17,6 +17,8 @@ pub struct EsriShape {
     pub web_mercator: bool,
     pub max_offset: Option<f64>,
     pub precision: Option<i32>,
+    /// `f=pbf`: Esri's protobuf feature format, quantized so.
+    pub pbf: Option<super::esri_pbf::Quantization>,
 }
 
 impl EsriShape {
@@ -611,7 +613,7 @@ mod tests {
         let merc = EsriShape {
             web_mercator: true,
             precision: Some(2),
-            max_offset: None,
+            ..EsriShape::default()
         };
         let p = merc.geometry(&json!({"type": "Point", "coordinates": [180.0, 0.0]}));
         assert_eq!(p, json!({"x": 20037508.34, "y": 0.0}));

@@ -180,6 +180,23 @@ impl Queries<'_> {
         let Some(view) = resolved.view.as_ref() else {
             // The layer's view has no template yet: a valid layer with no features.
             if let Some(shape) = &q.esri {
+                if let Some(quant) = &shape.pbf {
+                    return Ok(match (q.count_only, q.ids_only) {
+                        (true, _) => self.write_pbf_count(0),
+                        (false, true) => self.write_pbf_ids(&resolved.layer.id_field, &[]),
+                        _ => self.write_pbf_features(
+                            resolved,
+                            None,
+                            None,
+                            &[],
+                            &[],
+                            false,
+                            q,
+                            shape,
+                            quant,
+                        ),
+                    });
+                }
                 return Ok(match (q.count_only, q.ids_only) {
                     (true, _) => self.write_esri_count(0),
                     (false, true) => {
@@ -205,11 +222,16 @@ impl Queries<'_> {
             Output::Statistics { columns, groups } => {
                 self.write_statistics(descriptor, resolved, &data, &rows, &columns, &groups, q)
             }
+            Output::Count if q.esri.is_some_and(|e| e.pbf.is_some()) => {
+                self.write_pbf_count(rows.len())
+            }
             Output::Count if q.esri.is_some() => self.write_esri_count(rows.len()),
             Output::Count => self.write_count(descriptor, resolved, def, rows.len()),
             Output::Ids => {
                 sort_rows(&mut rows, &plan.order, &data);
-                if q.esri.is_some() {
+                if q.esri.is_some_and(|e| e.pbf.is_some()) {
+                    self.write_pbf_ids(&def.columns[def.id_column].name, &rows)
+                } else if q.esri.is_some() {
                     self.write_esri_ids(def, &rows)
                 } else {
                     self.write_ids(descriptor, resolved, def, &rows)
@@ -229,6 +251,21 @@ impl Queries<'_> {
                     .return_geometry
                     .then(|| data.geometry_column(resolved.layer.geometry_path.text()));
                 let bytes = self.answer_fits(&page, geometries, plan.out.len())?;
+                if let Some(shape) = &q.esri
+                    && let Some(quant) = &shape.pbf
+                {
+                    return Ok(self.write_pbf_features(
+                        resolved,
+                        Some(&data),
+                        Some(def),
+                        &page,
+                        &plan.out,
+                        exceeded,
+                        q,
+                        shape,
+                        quant,
+                    ));
+                }
                 if let Some(shape) = &q.esri {
                     return Ok(self.write_esri_features(
                         resolved,

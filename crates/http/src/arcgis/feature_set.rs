@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{EsriError, last};
-use crate::features::EsriShape;
+use crate::features::{EsriShape, Quantization};
 use crate::params::Params;
 
 /// A layer's geometry type as Esri names it.
@@ -102,7 +102,46 @@ pub(super) fn shape_of(p: &Params) -> Result<EsriShape, EsriError> {
         web_mercator,
         max_offset,
         precision,
+        pbf: None,
     })
+}
+
+/// How `f=pbf` quantizes, from `quantizationParameters` (`tolerance`, the `extent`'s corner
+/// at `originPosition`, `mode`), else the default for the output's reference.
+pub(super) fn quantization_of(p: &Params, web_mercator: bool) -> Result<Quantization, EsriError> {
+    let mut q = Quantization::default_for(web_mercator);
+    let Some(text) = last(p, "quantizationParameters") else {
+        return Ok(q);
+    };
+    let bad = |why: &str| EsriError::invalid(format!("quantizationParameters: {why}"));
+    let v: Value = serde_json::from_str(text).map_err(|e| bad(&e.to_string()))?;
+    if !v.is_object() {
+        return Err(bad("not a JSON object"));
+    }
+    q.lower_left = match v["originPosition"].as_str() {
+        None | Some("upperLeft") => false,
+        Some("lowerLeft") => true,
+        Some(other) => return Err(bad(&format!("originPosition {other:?}"))),
+    };
+    q.view = match v["mode"].as_str() {
+        None | Some("view") => true,
+        Some("edit") => false,
+        Some(other) => return Err(bad(&format!("mode {other:?}"))),
+    };
+    if let Some(t) = v.get("tolerance").filter(|t| !t.is_null()) {
+        q.scale = t
+            .as_f64()
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .ok_or_else(|| bad("tolerance must be a positive number"))?;
+    }
+    if let Some(e) = v.get("extent").filter(|e| !e.is_null()) {
+        let n = |k: &str| e[k].as_f64().filter(|x| x.is_finite());
+        let (Some(xmin), Some(ymin), Some(ymax)) = (n("xmin"), n("ymin"), n("ymax")) else {
+            return Err(bad("extent needs xmin, ymin and ymax"));
+        };
+        q.origin = [xmin, if q.lower_left { ymin } else { ymax }];
+    }
+    Ok(q)
 }
 
 /// A box `[xmin, ymin, xmax, ymax]` in WGS84 as an Esri extent in the output's reference;
