@@ -47,8 +47,8 @@ mod partial;
 mod request;
 mod typed;
 
-pub use esri_out::{EsriShape, esri_field_type, esri_geometry_type, signed_area};
-pub use esri_pbf::{FeatureCollectionPBuffer, Quantization};
+pub use esri_out::{EsriShape, Quantization, esri_field_type, esri_geometry_type, signed_area};
+pub use esri_pbf::FeatureCollectionPBuffer;
 use execute::*;
 use geojson::*;
 pub use partial::{Acc, Key, Partial, Round, merge_extents};

@@ -235,11 +235,11 @@ where
         Ok(c) => c,
         Err(r) => return *r,
     };
-    if let Some(refused) = super::router::reserve_refusal(conn, &caller) {
+    if let Some(refused) = super::reserve_refusal(conn, &caller) {
         return refused;
     }
     let user = (app.config.access_log && caller.name() != ANONYMOUS)
-        .then(|| super::router::User(caller.name().to_string()));
+        .then(|| super::User(caller.name().to_string()));
     let ctx = Ctx {
         caller,
         params,

@@ -487,7 +487,7 @@ where
     if app.config.access_log {
         let user = resp
             .extensions()
-            .get::<router::User>()
+            .get::<User>()
             .map_or("-", |u| u.0.as_str());
         span.in_scope(|| {
             tracing::info!(
@@ -646,6 +646,35 @@ where
     crate::metrics::record(|m| m.bytes_in.inc_by(body.len() as u64));
     Ok(body)
 }
+
+/// A connection taken from the reserve (past max_connections) serves admins only: the
+/// answer to anyone else.
+pub(crate) fn reserve_refusal(
+    conn: Option<&conn::Activity>,
+    caller: &crate::acl::Caller,
+) -> Option<response::Resp> {
+    if conn.is_none_or(|c| !c.reserve) || caller.has(crate::acl::Role::Admin) {
+        return None;
+    }
+    crate::metrics::record(|m| m.shed.with_label_values(&["reserve"]).inc());
+    let mut r = response::error(&ApiError::new(
+        ErrorCode::Unavailable,
+        "the server is at its connection limit (max_connections); retry shortly",
+    ));
+    r.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from(1u32),
+    );
+    r.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    Some(r)
+}
+
+/// The authenticated user of a request, on its answer for the access log.
+#[derive(Clone)]
+pub(crate) struct User(pub String);
 
 /// A 403 unless the caller holds one of `roles`.
 pub(crate) fn require_any(caller: &Caller, roles: &[Role]) -> Result<(), ApiError> {

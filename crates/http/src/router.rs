@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use hyper::header::{ALLOW, AUTHORIZATION, CONNECTION, HeaderValue, RETRY_AFTER};
+use hyper::header::{ALLOW, AUTHORIZATION, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request};
 
 use super::names::{AFTER, OPENAPI};
@@ -186,7 +186,7 @@ where
     let user = app
         .config
         .access_log
-        .then(|| User(caller.name().to_string()));
+        .then(|| super::User(caller.name().to_string()));
     let mut resp = authenticated(app, conn, caller, route, parts, body, path).await;
     if let Some(user) = user {
         resp.extensions_mut().insert(user);
@@ -249,7 +249,7 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + Unpin,
     B::Error: Into<BoxError>,
 {
-    if let Some(refused) = reserve_refusal(conn, &caller) {
+    if let Some(refused) = super::reserve_refusal(conn, &caller) {
         return refused;
     }
 
@@ -315,30 +315,6 @@ where
         response::error(&e)
     })
 }
-
-/// A connection taken from the reserve (past max_connections) serves admins only: the
-/// answer to anyone else.
-pub(super) fn reserve_refusal(
-    conn: Option<&super::conn::Activity>,
-    caller: &crate::acl::Caller,
-) -> Option<Resp> {
-    if conn.is_none_or(|c| !c.reserve) || caller.has(crate::acl::Role::Admin) {
-        return None;
-    }
-    crate::metrics::record(|m| m.shed.with_label_values(&["reserve"]).inc());
-    let mut r = response::error(&ApiError::new(
-        ErrorCode::Unavailable,
-        "the server is at its connection limit (max_connections); retry shortly",
-    ));
-    r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1u32));
-    r.headers_mut()
-        .insert(CONNECTION, HeaderValue::from_static("close"));
-    Some(r)
-}
-
-/// The authenticated user of a request, on its answer for the access log.
-#[derive(Clone)]
-pub(super) struct User(pub String);
 
 /// A request's route as a metrics label: one of a few fixed names.
 pub(super) fn label(path: &str) -> &'static str {

@@ -18,7 +18,7 @@ pub struct EsriShape {
     pub max_offset: Option<f64>,
     pub precision: Option<i32>,
     /// `f=pbf`: Esri's protobuf feature format, quantized so.
-    pub pbf: Option<super::esri_pbf::Quantization>,
+    pub pbf: Option<Quantization>,
 }
 
 impl EsriShape {
@@ -348,6 +348,51 @@ fn write_text(out: &mut Vec<u8>, bytes: &[u8]) -> Option<()> {
         _ => return None,
     }
     Some(())
+}
+
+/// How positions are quantized: integers of `scale` output units from `origin`, the
+/// upper left corner (x grows right, y grows down) unless `lower_left`. From the request's
+/// `quantizationParameters` (`tolerance` and the `extent`'s corner), else a nanodegree (or a
+/// tenth of a millimetre in Web Mercator) from the world's upper left corner. In `view` mode
+/// (the JS API's), positions that quantize to the one before are left out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quantization {
+    pub scale: f64,
+    pub origin: [f64; 2],
+    pub lower_left: bool,
+    pub view: bool,
+}
+
+impl Quantization {
+    /// The default for an output in WGS84 or in Web Mercator.
+    pub fn default_for(web_mercator: bool) -> Quantization {
+        if web_mercator {
+            const HALF: f64 = 20_037_508.342_789_244;
+            Quantization {
+                scale: 1e-4,
+                origin: [-HALF, HALF],
+                lower_left: false,
+                view: false,
+            }
+        } else {
+            Quantization {
+                scale: 1e-9,
+                origin: [-180.0, 90.0],
+                lower_left: false,
+                view: false,
+            }
+        }
+    }
+
+    pub(super) fn quantize(&self, [x, y]: [f64; 2]) -> [i64; 2] {
+        let qx = ((x - self.origin[0]) / self.scale).round() as i64;
+        let qy = if self.lower_left {
+            ((y - self.origin[1]) / self.scale).round() as i64
+        } else {
+            ((self.origin[1] - y) / self.scale).round() as i64
+        };
+        [qx, qy]
+    }
 }
 
 fn write_float(out: &mut Vec<u8>, f: f64) {

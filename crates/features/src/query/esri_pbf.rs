@@ -6,7 +6,7 @@
 
 use prost::Message;
 
-use super::esri_out::EsriShape;
+use super::esri_out::{EsriShape, Quantization};
 use super::*;
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -177,50 +177,7 @@ pub enum ValueType {
     BoolValue(bool),
 }
 
-/// How positions are quantized: integers of `scale` output units from `origin`, the
-/// upper left corner (x grows right, y grows down) unless `lower_left`. From the request's
-/// `quantizationParameters` (`tolerance` and the `extent`'s corner), else a nanodegree (or a
-/// tenth of a millimetre in Web Mercator) from the world's upper left corner. In `view` mode
-/// (the JS API's), positions that quantize to the one before are left out.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Quantization {
-    pub scale: f64,
-    pub origin: [f64; 2],
-    pub lower_left: bool,
-    pub view: bool,
-}
-
 impl Quantization {
-    /// The default for an output in WGS84 or in Web Mercator.
-    pub fn default_for(web_mercator: bool) -> Quantization {
-        if web_mercator {
-            const HALF: f64 = 20_037_508.342_789_244;
-            Quantization {
-                scale: 1e-4,
-                origin: [-HALF, HALF],
-                lower_left: false,
-                view: false,
-            }
-        } else {
-            Quantization {
-                scale: 1e-9,
-                origin: [-180.0, 90.0],
-                lower_left: false,
-                view: false,
-            }
-        }
-    }
-
-    fn quantize(&self, [x, y]: [f64; 2]) -> [i64; 2] {
-        let qx = ((x - self.origin[0]) / self.scale).round() as i64;
-        let qy = if self.lower_left {
-            ((y - self.origin[1]) / self.scale).round() as i64
-        } else {
-            ((self.origin[1] - y) / self.scale).round() as i64
-        };
-        [qx, qy]
-    }
-
     fn transform(&self) -> Transform {
         Transform {
             quantize_origin_postion: i32::from(self.lower_left),
