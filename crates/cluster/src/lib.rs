@@ -278,9 +278,13 @@ async fn nats(
             url: settings.url.clone(),
             message: e.to_string(),
         })?;
-    // The first connection is made in the background: wait for it, within a bound.
+    // The first connection is made in the background: wait for it, within a bound. The
+    // client can say it is connected before it has stored the server's INFO, whose
+    // placeholder has a max_payload of 0 (nats.rs PR 1567): wait for the INFO too.
     let mut waited = Duration::ZERO;
-    while client.connection_state() != async_nats::connection::State::Connected {
+    while client.connection_state() != async_nats::connection::State::Connected
+        || client.server_info().max_payload == 0
+    {
         if waited > Duration::from_secs(30) {
             return Err(ClusterError::Connect {
                 url: settings.url.clone(),
