@@ -47,6 +47,7 @@ mod partial;
 mod request;
 mod typed;
 
+use esri_out::EsriAnswer;
 pub use esri_out::{EsriShape, Quantization, esri_field_type, esri_geometry_type, signed_area};
 pub use esri_pbf::FeatureCollectionPBuffer;
 use execute::*;

@@ -667,9 +667,9 @@ async fn query(
     let p = &ctx.params;
     let mut shape = feature_set::shape_of(p)?;
     // ArcGIS returns geometries unless told not to; geoQueryService, only when asked.
-    let geometry = feature_set::yes(Some(last(p, "returnGeometry").unwrap_or("true")))?;
-    let extent_only = feature_set::yes(last(p, "returnExtentOnly"))?;
-    let count_only = feature_set::yes(last(p, "returnCountOnly"))?;
+    let geometry = last(p, "returnGeometry").is_none() || feature_set::yes(p, "returnGeometry")?;
+    let extent_only = feature_set::yes(p, "returnExtentOnly")?;
+    let count_only = feature_set::yes(p, "returnCountOnly")?;
     let statistics = last(p, "outStatistics").is_some();
     if format == Format::Pbf {
         if extent_only || statistics {

@@ -472,7 +472,70 @@ fn write_attribute(out: &mut Vec<u8>, v: &Datum<'_>) {
     }
 }
 
+/// What an Esri answer holds: a count, ids, or a page of features (a layer with no view
+/// yet has no data and no definition).
+pub(super) enum EsriAnswer<'a> {
+    Count(usize),
+    Ids(&'a [(i64, u32)]),
+    Page {
+        data: Option<&'a ViewData>,
+        def: Option<&'a ViewDef>,
+        page: &'a [u32],
+        out_cols: &'a [usize],
+        exceeded: bool,
+        /// The page's size as `answer_fits` found it.
+        bytes: usize,
+    },
+}
+
 impl Queries<'_> {
+    /// An answer of the native FeatureServer, as Esri JSON or, with `shape.pbf`, as Esri's
+    /// protobuf features.
+    pub(super) fn write_esri(
+        &self,
+        resolved: &Resolved<'_>,
+        q: &QuerySpec,
+        shape: &EsriShape,
+        answer: EsriAnswer<'_>,
+    ) -> Vec<u8> {
+        let id_name = match &answer {
+            EsriAnswer::Page { def: Some(d), .. } => d.columns[d.id_column].name.as_str(),
+            _ => resolved.layer.id_field.as_str(),
+        };
+        match (answer, &shape.pbf) {
+            (EsriAnswer::Count(n), Some(_)) => self.write_pbf_count(n),
+            (EsriAnswer::Count(n), None) => self.write_esri_count(n),
+            (EsriAnswer::Ids(rows), Some(_)) => self.write_pbf_ids(id_name, rows),
+            (EsriAnswer::Ids(rows), None) => self.write_esri_ids(id_name, rows),
+            (
+                EsriAnswer::Page {
+                    data,
+                    def,
+                    page,
+                    out_cols,
+                    exceeded,
+                    ..
+                },
+                Some(quant),
+            ) => self.write_pbf_features(
+                resolved, data, def, page, out_cols, exceeded, q, shape, quant,
+            ),
+            (
+                EsriAnswer::Page {
+                    data,
+                    def,
+                    page,
+                    out_cols,
+                    exceeded,
+                    bytes,
+                },
+                None,
+            ) => self.write_esri_features(
+                resolved, data, def, page, out_cols, exceeded, q, shape, bytes,
+            ),
+        }
+    }
+
     /// `returnCountOnly`, as Esri writes it.
     pub(super) fn write_esri_count(&self, count: usize) -> Vec<u8> {
         let mut out = b"{\"count\":".to_vec();
@@ -482,10 +545,10 @@ impl Queries<'_> {
     }
 
     /// `returnIdsOnly`, as Esri writes it.
-    pub(super) fn write_esri_ids(&self, def: &ViewDef, rows: &[(i64, u32)]) -> Vec<u8> {
+    pub(super) fn write_esri_ids(&self, id_name: &str, rows: &[(i64, u32)]) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + rows.len() * 8);
         out.extend_from_slice(b"{\"objectIdFieldName\":");
-        write_str(&mut out, &def.columns[def.id_column].name);
+        write_str(&mut out, id_name);
         out.extend_from_slice(b",\"objectIds\":[");
         for (i, (id, _)) in rows.iter().enumerate() {
             if i > 0 {

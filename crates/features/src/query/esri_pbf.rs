@@ -213,8 +213,10 @@ impl Quantization {
                 if i == 0 {
                     g.coords.extend_from_slice(at);
                 } else {
-                    g.coords.push(at[0] - last[0]);
-                    g.coords.push(at[1] - last[1]);
+                    // Saturating: a client's tiny tolerance can put positions at the ends of
+                    // i64, whose difference would overflow.
+                    g.coords.push(at[0].saturating_sub(last[0]));
+                    g.coords.push(at[1].saturating_sub(last[1]));
                 }
                 last = *at;
             }
@@ -261,8 +263,8 @@ fn value(v: &Datum<'_>) -> PbfValue {
 
 /// An Esri geometry (as [`EsriShape::geometry`] makes it) quantized.
 fn geometry(esri: &Value, q: &Quantization) -> Option<PbfGeometry> {
-    let list =
-        |v: &Value| -> Vec<Vec<[f64; 2]>> { serde_json::from_value(v.clone()).unwrap_or_default() };
+    use serde::Deserialize;
+    let parts = |v: &Value| Vec::<Vec<[f64; 2]>>::deserialize(v).ok();
     if let (Some(x), Some(y)) = (esri["x"].as_f64(), esri["y"].as_f64()) {
         let at = q.quantize([x, y]);
         return Some(PbfGeometry {
@@ -270,15 +272,15 @@ fn geometry(esri: &Value, q: &Quantization) -> Option<PbfGeometry> {
             coords: at.to_vec(),
         });
     }
-    if esri.get("points").is_some() {
-        let points: Vec<[f64; 2]> = serde_json::from_value(esri["points"].clone()).ok()?;
+    if let Some(points) = esri.get("points") {
+        let points = Vec::<[f64; 2]>::deserialize(points).ok()?;
         return Some(q.parts(&[points], 1));
     }
-    if esri.get("paths").is_some() {
-        return Some(q.parts(&list(&esri["paths"]), 2));
+    if let Some(paths) = esri.get("paths") {
+        return Some(q.parts(&parts(paths)?, 2));
     }
-    if esri.get("rings").is_some() {
-        return Some(q.parts(&list(&esri["rings"]), 4));
+    if let Some(rings) = esri.get("rings") {
+        return Some(q.parts(&parts(rings)?, 4));
     }
     None
 }
@@ -410,6 +412,10 @@ mod tests {
         assert_eq!(g.coords, vec![0, 0, 4, 0, 0, 4, -4, -4]);
         let every = Quantization { view: false, ..q };
         assert_eq!(every.parts(&[ring], 4).lengths, vec![5]);
+        // A tolerance too fine for i64 saturates; it does not overflow.
+        let fine = Quantization { scale: 1e-300, ..q };
+        let g = fine.parts(&[vec![[-170.0, 80.0], [170.0, -80.0]]], 2);
+        assert_eq!(g.coords.len(), 4);
         // A point is absolute.
         let p = geometry(&json!({"x": 11.0, "y": 19.0}), &q).unwrap();
         assert_eq!((p.lengths.len(), p.coords), (0, vec![2, 2]));

@@ -180,35 +180,19 @@ impl Queries<'_> {
         let Some(view) = resolved.view.as_ref() else {
             // The layer's view has no template yet: a valid layer with no features.
             if let Some(shape) = &q.esri {
-                if let Some(quant) = &shape.pbf {
-                    return Ok(match (q.count_only, q.ids_only) {
-                        (true, _) => self.write_pbf_count(0),
-                        (false, true) => self.write_pbf_ids(&resolved.layer.id_field, &[]),
-                        _ => self.write_pbf_features(
-                            resolved,
-                            None,
-                            None,
-                            &[],
-                            &[],
-                            false,
-                            q,
-                            shape,
-                            quant,
-                        ),
-                    });
-                }
-                return Ok(match (q.count_only, q.ids_only) {
-                    (true, _) => self.write_esri_count(0),
-                    (false, true) => {
-                        let mut out = b"{\"objectIdFieldName\":".to_vec();
-                        write_str(&mut out, &resolved.layer.id_field);
-                        out.extend_from_slice(b",\"objectIds\":[]}");
-                        out
-                    }
-                    _ => {
-                        self.write_esri_features(resolved, None, None, &[], &[], false, q, shape, 0)
-                    }
-                });
+                let answer = match (q.count_only, q.ids_only) {
+                    (true, _) => EsriAnswer::Count(0),
+                    (false, true) => EsriAnswer::Ids(&[]),
+                    _ => EsriAnswer::Page {
+                        data: None,
+                        def: None,
+                        page: &[],
+                        out_cols: &[],
+                        exceeded: false,
+                        bytes: 0,
+                    },
+                };
+                return Ok(self.write_esri(resolved, q, shape, answer));
             }
             return Ok(self.write_features(descriptor, resolved, None, &[], &[], false, q, 0));
         };
@@ -222,19 +206,15 @@ impl Queries<'_> {
             Output::Statistics { columns, groups } => {
                 self.write_statistics(descriptor, resolved, &data, &rows, &columns, &groups, q)
             }
-            Output::Count if q.esri.is_some_and(|e| e.pbf.is_some()) => {
-                self.write_pbf_count(rows.len())
-            }
-            Output::Count if q.esri.is_some() => self.write_esri_count(rows.len()),
-            Output::Count => self.write_count(descriptor, resolved, def, rows.len()),
+            Output::Count => match &q.esri {
+                Some(shape) => self.write_esri(resolved, q, shape, EsriAnswer::Count(rows.len())),
+                None => self.write_count(descriptor, resolved, def, rows.len()),
+            },
             Output::Ids => {
                 sort_rows(&mut rows, &plan.order, &data);
-                if q.esri.is_some_and(|e| e.pbf.is_some()) {
-                    self.write_pbf_ids(&def.columns[def.id_column].name, &rows)
-                } else if q.esri.is_some() {
-                    self.write_esri_ids(def, &rows)
-                } else {
-                    self.write_ids(descriptor, resolved, def, &rows)
+                match &q.esri {
+                    Some(shape) => self.write_esri(resolved, q, shape, EsriAnswer::Ids(&rows)),
+                    None => self.write_ids(descriptor, resolved, def, &rows),
                 }
             }
             Output::Page { offset, limit } => {
@@ -251,33 +231,16 @@ impl Queries<'_> {
                     .return_geometry
                     .then(|| data.geometry_column(resolved.layer.geometry_path.text()));
                 let bytes = self.answer_fits(&page, geometries, plan.out.len())?;
-                if let Some(shape) = &q.esri
-                    && let Some(quant) = &shape.pbf
-                {
-                    return Ok(self.write_pbf_features(
-                        resolved,
-                        Some(&data),
-                        Some(def),
-                        &page,
-                        &plan.out,
-                        exceeded,
-                        q,
-                        shape,
-                        quant,
-                    ));
-                }
                 if let Some(shape) = &q.esri {
-                    return Ok(self.write_esri_features(
-                        resolved,
-                        Some(&data),
-                        Some(def),
-                        &page,
-                        &plan.out,
+                    let answer = EsriAnswer::Page {
+                        data: Some(&data),
+                        def: Some(def),
+                        page: &page,
+                        out_cols: &plan.out,
                         exceeded,
-                        q,
-                        shape,
                         bytes,
-                    ));
+                    };
+                    return Ok(self.write_esri(resolved, q, shape, answer));
                 }
                 self.write_features(
                     descriptor,

@@ -38,13 +38,16 @@ pub(super) fn esri_fields(fields: Option<&[Value]>, id_field: &str) -> Vec<Value
         .collect()
 }
 
-/// A boolean parameter as ArcGIS reads one.
-pub(super) fn yes(v: Option<&str>) -> Result<bool, EsriError> {
-    match v.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+/// A boolean parameter as ArcGIS reads one: `name`'s value, false when absent.
+pub(super) fn yes(p: &Params, name: &str) -> Result<bool, EsriError> {
+    match last(p, name)
+        .map(|s| s.trim().to_ascii_lowercase())
+        .as_deref()
+    {
         None | Some("false") | Some("0") | Some("") => Ok(false),
         Some("true") | Some("1") => Ok(true),
         Some(other) => Err(EsriError::invalid(format!(
-            "{other:?} is not true or false"
+            "{name}: {other:?} is not true or false"
         ))),
     }
 }
