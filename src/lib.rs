@@ -10,7 +10,7 @@
 pub use geoshard_auth as security;
 pub use geoshard_cluster as cluster;
 pub use geoshard_config as config;
-pub use geoshard_core::{FastMap, acl, cpu, error, metrics, time};
+pub use geoshard_core::{FastMap, acl, cpu, error, metrics, secret, time};
 pub use geoshard_features as features;
 pub use geoshard_flow as flow;
 pub use geoshard_http as http;

@@ -100,7 +100,8 @@ struct ServeArgs {
 
 #[derive(Subcommand)]
 enum ClusterCommand {
-    /// Nodes, what each has applied of the log, and the log's replicas.
+    /// Nodes, what each has applied of the log, and the log's replicas. NATS credentials
+    /// and the cluster secret come from `GEOSHARD_CLUSTER_*` as a node takes them.
     Status {
         /// The NATS server(s), comma-separated URLs.
         #[arg(long, default_value = "nats://127.0.0.1:4222")]
@@ -341,14 +342,13 @@ fn export(args: &geoshard::load::export::ExportArgs) -> ExitCode {
 
 fn cluster(command: ClusterCommand) -> Result<(), String> {
     let ClusterCommand::Status { cluster, name } = command;
+    // Credentials and the cluster secret as a node takes them from its environment.
+    let config =
+        service::load_config(None, std::env::vars(), |_| Ok(())).map_err(|e| e.to_string())?;
     let settings = geoshard::cluster::ClusterSettings {
         url: cluster,
-        node: String::new(),
         name,
-        replicas: 1,
-        partition: String::new(),
-        shards: Vec::new(),
-        snapshot_entries: 0,
+        ..service::cluster_settings(&config)
     };
     let report = runtime()?
         .block_on(geoshard::cluster::status_report(&settings))

@@ -19,9 +19,12 @@ use common::layers::{more_queries, q, queries};
 use common::*;
 use serde_json::{Value, json};
 
+/// The secret the test clusters' nodes share: what they tell each other is signed.
+pub(crate) const SECRET: &str = "the test clusters' shared secret";
+
 /// Debian's nats-server, installed by `scripts/setup-system.sh` when missing (as CI does), so
 /// that the cluster tests run on a fresh machine too rather than skip.
-fn nats_binary() -> PathBuf {
+pub(crate) fn nats_binary() -> PathBuf {
     let find = || {
         ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
             .iter()
@@ -38,7 +41,7 @@ fn nats_binary() -> PathBuf {
     )
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -47,7 +50,7 @@ fn free_port() -> u16 {
 }
 
 /// Three NATS servers routed into one cluster, each with JetStream.
-struct Nats {
+pub(crate) struct Nats {
     binary: PathBuf,
     dir: TestDir,
     ports: Vec<u16>,
@@ -55,12 +58,17 @@ struct Nats {
 }
 
 impl Nats {
-    fn start(tag: &str) -> Nats {
+    pub(crate) fn start(tag: &str) -> Nats {
         Nats::start_with(tag, "8MB")
     }
 
     /// Servers whose messages hold at most `max_payload` (NATS's size syntax).
     fn start_with(tag: &str, max_payload: &str) -> Nats {
+        Nats::start_conf(tag, max_payload, "")
+    }
+
+    /// Servers with `extra` in their configuration (an `authorization` block).
+    pub(crate) fn start_conf(tag: &str, max_payload: &str, extra: &str) -> Nats {
         let binary = nats_binary();
         let dir = temp_dir(tag);
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -74,7 +82,7 @@ impl Nats {
             let conf = format!(
                 "port: {port}\nserver_name: nats{i}\nmax_payload: {max_payload}\n\
                  jetstream {{ store_dir: \"{store}\" }}\n\
-                 cluster {{ name: {tag}, port: {route}, routes: [{route_list}] }}\n",
+                 cluster {{ name: {tag}, port: {route}, routes: [{route_list}] }}\n{extra}\n",
                 port = ports[i],
                 store = dir.path().join(format!("js{i}")).display(),
                 route = routes[i],
@@ -140,7 +148,7 @@ impl Nats {
     }
 
     /// Every server's URL, server `first`'s first.
-    fn urls(&self, first: usize) -> String {
+    pub(crate) fn urls(&self, first: usize) -> String {
         (0..3)
             .map(|k| format!("nats://127.0.0.1:{}", self.ports[(first + k) % 3]))
             .collect::<Vec<_>>()
@@ -166,6 +174,7 @@ fn node(dir: &Path, nats: &Nats, first: usize, name: &str, node: &str) -> ChildS
         dir,
         &[
             ("GEOSHARD_CLUSTER", urls.as_str()),
+            ("GEOSHARD_CLUSTER_SECRET", SECRET),
             ("GEOSHARD_NODE", node),
             ("GEOSHARD_CLUSTER_NAME", name),
         ],
@@ -175,7 +184,7 @@ fn node(dir: &Path, nats: &Nats, first: usize, name: &str, node: &str) -> ChildS
 }
 
 /// Until `/ready` answers 200: the node has applied what the log held when it started.
-fn wait_ready(server: &ChildServer) {
+pub(crate) fn wait_ready(server: &ChildServer) {
     let mut c = server.client(ADMIN);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -194,7 +203,7 @@ fn wait_ready(server: &ChildServer) {
 }
 
 /// The log entry a node had applied when it answered.
-fn sequence(r: &Response) -> u64 {
+pub(crate) fn sequence(r: &Response) -> u64 {
     r.header("x-geoshard-sequence")
         .expect("a cluster node's answer names its log entry")
         .parse()
@@ -562,6 +571,7 @@ fn placed_node(dir: &Path, nats: &Nats, i: usize, name: &str) -> ChildServer {
         dir,
         &[
             ("GEOSHARD_CLUSTER", urls.as_str()),
+            ("GEOSHARD_CLUSTER_SECRET", SECRET),
             ("GEOSHARD_NODE", node.as_str()),
             ("GEOSHARD_CLUSTER_NAME", name),
             ("GEOSHARD_CLUSTER_SHARDS", "6"),
@@ -792,6 +802,7 @@ fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
         let urls = nats.urls(first);
         let mut env = vec![
             ("GEOSHARD_CLUSTER", urls.as_str()),
+            ("GEOSHARD_CLUSTER_SECRET", SECRET),
             ("GEOSHARD_NODE", node),
             ("GEOSHARD_CLUSTER_NAME", "snap"),
         ];
@@ -1066,6 +1077,7 @@ fn fault_node(
         dir,
         &[
             ("GEOSHARD_CLUSTER", urls.as_str()),
+            ("GEOSHARD_CLUSTER_SECRET", SECRET),
             ("GEOSHARD_NODE", node_name),
             ("GEOSHARD_CLUSTER_NAME", name),
             ("GEOSHARD_CLUSTER_SHARDS", "6"),
@@ -1366,6 +1378,8 @@ fn questions_are_bounded_and_long_answers_arrive_in_chunks() {
             partition: String::new(),
             shards: Vec::new(),
             snapshot_entries: 0,
+            access: Default::default(),
+            secret: Some(geoshard::secret::Secret::new(SECRET)),
         };
         Cluster::start(settings, store, Box::new(|_: geoshard::cluster::Reload| {})).unwrap()
     };

@@ -13,9 +13,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use super::trust::{self, Refused};
 use super::{Cluster, ENVELOPE_BYTES, Inner, NodeRecord};
 
 const CHUNKS: &str = "Geoshard-Chunks";
+/// The answer of a node that refused a question for its signature.
+const REFUSED: &str = "Geoshard-Refused";
+/// How far a question's signing time may be from the clock of the node asked: a copy of an
+/// older question sent again is refused.
+const QUESTION_FRESH_MS: u64 = 30_000;
 /// Sent first, as soon as a question arrives: the node is there and working on it.
 const TAKEN: &str = "Geoshard-Taken";
 /// How long a node may take to say it has a question before it is taken for gone: NATS can
@@ -43,6 +49,12 @@ pub enum AskError {
     Timeout(String, u128),
     #[error("the question is {0} bytes, more than a NATS message holds")]
     TooLarge(usize),
+    #[error(
+        "node {0} refused the question's signature (is cluster_secret the same on every node?)"
+    )]
+    Refused(String),
+    #[error("an answer in node {0}'s name was not signed with the cluster's secret")]
+    Forged(String),
     #[error("NATS: {0}")]
     Nats(String),
 }
@@ -81,6 +93,9 @@ fn subject(inner: &Inner, node: &str) -> String {
 async fn say_taken(inner: &Inner, reply: &async_nats::Subject) {
     let mut taken = async_nats::HeaderMap::new();
     taken.insert(TAKEN, "1");
+    inner
+        .signer
+        .sign_headers(&mut taken, &[b"taken", reply.as_bytes()]);
     let _ = inner
         .client
         .publish_with_headers(reply.clone(), taken, Bytes::new())
@@ -100,7 +115,19 @@ async fn serve(inner: Arc<Inner>, answer: Answerer) {
             }
         };
         while let Some(msg) = sub.next().await {
-            let Some(reply) = msg.reply else { continue };
+            let Some(reply) = msg.reply.clone() else {
+                continue;
+            };
+            if let Some(why) = check_question(&inner, &msg, &reply) {
+                Refused::Question.record(&why);
+                let mut refused = async_nats::HeaderMap::new();
+                refused.insert(REFUSED, "signature");
+                let _ = inner
+                    .client
+                    .publish_with_headers(reply, refused, Bytes::new())
+                    .await;
+                continue;
+            }
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 return;
             };
@@ -125,16 +152,17 @@ async fn serve(inner: Arc<Inner>, answer: Answerer) {
                 } else {
                     out.chunks(room).collect()
                 };
-                let mut headers = async_nats::HeaderMap::new();
-                headers.insert(CHUNKS, chunks.len().to_string().as_str());
-                for c in chunks {
+                let total = chunks.len().to_string();
+                for (i, c) in chunks.into_iter().enumerate() {
+                    let mut headers = async_nats::HeaderMap::new();
+                    headers.insert(CHUNKS, total.as_str());
+                    let index = i.to_string();
+                    inner
+                        .signer
+                        .sign_headers(&mut headers, &answer_parts(&reply, &index, &total, c));
                     let sent = inner
                         .client
-                        .publish_with_headers(
-                            reply.clone(),
-                            headers.clone(),
-                            Bytes::copy_from_slice(c),
-                        )
+                        .publish_with_headers(reply.clone(), headers, Bytes::copy_from_slice(c))
                         .await;
                     if let Err(e) = sent {
                         tracing::warn!(error = %e, "answering a question");
@@ -162,25 +190,54 @@ async fn ask(
         .subscribe(inbox.clone())
         .await
         .map_err(|e| nats(&e))?;
+    let to = subject(inner, node);
+    let mut headers = async_nats::HeaderMap::new();
+    inner.signer.sign_headers(
+        &mut headers,
+        &[to.as_bytes(), inbox.as_bytes(), question.as_slice()],
+    );
     inner
         .client
-        .publish_with_reply(subject(inner, node), inbox, question.into())
+        .publish_with_reply_and_headers(to, inbox.clone(), headers, question.into())
         .await
         .map_err(|e| nats(&e))?;
+    let signer = &inner.signer;
+    let taken = |m: &async_nats::Message| {
+        m.headers.as_ref().is_some_and(|h| h.get(TAKEN).is_some())
+            && signer
+                .check_headers(m.headers.as_ref(), &[b"taken", inbox.as_bytes()])
+                .is_ok()
+    };
     let started = tokio::time::Instant::now();
     let gone = || AskError::Gone(node.to_string(), TAKEN_LIMIT.min(limit).as_millis());
-    match tokio::time::timeout(TAKEN_LIMIT.min(limit), sub.next()).await {
+    let first = tokio::time::timeout(TAKEN_LIMIT.min(limit), async {
+        loop {
+            match sub.next().await {
+                None => return Err(AskError::Nats("the connection closed".into())),
+                Some(m) if m.status == Some(async_nats::StatusCode::NO_RESPONDERS) => {
+                    return Err(AskError::NoResponders(node.to_string()));
+                }
+                Some(m) if m.headers.as_ref().is_some_and(|h| h.get(REFUSED).is_some()) => {
+                    return Err(AskError::Refused(node.to_string()));
+                }
+                Some(m) if taken(&m) => return Ok(()),
+                // A word in the node's name but not signed by it: not the node's.
+                Some(m) if m.headers.as_ref().is_some_and(|h| h.get(TAKEN).is_some()) => {
+                    Refused::Answer.record(&format!("a 'taken' in node {node}'s name"));
+                }
+                Some(_) => {
+                    return Err(AskError::Nats(
+                        "an answer before its question was taken".into(),
+                    ));
+                }
+            }
+        }
+    })
+    .await;
+    match first {
         Err(_) => return Err(gone()),
-        Ok(None) => return Err(AskError::Nats("the connection closed".into())),
-        Ok(Some(m)) if m.status == Some(async_nats::StatusCode::NO_RESPONDERS) => {
-            return Err(AskError::NoResponders(node.to_string()));
-        }
-        Ok(Some(m)) if m.headers.as_ref().is_some_and(|h| h.get(TAKEN).is_some()) => {}
-        Ok(Some(_)) => {
-            return Err(AskError::Nats(
-                "an answer before its question was taken".into(),
-            ));
-        }
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok(())) => {}
     }
     let collect = async {
         let mut out = Vec::new();
@@ -194,12 +251,23 @@ async fn ask(
             if m.headers.as_ref().is_some_and(|h| h.get(TAKEN).is_some()) {
                 continue;
             }
-            let total = m
+            let chunks = m
                 .headers
                 .as_ref()
                 .and_then(|h| h.get(CHUNKS))
-                .and_then(|v| v.as_str().parse::<usize>().ok())
-                .unwrap_or(1);
+                .map_or("1", |v| v.as_str());
+            let total = chunks.parse::<usize>().unwrap_or(1);
+            let index = got.to_string();
+            if signer
+                .check_headers(
+                    m.headers.as_ref(),
+                    &answer_parts(&inbox, &index, chunks, &m.payload),
+                )
+                .is_err()
+            {
+                Refused::Answer.record(&format!("part {got} of an answer in node {node}'s name"));
+                return Err(AskError::Forged(node.to_string()));
+            }
             out.extend_from_slice(&m.payload);
             got += 1;
             if got >= total {
@@ -211,4 +279,45 @@ async fn ask(
     tokio::time::timeout(limit.saturating_sub(started.elapsed()), collect)
         .await
         .unwrap_or_else(|_| Err(AskError::Timeout(node.to_string(), limit.as_millis())))
+}
+
+/// What an answer's part is signed over: the inbox it goes to, its place and the number of
+/// parts, and its bytes.
+fn answer_parts<'a>(
+    inbox: &'a str,
+    index: &'a str,
+    total: &'a str,
+    bytes: &'a [u8],
+) -> [&'a [u8]; 5] {
+    [
+        b"answer",
+        inbox.as_bytes(),
+        index.as_bytes(),
+        total.as_bytes(),
+        bytes,
+    ]
+}
+
+/// Why a question is refused, if it is: its signature fails (over the subject, the inbox
+/// to answer to and the question), or it was signed more than [`QUESTION_FRESH_MS`] from
+/// now.
+fn check_question(
+    inner: &Inner,
+    msg: &async_nats::Message,
+    reply: &async_nats::Subject,
+) -> Option<String> {
+    let parts = [
+        msg.subject.as_bytes(),
+        reply.as_bytes(),
+        msg.payload.as_ref(),
+    ];
+    match inner.signer.check_headers(msg.headers.as_ref(), &parts) {
+        Ok(0) => None,
+        Ok(signed) if signed.abs_diff(trust::now_ms()) > QUESTION_FRESH_MS => Some(format!(
+            "a question signed {} s from now",
+            signed.abs_diff(trust::now_ms()) / 1000
+        )),
+        Ok(_) => None,
+        Err(why) => Some(format!("a question: {why}")),
+    }
 }

@@ -22,6 +22,7 @@ mod ask;
 mod snapshot;
 pub mod spread;
 mod status;
+mod trust;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,7 +39,11 @@ use crate::store::{Op, Store, StoreError, Table, WriteLog, Written, logged};
 
 pub use ask::{Answerer, AskError};
 pub use snapshot::prepare;
-pub use status::{NodeRecord, status_report};
+pub use status::{NodeRecord, NodeState, Overview, ShardHolders, Shards, status_report};
+pub use trust::NatsAccess;
+/// For the signing benchmark.
+#[doc(hidden)]
+pub use trust::Signer;
 
 /// How long a write waits for JetStream to acknowledge it, publishing again after failures
 /// (a stream electing a new leader takes seconds).
@@ -57,6 +62,13 @@ const IN_FLIGHT_KIB: usize = 64 * 1024;
 /// Room kept in a NATS message for its headers and subject.
 const ENVELOPE_BYTES: usize = 1024;
 
+/// How far a log entry's signing time may be from the time JetStream stored it. A copy of an
+/// entry published again later is refused for it, and one published again sooner is dropped
+/// by JetStream as a duplicate (its message id is signed too, and the stream's duplicate
+/// window, `DUPLICATE_WINDOW`, is longer).
+const FRESH: Duration = Duration::from_secs(60);
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
 const ORIGIN: &str = "Geoshard-Origin";
 const REQUEST: &str = "Geoshard-Request";
 
@@ -74,6 +86,11 @@ pub struct ClusterSettings {
     pub shards: Vec<usize>,
     /// Log entries between snapshots (0: none taken, the log keeps every entry).
     pub snapshot_entries: u64,
+    /// Credentials and TLS for NATS.
+    pub access: NatsAccess,
+    /// The secret every node shares, which signs what nodes tell each other; `None`: nothing
+    /// is signed and anyone who can reach NATS is believed.
+    pub secret: Option<geoshard_core::secret::Secret>,
 }
 
 impl ClusterSettings {
@@ -101,6 +118,8 @@ pub enum ClusterError {
     JetStream(String),
     #[error("cannot start the cluster's threads: {0}")]
     Runtime(String),
+    #[error("{0}")]
+    Trust(String),
 }
 
 fn js_error(e: impl std::fmt::Display) -> ClusterError {
@@ -164,6 +183,10 @@ struct Inner {
     /// Unique to this run of the node: with the request id, a message id JetStream
     /// deduplicates by.
     boot: String,
+    signer: trust::Signer,
+    /// The last entries refused for their signature, recorded before they are applied (as
+    /// nothing): a writer whose entry it was learns so instead of waiting for an outcome.
+    refused: Mutex<std::collections::VecDeque<u64>>,
 }
 
 /// A node's membership of the cluster: its log, its follower and its registry entry.
@@ -221,6 +244,20 @@ impl Cluster {
         self.inner.caught_up.load(Ordering::Acquire)
     }
 
+    /// The cluster as this node sees it: the live nodes, and each shard's holders measured
+    /// against `replicas`.
+    pub fn overview(&self, replicas: usize) -> Overview {
+        let peers = self.inner.peers.lock().clone();
+        status::overview(
+            &self.inner.settings.name,
+            &self.inner.settings.node,
+            self.log_last(),
+            self.inner.signer.on(),
+            &peers,
+            replicas,
+        )
+    }
+
     pub fn set_http_address(&self, addr: String) {
         *self.inner.http.lock() = addr;
     }
@@ -269,15 +306,20 @@ async fn nats(
     settings: &ClusterSettings,
 ) -> Result<(async_nats::Client, jetstream::Context, usize), ClusterError> {
     let urls: Vec<&str> = settings.url.split(',').map(str::trim).collect();
-    let client = async_nats::ConnectOptions::new()
-        .name(format!("geoshard {}", settings.node))
+    let refused = |message: String| ClusterError::Connect {
+        url: settings.url.clone(),
+        message,
+    };
+    let (options, last) = settings
+        .access
+        .options(&format!("geoshard {}", settings.node))
+        .await
+        .map_err(refused)?;
+    let client = options
         .retry_on_initial_connect()
         .connect(urls.as_slice())
         .await
-        .map_err(|e| ClusterError::Connect {
-            url: settings.url.clone(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| refused(e.to_string()))?;
     // The first connection is made in the background: wait for it, within a bound. The
     // client can say it is connected before it has stored the server's INFO, whose
     // placeholder has a max_payload of 0 (nats.rs PR 1567): wait for the INFO too.
@@ -285,11 +327,20 @@ async fn nats(
     while client.connection_state() != async_nats::connection::State::Connected
         || client.server_info().max_payload == 0
     {
+        // Credentials the server refuses do not get better by trying again.
+        let last = last.get();
+        if let Some((event, true)) = &last
+            && waited > Duration::from_secs(2)
+        {
+            return Err(refused(format!(
+                "the NATS server refused this node's credentials or certificate ({event}); see \
+                 the cluster_user, cluster_password, cluster_token, cluster_creds, cluster_ca, \
+                 cluster_cert and cluster_key settings"
+            )));
+        }
         if waited > Duration::from_secs(30) {
-            return Err(ClusterError::Connect {
-                url: settings.url.clone(),
-                message: "no NATS server answered within 30 s".into(),
-            });
+            let why = last.map_or(String::new(), |(event, _)| format!(" (last: {event})"));
+            return Err(refused(format!("no NATS server answered within 30 s{why}")));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         waited += Duration::from_millis(50);
@@ -312,6 +363,7 @@ async fn log_stream(
                 name: settings.stream(),
                 subjects: vec![settings.subject(">")],
                 num_replicas: settings.replicas,
+                duplicate_window: DUPLICATE_WINDOW,
                 storage: jetstream::stream::StorageType::File,
                 ..Default::default()
             })
@@ -336,7 +388,17 @@ async fn connect(
     let (client, js, max_payload) = nats(&settings).await?;
     log_stream(&js, &settings).await?;
     let (visible, _) = watch::channel(store.applied());
+    if settings.secret.is_none() {
+        tracing::warn!(
+            "cluster_secret is not set: log entries and questions are not signed, and anyone \
+             who can publish to the NATS servers can write and read as any user"
+        );
+    }
+    let signer = trust::Signer::new(settings.secret.as_ref());
+    status::check_secret(&js, &settings, &signer).await?;
     Ok(Arc::new(Inner {
+        signer,
+        refused: Mutex::new(Default::default()),
         settings,
         client,
         js,
@@ -391,6 +453,11 @@ async fn append(inner: Arc<Inner>, caller: Caller, ops: Vec<Op>) -> Result<Writt
     // an answer (a NATS server gone, the stream electing a leader) is sent again safely.
     let msg_id = format!("{}-{}-{id}", inner.settings.node, inner.boot);
     headers.insert("Nats-Msg-Id", msg_id.as_str());
+    let request = id.to_string();
+    inner.signer.sign_headers(
+        &mut headers,
+        &entry_parts(&subject, &inner.settings.node, &request, &msg_id, &payload),
+    );
     let payload = bytes::Bytes::from(payload);
     let deadline = tokio::time::Instant::now() + PUBLISH_TIMEOUT;
     let seq = loop {
@@ -430,7 +497,17 @@ async fn append(inner: Arc<Inner>, caller: Caller, ops: Vec<Op>) -> Result<Writt
     .await;
     let outcome = match first {
         Ok(Some(outcome)) => outcome,
-        Ok(None) => rx.await,
+        // Applied: its outcome follows (once a view it changes is built), unless the entry
+        // was refused here for its signature and so answers nobody.
+        Ok(None) => {
+            if inner.refused.lock().contains(&seq) {
+                return Err(StoreError::Log(format!(
+                    "log entry {seq}, this write, was refused here for its signature (the \
+                     node's log says why)"
+                )));
+            }
+            rx.await
+        }
         Err(_) => {
             return Err(StoreError::Log(format!(
                 "the write is log entry {seq}, which this node has not applied within {} s",
@@ -439,6 +516,57 @@ async fn append(inner: Arc<Inner>, caller: Caller, ops: Vec<Op>) -> Result<Writt
         }
     };
     outcome.unwrap_or(Err(StoreError::ShuttingDown))
+}
+
+/// What a log entry's signature covers: the subject, who wrote it, its message id (which
+/// JetStream deduplicates by) and the encoded entry.
+fn entry_parts<'a>(
+    subject: &'a str,
+    origin: &'a str,
+    request: &'a str,
+    msg_id: &'a str,
+    payload: &'a [u8],
+) -> [&'a [u8]; 5] {
+    [
+        subject.as_bytes(),
+        origin.as_bytes(),
+        request.as_bytes(),
+        msg_id.as_bytes(),
+        payload,
+    ]
+}
+
+/// Why a log entry is refused, if it is: its signature fails, or it was signed more than
+/// [`FRESH`] from when JetStream stored it (a copy of an old entry published again). Every
+/// node decides alike: the storing time is the stream's.
+fn check_entry(inner: &Inner, message: &async_nats::Message, stored_ms: u64) -> Option<String> {
+    let header = |name: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map_or("", |v| v.as_str())
+    };
+    let parts = entry_parts(
+        message.subject.as_str(),
+        header(ORIGIN),
+        header(REQUEST),
+        header("Nats-Msg-Id"),
+        &message.payload,
+    );
+    let signed = match inner.signer.check_headers(message.headers.as_ref(), &parts) {
+        Ok(0) => return None,
+        Ok(ms) => ms,
+        Err(why) => return Some(why.to_string()),
+    };
+    (signed.abs_diff(stored_ms) > FRESH.as_millis() as u64).then(|| {
+        format!(
+            "signed {} s from when the log stored it (a copy of an older entry, or clocks \
+             more than {} s apart)",
+            signed.abs_diff(stored_ms) / 1000,
+            FRESH.as_secs()
+        )
+    })
 }
 
 /// An entry handed to the store, waiting for its outcome.
@@ -544,19 +672,38 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
             break Ok(());
         };
         let headers = message.message.headers.as_ref();
-        let mine = headers
-            .filter(|h| {
-                h.get(ORIGIN)
-                    .is_some_and(|o| o.as_str() == inner.settings.node)
-            })
-            .and_then(|h| h.get(REQUEST))
-            .and_then(|r| r.as_str().parse::<u64>().ok());
-        let (caller, ops, unreadable) = match logged::decode(&message.message.payload) {
-            Ok((caller, ops)) => (caller, ops, None),
-            Err(e) => {
-                tracing::error!(seq, error = %e, "a log entry cannot be read; applied as nothing");
-                (Caller::system(), Vec::new(), Some(e))
+        let header = |name: &str| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
+        let stored = message.info().map_err(js_error)?.published;
+        let stored_ms = (stored.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
+        let refused = check_entry(inner, &message.message, stored_ms);
+        let mine = header(ORIGIN)
+            .filter(|o| *o == inner.settings.node && refused.is_none())
+            .and(header(REQUEST))
+            .and_then(|r| r.parse::<u64>().ok());
+        let (caller, ops, unreadable) = match refused {
+            Some(why) => {
+                trust::Refused::Entry.record(&format!("log entry {seq}: {why}"));
+                let mut refused = inner.refused.lock();
+                if refused.len() == 1024 {
+                    refused.pop_front();
+                }
+                refused.push_back(seq);
+                drop(refused);
+                (
+                    Caller::system(),
+                    Vec::new(),
+                    Some(StoreError::Log(format!(
+                        "log entry {seq} was refused: {why}"
+                    ))),
+                )
             }
+            None => match logged::decode(&message.message.payload) {
+                Ok((caller, ops)) => (caller, ops, None),
+                Err(e) => {
+                    tracing::error!(seq, error = %e, "a log entry cannot be read; applied as nothing");
+                    (Caller::system(), Vec::new(), Some(e))
+                }
+            },
         };
         let reload = Reload::of(&ops);
         let outcome = match inner.store.apply_logged(seq, caller, ops).await {
@@ -690,8 +837,9 @@ async fn heartbeat(inner: Arc<Inner>) {
                 partition: inner.settings.partition.clone(),
                 shards: inner.settings.shards.clone(),
                 snapshot_entries: inner.settings.snapshot_entries,
+                mac: None,
             };
-            let bytes = serde_json::to_vec(&record).unwrap_or_default();
+            let bytes = record.signed_bytes(&inner.signer);
             // Each call is bounded, so one that never answers cannot stop the renewals.
             match tokio::time::timeout(HEARTBEAT, kv.put(&inner.settings.node, bytes.into())).await
             {
@@ -699,7 +847,7 @@ async fn heartbeat(inner: Arc<Inner>) {
                 Ok(Err(e)) => tracing::warn!(error = %e, "renewing the registry entry"),
                 Err(_) => tracing::warn!("renewing the registry entry: no answer"),
             }
-            match tokio::time::timeout(HEARTBEAT, status::live_nodes(kv)).await {
+            match tokio::time::timeout(HEARTBEAT, status::live_nodes(kv, &inner.signer)).await {
                 Ok(Ok(nodes)) => *inner.peers.lock() = nodes,
                 Ok(Err(e)) => tracing::warn!(error = %e, "reading the node registry"),
                 Err(_) => tracing::warn!("reading the node registry: no answer"),

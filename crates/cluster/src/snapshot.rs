@@ -25,6 +25,8 @@ use crate::store::snapshot as copies;
 /// The object holding the latest snapshot, and its metadata key for the log entry.
 const OBJECT: &str = "store";
 const SEQUENCE: &str = "sequence";
+/// The metadata key of the snapshot's MAC, over its log entry and its SHA-256 digest.
+const MAC: &str = "mac";
 /// How often the node that takes snapshots looks at the log's length.
 const CHECK: Duration = Duration::from_secs(2);
 /// A snapshot download that receives nothing this long is given up and made again, as often
@@ -134,7 +136,8 @@ pub fn prepare(settings: &ClusterSettings, dir: &Path) -> Result<(), ClusterErro
         std::fs::create_dir_all(dir).map_err(js_error)?;
         // A snapshot replaced while it is read loses its chunks: read the newer one.
         let mut tries = 0;
-        while let Err(e) = download(&objects, &incoming).await {
+        let signer = super::trust::Signer::new(settings.secret.as_ref());
+        while let Err(e) = download(&objects, &incoming, &signer).await {
             tries += 1;
             if tries == DOWNLOADS {
                 return Err(e);
@@ -149,10 +152,33 @@ pub fn prepare(settings: &ClusterSettings, dir: &Path) -> Result<(), ClusterErro
     })
 }
 
-/// Download the latest snapshot to `path`; an error when it stops coming for [`STALLED`].
-async fn download(objects: &ObjectStore, path: &Path) -> Result<(), ClusterError> {
+/// What a snapshot's MAC is over: its log entry and its digest as the object store gives it
+/// (`SHA-256=` and the digest in padded base64url), which the download checks.
+fn snapshot_parts<'a>(seq: &'a str, digest: &'a str) -> [&'a [u8]; 3] {
+    [b"snapshot", seq.as_bytes(), digest.as_bytes()]
+}
+
+/// Download the latest snapshot to `path`, if it is signed with the cluster's key; an error
+/// when it stops coming for [`STALLED`].
+async fn download(
+    objects: &ObjectStore,
+    path: &Path,
+    signer: &super::trust::Signer,
+) -> Result<(), ClusterError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut object = objects.get(OBJECT).await.map_err(js_error)?;
+    let info = &object.info;
+    let meta = |k: &str| info.metadata.get(k).map(String::as_str);
+    let parts = snapshot_parts(
+        meta(SEQUENCE).unwrap_or(""),
+        info.digest.as_deref().unwrap_or(""),
+    );
+    if !signer.verify(&parts, meta(MAC)) {
+        super::trust::Refused::Snapshot.record("the snapshot in the object store");
+        return Err(ClusterError::JetStream(
+            "the snapshot is not signed with this cluster's secret".into(),
+        ));
+    }
     let mut file = tokio::fs::File::create(path).await.map_err(js_error)?;
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -273,11 +299,19 @@ async fn take(inner: &Arc<Inner>, objects: &ObjectStore) -> Result<u64, ClusterE
         }
     };
     let put = async {
+        let mut metadata = HashMap::from([(SEQUENCE.to_string(), seq.to_string())]);
+        if inner.signer.on() {
+            let digest = file_digest(&path).await?;
+            let sequence = seq.to_string();
+            if let Some(mac) = inner.signer.sign(&snapshot_parts(&sequence, &digest)) {
+                metadata.insert(MAC.to_string(), mac);
+            }
+        }
         let mut file = tokio::fs::File::open(&path).await.map_err(js_error)?;
         let meta = ObjectMetadata {
             name: OBJECT.to_string(),
             description: Some(format!("geoshard's store as of log entry {seq}")),
-            metadata: HashMap::from([(SEQUENCE.to_string(), seq.to_string())]),
+            metadata,
             ..Default::default()
         };
         objects.put(meta, &mut file).await.map_err(js_error)
@@ -292,6 +326,33 @@ async fn take(inner: &Arc<Inner>, objects: &ObjectStore) -> Result<u64, ClusterE
         "snapshot taken"
     );
     Ok(seq)
+}
+
+/// A file's SHA-256 as the object store writes an object's digest.
+async fn file_digest(path: &Path) -> Result<String, ClusterError> {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read as _;
+        let mut file = std::fs::File::open(&path)?;
+        let mut hash = sha2::Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hash.update(&buf[..n]);
+        }
+        Ok::<_, std::io::Error>(format!(
+            "SHA-256={}",
+            base64::engine::general_purpose::URL_SAFE.encode(hash.finalize())
+        ))
+    })
+    .await
+    .map_err(js_error)?
+    .map_err(js_error)
 }
 
 #[cfg(test)]
@@ -309,6 +370,7 @@ mod tests {
             partition: String::new(),
             shards: Vec::new(),
             snapshot_entries,
+            mac: None,
         }
     }
 

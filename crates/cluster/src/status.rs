@@ -7,6 +7,7 @@ use async_nats::jetstream;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use super::trust::{Refused, Signer};
 use super::{ClusterError, ClusterSettings, LEASE, js_error};
 
 /// What a node says of itself in the registry, renewed every heartbeat.
@@ -31,6 +32,35 @@ pub struct NodeRecord {
     /// Its `cluster_snapshot_entries` (0: it takes no snapshots).
     #[serde(default)]
     pub snapshot_entries: u64,
+    /// The MAC of the record without it, under the cluster's key (none without a secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+}
+
+impl NodeRecord {
+    /// The record as the registry keeps it, signed.
+    pub(super) fn signed_bytes(&self, signer: &Signer) -> Vec<u8> {
+        let mut record = self.clone();
+        record.mac = None;
+        let bare = serde_json::to_vec(&record).unwrap_or_default();
+        record.mac = signer.sign(&[b"record", &bare]);
+        match record.mac {
+            Some(_) => serde_json::to_vec(&record).unwrap_or_default(),
+            None => bare,
+        }
+    }
+
+    /// A record read from the registry, if it is signed with the cluster's key.
+    fn checked(bytes: &[u8], signer: &Signer) -> Option<NodeRecord> {
+        let mut record = serde_json::from_slice::<NodeRecord>(bytes).ok()?;
+        let mac = record.mac.take();
+        let bare = serde_json::to_vec(&record).ok()?;
+        if !signer.verify(&[b"record", &bare], mac.as_deref()) {
+            Refused::Record.record(&format!("the registry record of node {:?}", record.node));
+            return None;
+        }
+        Some(record)
+    }
 }
 
 /// The registry bucket, made on first use. An entry not renewed within the lease is gone.
@@ -62,14 +92,63 @@ pub(super) async fn registry(
     js.get_key_value(settings.bucket()).await.map_err(js_error)
 }
 
-/// The registry's entries, by node name.
-pub(super) async fn live_nodes(kv: &jetstream::kv::Store) -> Result<Vec<NodeRecord>, ClusterError> {
+/// Refuse to join when the live nodes' registry records show that they sign with another
+/// secret, or sign when this node has none, or do not when it has one: every entry would be
+/// applied here and refused there (or the other way round), and the stores would part.
+pub(super) async fn check_secret(
+    js: &jetstream::Context,
+    settings: &ClusterSettings,
+    signer: &Signer,
+) -> Result<(), ClusterError> {
+    let kv = registry(js, settings).await?;
+    let mut keys = kv.keys().await.map_err(js_error)?;
+    let (mut others, mut alike) = (0, 0);
+    while let Some(key) = keys.next().await {
+        let key = key.map_err(js_error)?;
+        if key == settings.node {
+            continue;
+        }
+        let Some(bytes) = kv.get(&key).await.map_err(js_error)? else {
+            continue;
+        };
+        let Ok(mut record) = serde_json::from_slice::<NodeRecord>(&bytes) else {
+            continue;
+        };
+        others += 1;
+        let mac = record.mac.take();
+        let bare = serde_json::to_vec(&record).unwrap_or_default();
+        let same = match signer.on() {
+            true => signer.verify(&[b"record", &bare], mac.as_deref()),
+            false => mac.is_none(),
+        };
+        alike += usize::from(same);
+    }
+    if others > 0 && alike == 0 {
+        return Err(ClusterError::Trust(format!(
+            "none of the {others} live nodes of cluster {name:?} signs with {what}: set the \
+             same cluster_secret on every node",
+            name = settings.name,
+            what = if signer.on() {
+                "this node's cluster_secret"
+            } else {
+                "no secret, as this node (cluster_secret is not set)"
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// The registry's entries, by node name: those signed with the cluster's key.
+pub(super) async fn live_nodes(
+    kv: &jetstream::kv::Store,
+    signer: &Signer,
+) -> Result<Vec<NodeRecord>, ClusterError> {
     let mut keys = kv.keys().await.map_err(js_error)?;
     let mut nodes = Vec::new();
     while let Some(key) = keys.next().await {
         let key = key.map_err(js_error)?;
         if let Some(bytes) = kv.get(&key).await.map_err(js_error)?
-            && let Ok(rec) = serde_json::from_slice::<NodeRecord>(&bytes)
+            && let Some(rec) = NodeRecord::checked(&bytes, signer)
         {
             nodes.push(rec);
         }
@@ -81,19 +160,24 @@ pub(super) async fn live_nodes(kv: &jetstream::kv::Store) -> Result<Vec<NodeReco
 /// What the cluster looks like from NATS: the log, and each live node with its lag.
 pub async fn status_report(settings: &ClusterSettings) -> Result<String, ClusterError> {
     let urls: Vec<&str> = settings.url.split(',').map(str::trim).collect();
-    let client = tokio::time::timeout(
-        Duration::from_secs(10),
-        async_nats::connect(urls.as_slice()),
-    )
-    .await
-    .map_err(|_| ClusterError::Connect {
-        url: settings.url.clone(),
-        message: "no answer within 10 s".into(),
-    })?
-    .map_err(|e| ClusterError::Connect {
-        url: settings.url.clone(),
-        message: e.to_string(),
-    })?;
+    let (options, _) = settings
+        .access
+        .options("geoshard cluster status")
+        .await
+        .map_err(|message| ClusterError::Connect {
+            url: settings.url.clone(),
+            message,
+        })?;
+    let client = tokio::time::timeout(Duration::from_secs(10), options.connect(urls.as_slice()))
+        .await
+        .map_err(|_| ClusterError::Connect {
+            url: settings.url.clone(),
+            message: "no answer within 10 s".into(),
+        })?
+        .map_err(|e| ClusterError::Connect {
+            url: settings.url.clone(),
+            message: e.to_string(),
+        })?;
     let js = jetstream::new(client);
     // A NATS server that has just started, or a log electing its leader, answers after a
     // few seconds.
@@ -146,7 +230,7 @@ pub async fn status_report(settings: &ClusterSettings) -> Result<String, Cluster
     }
     out.push_str(&super::snapshot::describe(&js, settings).await);
     let kv = registry(&js, settings).await?;
-    let nodes = live_nodes(&kv).await?;
+    let nodes = live_nodes(&kv, &Signer::new(settings.secret.as_ref())).await?;
     out.push_str(&format!(
         "nodes: {} live (entries renewed within {} s)\n",
         nodes.len(),
@@ -180,24 +264,23 @@ pub async fn status_report(settings: &ClusterSettings) -> Result<String, Cluster
     Ok(out)
 }
 
+/// The number of shards a partition names (`h3 r3 / 6 shards`).
+fn shard_count(partition: &str) -> usize {
+    partition
+        .split_whitespace()
+        .rev()
+        .nth(1)
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0)
+}
+
 /// Each shard with its live holders, or that every node holds every shard.
 fn shard_holders(nodes: &[NodeRecord]) -> String {
     let Some(partition) = nodes.iter().map(|n| &n.partition).find(|p| !p.is_empty()) else {
         return "shards: every live node holds every shard\n".to_string();
     };
-    let count = partition
-        .split_whitespace()
-        .rev()
-        .nth(1)
-        .and_then(|n| n.parse::<usize>().ok())
-        .unwrap_or(0);
     let mut out = format!("shards: {partition}\n");
-    for s in 0..count {
-        let holders: Vec<&str> = nodes
-            .iter()
-            .filter(|n| n.partition == *partition && n.shards.contains(&s))
-            .map(|n| n.node.as_str())
-            .collect();
+    for (s, holders) in holders(nodes, partition, false).iter().enumerate() {
         let list = if holders.is_empty() {
             "NONE (its rows cannot be queried)".to_string()
         } else {
@@ -206,4 +289,202 @@ fn shard_holders(nodes: &[NodeRecord]) -> String {
         out.push_str(&format!("shard {s}\t{list}\n"));
     }
     out
+}
+
+/// The live nodes of `partition` holding each of its shards (only the caught-up ones when
+/// `serving`).
+fn holders<'a>(nodes: &'a [NodeRecord], partition: &str, serving: bool) -> Vec<Vec<&'a str>> {
+    (0..shard_count(partition))
+        .map(|s| {
+            nodes
+                .iter()
+                .filter(|n| n.partition == partition && n.shards.contains(&s))
+                .filter(|n| n.caught_up || !serving)
+                .map(|n| n.node.as_str())
+                .collect()
+        })
+        .collect()
+}
+
+/// The cluster as one node sees it, for `GET /v1/cluster`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Overview {
+    pub cluster: String,
+    /// The node answering.
+    pub node: String,
+    /// The log's last entry as of the last heartbeat.
+    pub log_last: u64,
+    /// Whether log entries, questions and registry records are signed and checked.
+    pub signed: bool,
+    pub nodes: Vec<NodeState>,
+    /// With `cluster_shards`: each shard's holders; `None` when every node holds every row.
+    pub shards: Option<Shards>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct NodeState {
+    pub node: String,
+    pub http: String,
+    pub applied: u64,
+    /// Entries of the log it has not applied.
+    pub lag: u64,
+    /// `serving`, or `catching up` until it has applied what the log held when it started.
+    pub state: &'static str,
+    pub started: u64,
+    pub version: String,
+    /// The shards it holds; `None`: every row.
+    pub shards: Option<Vec<usize>>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Shards {
+    pub partition: String,
+    /// The live, caught-up holders a shard should have (`cluster_shard_replicas`).
+    pub replicas: usize,
+    pub holders: Vec<ShardHolders>,
+    /// Shards with fewer caught-up holders than `replicas`.
+    pub under_replicated: Vec<usize>,
+    /// Shards no caught-up node holds: their rows cannot be queried.
+    pub unheld: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ShardHolders {
+    pub shard: usize,
+    /// Live nodes holding it that serve queries.
+    pub serving: Vec<String>,
+    /// Live nodes holding it still catching up.
+    pub catching_up: Vec<String>,
+}
+
+/// What [`Overview`] says of `nodes` (the registry's live records).
+pub(super) fn overview(
+    cluster: &str,
+    node: &str,
+    log_last: u64,
+    signed: bool,
+    nodes: &[NodeRecord],
+    replicas: usize,
+) -> Overview {
+    let states = nodes
+        .iter()
+        .map(|n| NodeState {
+            node: n.node.clone(),
+            http: n.http.clone(),
+            applied: n.applied,
+            lag: log_last.saturating_sub(n.applied),
+            state: if n.caught_up {
+                "serving"
+            } else {
+                "catching up"
+            },
+            started: n.started,
+            version: n.version.clone(),
+            shards: (!n.partition.is_empty()).then(|| n.shards.clone()),
+        })
+        .collect();
+    let partition = nodes.iter().map(|n| &n.partition).find(|p| !p.is_empty());
+    let shards = partition.map(|partition| {
+        let all = holders(nodes, partition, false);
+        let serving = holders(nodes, partition, true);
+        let list: Vec<ShardHolders> = all
+            .iter()
+            .zip(&serving)
+            .enumerate()
+            .map(|(shard, (all, serving))| ShardHolders {
+                shard,
+                serving: serving.iter().map(|n| n.to_string()).collect(),
+                catching_up: all
+                    .iter()
+                    .filter(|n| !serving.contains(n))
+                    .map(|n| n.to_string())
+                    .collect(),
+            })
+            .collect();
+        Shards {
+            partition: partition.clone(),
+            replicas,
+            under_replicated: list
+                .iter()
+                .filter(|h| h.serving.len() < replicas)
+                .map(|h| h.shard)
+                .collect(),
+            unheld: list
+                .iter()
+                .filter(|h| h.serving.is_empty())
+                .map(|h| h.shard)
+                .collect(),
+            holders: list,
+        }
+    });
+    Overview {
+        cluster: cluster.to_string(),
+        node: node.to_string(),
+        log_last,
+        signed,
+        nodes: states,
+        shards,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(node: &str, caught_up: bool, shards: &[usize]) -> NodeRecord {
+        NodeRecord {
+            node: node.into(),
+            http: format!("127.0.0.1:{}", node.len()),
+            applied: 7,
+            caught_up,
+            started: 1,
+            version: "1".into(),
+            partition: "h3 r3 / 4 shards".into(),
+            shards: shards.to_vec(),
+            snapshot_entries: 0,
+            mac: None,
+        }
+    }
+
+    #[test]
+    fn the_overview_counts_serving_holders_per_shard() {
+        let nodes = [
+            record("a", true, &[0, 1, 2]),
+            record("b", true, &[1, 2]),
+            record("c", false, &[0, 2]),
+        ];
+        let o = overview("test", "a", 9, true, &nodes, 2);
+        let s = o.shards.unwrap();
+        assert_eq!(s.holders.len(), 4);
+        assert_eq!(s.holders[0].serving, ["a"]);
+        assert_eq!(s.holders[0].catching_up, ["c"]);
+        assert_eq!(s.holders[2].serving, ["a", "b"]);
+        // Shard 0 has one serving holder, shard 3 none.
+        assert_eq!(s.under_replicated, [0, 3]);
+        assert_eq!(s.unheld, [3]);
+        assert_eq!(o.nodes[2].state, "catching up");
+        assert_eq!(o.nodes[2].lag, 2);
+    }
+
+    #[test]
+    fn a_record_signed_under_another_key_is_left_out() {
+        use crate::trust::Signer;
+        use geoshard_core::secret::Secret;
+        let ours = Signer::new(Some(&Secret::new("the cluster's own secret")));
+        let theirs = Signer::new(Some(&Secret::new("someone else's secret!!")));
+        let r = record("a", true, &[0]);
+        assert_eq!(
+            NodeRecord::checked(&r.signed_bytes(&ours), &ours),
+            Some(r.clone())
+        );
+        assert_eq!(NodeRecord::checked(&r.signed_bytes(&theirs), &ours), None);
+        assert_eq!(
+            NodeRecord::checked(&r.signed_bytes(&Signer::new(None)), &ours),
+            None
+        );
+        let mut forged: NodeRecord = serde_json::from_slice(&r.signed_bytes(&ours)).unwrap();
+        forged.shards = vec![0, 1, 2, 3];
+        let forged = serde_json::to_vec(&forged).unwrap();
+        assert_eq!(NodeRecord::checked(&forged, &ours), None);
+    }
 }

@@ -13,6 +13,7 @@ use geoshard_spatial as spatial;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use geoshard_core::secret::Secret;
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -159,6 +160,11 @@ pub struct Config {
     pub cluster_resolution: u8,
     /// The cluster shards this node holds (their rows only are in its views); empty: all.
     pub hold: Vec<usize>,
+    /// Live, caught-up holders each cluster shard should have (R); a shard with fewer is
+    /// reported under-replicated (`GET /v1/cluster`, `/metrics`).
+    pub cluster_shard_replicas: usize,
+    /// How the node reaches NATS and proves itself to the other nodes.
+    pub cluster_access: ClusterAccess,
     /// JavaScript contexts kept warm for flow plugins.
     pub js_pool_size: usize,
     /// CPU time one flow run may take in its plugins.
@@ -192,6 +198,27 @@ pub struct Config {
     /// `false` answers anyone, without them.
     pub metrics_auth: bool,
 }
+
+/// A cluster node's credentials: for NATS (`cluster_user` and `cluster_password`,
+/// `cluster_token`, a `.creds` file, TLS with `cluster_ca`, `cluster_cert` and `cluster_key`),
+/// and the secret every node of the cluster shares (`cluster_secret`, or the first line of
+/// `cluster_secret_file`), from which the key signing log entries and questions is derived.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterAccess {
+    pub user: Option<String>,
+    pub password: Option<Secret>,
+    pub token: Option<Secret>,
+    pub creds: Option<PathBuf>,
+    /// Refuse a NATS server that does not speak TLS.
+    pub tls: bool,
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub secret: Option<Secret>,
+}
+
+/// The shortest cluster secret taken, in bytes.
+pub const MIN_CLUSTER_SECRET: usize = 16;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,6 +278,8 @@ impl Default for Config {
             cluster_shards: 0,
             cluster_resolution: 3,
             hold: Vec::new(),
+            cluster_shard_replicas: 2,
+            cluster_access: ClusterAccess::default(),
             js_pool_size: std::thread::available_parallelism()
                 .map(|n| n.get() * 2)
                 .unwrap_or(4),
@@ -318,6 +347,17 @@ pub const KEYS: &[&str] = &[
     "cluster_shards",
     "cluster_resolution",
     "hold",
+    "cluster_shard_replicas",
+    "cluster_user",
+    "cluster_password",
+    "cluster_token",
+    "cluster_creds",
+    "cluster_tls",
+    "cluster_ca",
+    "cluster_cert",
+    "cluster_key",
+    "cluster_secret",
+    "cluster_secret_file",
     "js_pool_size",
     "js_time_limit_ms",
     "js_memory_limit_bytes",
@@ -395,6 +435,24 @@ pub fn authority_ok(s: &str) -> bool {
         }
     };
     port_ok && host_ok
+}
+
+/// A cluster secret: at least [`MIN_CLUSTER_SECRET`] bytes, or none when empty.
+fn cluster_secret(key: &str, text: &str) -> Result<Option<Secret>, ConfigError> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    if text.len() < MIN_CLUSTER_SECRET {
+        return Err(ConfigError::BadValue {
+            key: key.to_string(),
+            message: format!(
+                "a cluster secret of {} bytes; at least {MIN_CLUSTER_SECRET} (for instance \
+                 `openssl rand -hex 32`)",
+                text.len()
+            ),
+        });
+    }
+    Ok(Some(Secret::new(text)))
 }
 
 fn cluster_token(key: &str, text: &str) -> Result<String, ConfigError> {
@@ -580,6 +638,9 @@ impl Config {
                 self.cluster_shards = n
             }
             "cluster_resolution" => self.cluster_resolution = h3_resolution(key, text)?,
+            "cluster_shard_replicas" => {
+                self.cluster_shard_replicas = positive(key, parse(key, text)?)?
+            }
             "hold" => {
                 self.hold = text
                     .split(',')
@@ -587,6 +648,40 @@ impl Config {
                     .filter(|t| !t.is_empty())
                     .map(|t| parse(key, t))
                     .collect::<Result<_, _>>()?
+            }
+            _ => return self.set_cluster_access(key, text),
+        }
+        Ok(())
+    }
+
+    /// [`Config::set`] for the cluster's credentials.
+    fn set_cluster_access(&mut self, key: &str, text: &str) -> Result<(), ConfigError> {
+        let a = &mut self.cluster_access;
+        let t = text.trim();
+        let some = |t: &str| (!t.is_empty()).then(|| t.to_string());
+        let path = |t: &str| (!t.is_empty()).then(|| PathBuf::from(t));
+        match key {
+            "cluster_user" => a.user = some(t),
+            "cluster_password" => a.password = some(t).map(Secret::new),
+            "cluster_token" => a.token = some(t).map(Secret::new),
+            "cluster_creds" => a.creds = path(t),
+            "cluster_tls" => a.tls = parse_bool(key, text)?,
+            "cluster_ca" => a.ca = path(t),
+            "cluster_cert" => a.cert = path(t),
+            "cluster_key" => a.key = path(t),
+            "cluster_secret" => a.secret = cluster_secret(key, t)?,
+            "cluster_secret_file" => {
+                a.secret = match path(t) {
+                    None => None,
+                    Some(p) => {
+                        let read =
+                            std::fs::read_to_string(&p).map_err(|e| ConfigError::BadValue {
+                                key: key.to_string(),
+                                message: format!("{}: {e}", p.display()),
+                            })?;
+                        cluster_secret(key, read.lines().next().unwrap_or("").trim())?
+                    }
+                }
             }
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
@@ -813,6 +908,17 @@ mod tests {
             ("cluster_shards", "8"),
             ("cluster_resolution", "2"),
             ("hold", "1, 5,7"),
+            ("cluster_shard_replicas", "3"),
+            ("cluster_user", "node"),
+            ("cluster_password", "pw"),
+            ("cluster_token", "tok"),
+            ("cluster_creds", "/etc/n.creds"),
+            ("cluster_tls", "on"),
+            ("cluster_ca", "/etc/ca.pem"),
+            ("cluster_cert", "/etc/n.pem"),
+            ("cluster_key", "/etc/n.key"),
+            ("cluster_secret_file", ""),
+            ("cluster_secret", "0123456789abcdef0123"),
             ("js_pool_size", "2"),
             ("js_time_limit_ms", "5"),
             ("js_memory_limit_bytes", "1000000"),
@@ -837,6 +943,19 @@ mod tests {
         assert_eq!((c.cluster_shards, c.cluster_resolution), (8, 2));
         assert_eq!(c.cluster_snapshot_entries, 50);
         assert_eq!(c.hold, [1, 5, 7]);
+        assert_eq!(c.cluster_shard_replicas, 3);
+        let a = &c.cluster_access;
+        assert_eq!(a.user.as_deref(), Some("node"));
+        assert_eq!(a.password.as_ref().map(|p| p.expose()), Some("pw"));
+        assert!(a.tls);
+        assert_eq!(a.key.as_deref(), Some(Path::new("/etc/n.key")));
+        assert_eq!(
+            a.secret.as_ref().map(|s| s.expose()),
+            Some("0123456789abcdef0123")
+        );
+        // Secrets stay out of a printed configuration.
+        let printed = format!("{c:?}");
+        assert!(!printed.contains("0123456789abcdef0123") && !printed.contains("\"pw\""));
         assert_eq!(c.public_url.as_deref(), Some("https://maps.example.org"));
         assert!(c.set("public_url", "https://evil.org/path").is_err());
         assert!(c.set("public_url", "ftp://x").is_err());
@@ -901,5 +1020,29 @@ mod tests {
         ] {
             assert!(!authority_ok(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_cluster_secret_is_long_enough_and_read_from_its_file() {
+        let mut c = Config::default();
+        let short = c.set("cluster_secret", "short");
+        assert!(
+            matches!(short, Err(ConfigError::BadValue { ref message, .. }) if message.contains("at least 16"))
+        );
+        let dir = std::env::temp_dir().join(format!("geoshard-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "from-the-file-0123456789\nsecond line\n").unwrap();
+        c.set("cluster_secret_file", file.to_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            c.cluster_access.secret.as_ref().map(|s| s.expose()),
+            Some("from-the-file-0123456789")
+        );
+        let missing = c.set("cluster_secret_file", dir.join("none").to_str().unwrap());
+        assert!(matches!(missing, Err(ConfigError::BadValue { .. })));
+        c.set("cluster_secret", "").unwrap();
+        assert_eq!(c.cluster_access.secret, None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod error;
 pub mod metrics;
 pub mod oneshot;
+pub mod secret;
 #[doc(hidden)]
 pub mod testing;
 pub mod time;

@@ -52,6 +52,10 @@ pub struct Metrics {
     pub tile_cache_bytes: IntGauge,
     pub cluster_applied: IntGauge,
     pub cluster_log_last: IntGauge,
+    pub cluster_refused: IntCounterVec,
+    pub cluster_nodes: IntGauge,
+    pub cluster_shards_held: IntGauge,
+    pub cluster_shards_under_replicated: IntGauge,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -170,6 +174,25 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "cluster_log_last_entry",
             "Cluster mode: the log's last entry when this node last asked (every 2 s)",
         ),
+        cluster_refused: counter_vec(
+            "cluster_refused_total",
+            "Cluster mode: log entries, questions, answers, registry records and snapshots refused \
+             for a missing or wrong signature, by kind",
+            &["kind"],
+        ),
+        cluster_nodes: gauge(
+            "cluster_nodes",
+            "Cluster mode: live nodes in the registry, this one included",
+        ),
+        cluster_shards_held: gauge(
+            "cluster_shards_held",
+            "Cluster mode with shards: the cluster shards this node holds",
+        ),
+        cluster_shards_under_replicated: gauge(
+            "cluster_shards_under_replicated",
+            "Cluster mode with shards: shards with fewer live, caught-up holders than \
+             cluster_shard_replicas",
+        ),
     };
     let r = &m.registry;
     let registered = [
@@ -197,6 +220,10 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         r.register(Box::new(m.tile_cache_bytes.clone())),
         r.register(Box::new(m.cluster_applied.clone())),
         r.register(Box::new(m.cluster_log_last.clone())),
+        r.register(Box::new(m.cluster_refused.clone())),
+        r.register(Box::new(m.cluster_nodes.clone())),
+        r.register(Box::new(m.cluster_shards_held.clone())),
+        r.register(Box::new(m.cluster_shards_under_replicated.clone())),
     ];
     for result in registered {
         if let Err(e) = result {

@@ -1,4 +1,5 @@
-//! `/manage/v2/users`: user administration over REST, for `admin` only.
+//! `/manage/v2/users`: user administration over REST, and `/v1/cluster`, the cluster's
+//! nodes and shards; for `admin` only.
 
 use bytes::Bytes;
 use hyper::header::{HeaderValue, LOCATION};
@@ -142,4 +143,20 @@ pub(super) async fn delete_user(app: &App, ctx: &Ctx, name: &str) -> Result<Resp
         .await?;
     tracing::info!(user = %name, by = ctx.caller.name(), "user removed");
     Ok(response::empty(204))
+}
+
+/// `GET /v1/cluster`: the live nodes, what each has applied and holds, and each shard's
+/// holders against `cluster_shard_replicas`, as this node's registry view has them.
+pub(super) fn cluster(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
+    admin_only(ctx)?;
+    let Some(cluster) = app.cluster.get() else {
+        return Err(ApiError::new(
+            ErrorCode::UnknownEndpoint,
+            "this server is a single node: cluster mode is off (the `cluster` setting)",
+        ));
+    };
+    let overview = cluster.overview(app.config.cluster_shard_replicas);
+    let body = serde_json::to_value(&overview)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+    Ok(response::json_value(200, &body))
 }

@@ -31,6 +31,7 @@ enum Route {
     Deploy,
     Traces,
     Diagnostics,
+    Cluster,
     /// OGC API – Features: the path after `/ogc`.
     Ogc(String),
     /// Vector tiles and TileJSON: the path after `/tiles/`.
@@ -57,6 +58,7 @@ impl Route {
             "/v1/deploy" => Route::Deploy,
             "/v1/traces" => Route::Traces,
             "/v1/diagnostics" => Route::Diagnostics,
+            "/v1/cluster" => Route::Cluster,
             "/" => Route::Map(String::new()),
             _ => {
                 if let Some(rest) = path.strip_prefix("/map/") {
@@ -108,7 +110,7 @@ impl Route {
             Route::ModelService | Route::OpenApi => &[Method::GET],
             Route::GeoQueryService => &[Method::POST],
             Route::Deploy => &[Method::POST],
-            Route::Traces => &[Method::GET],
+            Route::Traces | Route::Cluster => &[Method::GET],
             Route::Diagnostics | Route::Ogc(_) | Route::Tiles(_) | Route::Map(_) => &[Method::GET],
             Route::ArcGis(_) => &[Method::GET, Method::POST],
             Route::NotFound => &[],
@@ -301,6 +303,7 @@ where
         Route::Deploy => flows::deploy(app, &ctx, body).await,
         Route::Traces => flows::traces(app, &ctx),
         Route::Diagnostics => feature_service::diagnostics(app, &ctx),
+        Route::Cluster => manage::cluster(app, &ctx),
         Route::Ogc(rest) => super::ogc::get(app, &ctx, &rest).await,
         Route::Tiles(rest) => super::tiles::get(app, &ctx, &rest).await,
         Route::Map(rest) => match rest.strip_prefix("base/") {
@@ -331,6 +334,7 @@ pub(super) fn label(path: &str) -> &'static str {
         Route::Deploy => "deploy",
         Route::Traces => "traces",
         Route::Diagnostics => "diagnostics",
+        Route::Cluster => "cluster",
         Route::Ogc(_) => "ogc",
         Route::Tiles(_) => "tiles",
         Route::Map(_) => "map",
@@ -410,6 +414,14 @@ fn metrics(app: &App, data: bool) -> Resp {
     if let Some(c) = app.cluster.get() {
         m.cluster_applied.set(c.visible() as i64);
         m.cluster_log_last.set(c.log_last() as i64);
+        let overview = c.overview(app.config.cluster_shard_replicas);
+        m.cluster_nodes.set(overview.nodes.len() as i64);
+        if let Some(shards) = &overview.shards {
+            let held = app.features.placement().map_or(0, |p| p.held().len());
+            m.cluster_shards_held.set(held as i64);
+            m.cluster_shards_under_replicated
+                .set(shards.under_replicated.len() as i64);
+        }
     }
     let mut r = hyper::Response::new(http_body_util::Full::new(Bytes::from(
         crate::metrics::encode(),
@@ -503,6 +515,7 @@ mod tests {
             Route::Deploy,
             Route::Traces,
             Route::Diagnostics,
+            Route::Cluster,
             Route::Ogc(String::new()),
             Route::Tiles(String::new()),
             Route::Map(String::new()),
@@ -525,6 +538,7 @@ mod tests {
                 | Route::Deploy
                 | Route::Traces
                 | Route::Diagnostics
+                | Route::Cluster
                 | Route::Ogc(_)
                 | Route::Tiles(_)
                 | Route::Map(_)

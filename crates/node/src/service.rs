@@ -152,7 +152,8 @@ async fn open_app(config: Config) -> Result<Arc<App>, StartError> {
 }
 
 /// The cluster settings of `config`, before its shards are known.
-fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
+pub fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
+    let a = &config.cluster_access;
     crate::cluster::ClusterSettings {
         url: config.cluster.clone().unwrap_or_default(),
         node: config.node.clone(),
@@ -161,6 +162,17 @@ fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
         partition: String::new(),
         shards: Vec::new(),
         snapshot_entries: config.cluster_snapshot_entries,
+        access: crate::cluster::NatsAccess {
+            user: a.user.clone(),
+            password: a.password.clone(),
+            token: a.token.clone(),
+            creds: a.creds.clone(),
+            tls: a.tls,
+            ca: a.ca.clone(),
+            cert: a.cert.clone(),
+            key: a.key.clone(),
+        },
+        secret: a.secret.clone(),
     }
 }
 
