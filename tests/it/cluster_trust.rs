@@ -5,6 +5,7 @@
 //!
 //! Needs Debian's `nats-server`, as the other cluster tests.
 
+use crate::clients::root;
 use crate::cluster::{Nats, SECRET, free_port, nats_binary, sequence, wait_ready};
 use crate::common;
 
@@ -301,6 +302,7 @@ fn nodes_with_a_secret_refuse_what_was_not_signed_with_it() {
     assert_eq!(counter(&a, "geoshard_cluster_nodes", ""), 2.0);
     // Only for an admin.
     assert_eq!(a.client(GEO).get("/v1/cluster").status, 403);
+    cluster_page(&a);
 
     // Writes signed by the nodes still land everywhere.
     let put = b
@@ -315,6 +317,53 @@ fn nodes_with_a_secret_refuse_what_was_not_signed_with_it() {
     );
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["name"], "y");
+}
+
+/// The cluster page in a real browser: both nodes, serving both shards.
+fn cluster_page(server: &ChildServer) {
+    let chromium = crate::map::need_chromium();
+    crate::map::setup_clients();
+    let out = Command::new("node")
+        .arg(root().join("tests/clients/node/cluster_page.js"))
+        .arg(format!("http://{}", server.addr))
+        .args([ADMIN.0, ADMIN.1])
+        .arg(&chromium)
+        .current_dir(root().join("tests/clients"))
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    assert_eq!(page["state"], "ready", "{page}");
+    assert_eq!(page["consoleErrors"], serde_json::json!([]), "{page}");
+    let summary = page["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("2 live nodes") && summary.contains("messages signed"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("0 under-replicated, 0 unheld of 2 shards"),
+        "{summary}"
+    );
+    let nodes: Vec<(&str, &str)> = page["nodes"].as_array().unwrap()[1..]
+        .iter()
+        .map(|r| (r[0].as_str().unwrap(), r[5].as_str().unwrap()))
+        .collect();
+    assert_eq!(nodes, [("t0", "0, 1"), ("t1", "0, 1")], "{page}");
+    assert_eq!(
+        page["shards"],
+        serde_json::json!([
+            ["shard", "t0", "t1", "serving"],
+            ["0", "S", "S", "2/2"],
+            ["1", "S", "S", "2/2"]
+        ]),
+        "{page}"
+    );
 }
 
 /// Certificates for a NATS server on 127.0.0.1 and a node, both from one test CA; in `dir`.

@@ -105,7 +105,7 @@ fn the_page_and_its_files_are_served_behind_authentication() {
 }
 
 /// Debian's Chromium, installed by `scripts/setup-system.sh` when missing.
-fn need_chromium() -> PathBuf {
+pub(crate) fn need_chromium() -> PathBuf {
     let chromium = PathBuf::from("/usr/bin/chromium");
     if !chromium.exists() {
         let _ = Command::new(root().join("scripts/setup-system.sh")).status();
@@ -117,7 +117,7 @@ fn need_chromium() -> PathBuf {
     chromium
 }
 
-fn setup_clients() {
+pub(crate) fn setup_clients() {
     let out = Command::new(root().join("scripts/setup-clients.sh"))
         .output()
         .unwrap();

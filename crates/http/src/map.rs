@@ -1,6 +1,6 @@
 //! The map page: `GET /` and its files under `/map/`, embedded in the binary (MapLibre GL JS
 //! from its npm package, `assets/map/vendor/`, and the page itself), so it needs no network at
-//! run time. The page reads layers, tiles and features through the same authenticated routes
+//! run time; and beside it `/map/cluster`, which node holds which shard. The page reads layers, tiles and features through the same authenticated routes
 //! as any client.
 
 use std::io::Write;
@@ -34,9 +34,11 @@ macro_rules! asset {
     };
 }
 
-static ASSETS: [Asset; 6] = [
+static ASSETS: [Asset; 8] = [
     asset!("", "index.html", "text/html; charset=utf-8"),
     asset!("map.js", "map.js", "text/javascript; charset=utf-8"),
+    asset!("cluster", "cluster.html", "text/html; charset=utf-8"),
+    asset!("cluster.js", "cluster.js", "text/javascript; charset=utf-8"),
     asset!("map.css", "map.css", "text/css; charset=utf-8"),
     asset!(
         "vendor/maplibre-gl.mjs",
