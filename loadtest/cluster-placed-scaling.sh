@@ -8,8 +8,9 @@
 # 2. pip-counties and envelope (0.1-degree boxes on places-1m), closed loop, CONNS connections
 #    spread over the three nodes, or all to the single node; REPEAT rounds alternating. A
 #    point query is answered by the node asked when it holds the shard, else by one that
-#    does (asked over NATS); an envelope is split over the holders of its cover and merged.
-#    Every answer is checked by the load generator.
+#    does (asked over a direct HTTP/2 connection, or over NATS with DIRECT=false); an
+#    envelope is split over the holders of its cover and merged. Every answer is checked by
+#    the load generator. The nodes share a cluster secret, so questions and answers are signed.
 #
 # Results: $OUT.results.jsonl (a line a run) and $OUT.md. Needs root (cgroups) and
 # nats-server (scripts/setup-system.sh). Usage: loadtest/cluster-placed-scaling.sh NAME
@@ -22,6 +23,7 @@ REPEAT=${REPEAT:-3}
 QUOTA_US=${QUOTA_US:-30000}
 DURATION=${DURATION:-8}
 CONNS=${CONNS:-64}
+DIRECT=${DIRECT:-true}
 out=loadtest/reports/$name
 work=${TMPDIR:-/tmp}/geoshard-cluster-placed-scaling
 rm -rf "$work"
@@ -58,7 +60,8 @@ quota() {
   echo "$2" > "$cg/geoshard-$1/cgroup.procs"
 }
 
-start_placed placedscale GEOSHARD_IO_THREADS=1 GEOSHARD_PIN_IO_THREADS=false
+start_placed placedscale GEOSHARD_IO_THREADS=1 GEOSHARD_PIN_IO_THREADS=false \
+  GEOSHARD_CLUSTER_DIRECT="$DIRECT" GEOSHARD_CLUSTER_SECRET=loadtest-cluster-secret-0123456789
 
 # Equal CPU quotas, from here on.
 quota single "$single_pid"
@@ -74,6 +77,11 @@ for r in $(seq "$REPEAT"); do
         nodes=("${pid[1]}" "${pid[2]}" "${pid[3]}")
       fi
       n0=$(ticks "${nodes[@]}") s0=$(ticks "${nats_pids[@]}") b0=$(busy) t0=$(date +%s.%N)
+      # PROFILE=1: a CPU profile of node 1 through the first cluster run of each workload.
+      if [ "${PROFILE:-0}" = 1 ] && [ "$target" = cluster ] && [ "$r" = 1 ]; then
+        perf record -F 999 -g -p "${pid[1]}" -o "$out.$w.perf.data" -- sleep "$DURATION" \
+          > /dev/null 2>&1 &
+      fi
       "$lt" run --workload "$w" "${args[@]}" --user bench --password bench \
         --connections "$CONNS" --duration "$DURATION" --warmup 2 --threads 2 \
         --out "$work/runs.jsonl" > /dev/null
@@ -87,9 +95,9 @@ for r in $(seq "$REPEAT"); do
   done
 done
 
-python3 - "$out" "$work/status" "$REPEAT" "$DURATION" "$QUOTA_US" "$CONNS" << 'EOF'
+python3 - "$out" "$work/status" "$REPEAT" "$DURATION" "$QUOTA_US" "$CONNS" "$DIRECT" << 'EOF'
 import json, statistics, sys
-out, status_file, repeat, duration, quota, conns = sys.argv[1:7]
+out, status_file, repeat, duration, quota, conns, direct = sys.argv[1:8]
 runs = [json.loads(l) for l in open(out + ".results.jsonl") if l.strip()]
 by = {}
 for r in runs:
@@ -105,12 +113,14 @@ lines = [
     "resolution 2) against a single node holding every row, each node in a cgroup-v1 `cpu`",
     "group of %.2f of a core with one io thread; the three NATS servers and the load" % (int(quota) / 100000),
     "generator outside the quotas. The cluster's connections are spread over its three nodes.",
+    "Questions between nodes: %s; signed with a cluster secret." % (
+        "direct HTTP/2 connections" if direct == "true" else "NATS request and reply"),
     "",
     "CPU columns: cores used over a run (medians), by the nodes under test, by the NATS",
     "servers, and by the whole machine (2 cores; the load generator is the rest).",
     "",
-    "| workload | target | queries/s, median (min) | × single | p50 µs | p99 µs | errors | wrong of checked | nodes' cores | NATS cores | machine cores |",
-    "|---|---|---|---|---|---|---|---|---|---|---|",
+    "| workload | target | queries/s, median (min) | × single | p50 µs | p99 µs | errors | wrong of checked | nodes' cores | NATS cores | machine cores | nodes' µs a query | NATS µs a query |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
 ]
 for w in ("pip-counties", "envelope"):
     base = by.get((w, "single"))
@@ -119,11 +129,15 @@ for w in ("pip-counties", "envelope"):
         if not rs:
             continue
         cpu = lambda k: statistics.median(x["cpu"][k] for x in rs)
-        lines.append("| %s | %s | %.0f (%.0f) | %.2f | %.0f | %.0f | %d | %d of %d | %.2f | %.2f | %.2f |" % (
+        # CPU a query: cores over the run (warm-up included) over the queries measured.
+        per = lambda k: statistics.median(
+            x["cpu"][k] * (float(duration) + 2) * 1e6 / (x["throughput"] * float(duration)) for x in rs)
+        lines.append("| %s | %s | %.0f (%.0f) | %.2f | %.0f | %.0f | %d | %d of %d | %.2f | %.2f | %.2f | %.0f | %.0f |" % (
             w, t, med(rs, "throughput"), min(x["throughput"] for x in rs),
             med(rs, "throughput") / med(base, "throughput"), med(rs, "p50_us"),
             med(rs, "p99_us"), sum(x["errors"] for x in rs), sum(x["mismatched"] for x in rs),
-            sum(x["checked"] for x in rs), cpu("nodes"), cpu("nats"), cpu("machine")))
+            sum(x["checked"] for x in rs), cpu("nodes"), cpu("nats"), cpu("machine"),
+            per("nodes"), per("nats")))
 lines += ["", "## Cluster status", "", "```", open(status_file).read().rstrip(), "```", ""]
 open(out + ".md", "w").write("\n".join(lines))
 EOF

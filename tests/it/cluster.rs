@@ -1380,6 +1380,7 @@ fn questions_are_bounded_and_long_answers_arrive_in_chunks() {
             snapshot_entries: 0,
             access: Default::default(),
             secret: Some(geoshard::secret::Secret::new(SECRET)),
+            listen: None,
         };
         Cluster::start(settings, store, Box::new(|_: geoshard::cluster::Reload| {})).unwrap()
     };

@@ -302,6 +302,17 @@ fn nodes_with_a_secret_refuse_what_was_not_signed_with_it() {
     assert_eq!(counter(&a, "geoshard_cluster_nodes", ""), 2.0);
     // Only for an admin.
     assert_eq!(a.client(GEO).get("/v1/cluster").status, 403);
+
+    // A question straight to a node's port for them, unsigned: refused and counted.
+    let ask = v["nodes"][1]["ask"].as_str().unwrap().to_string();
+    assert!(!ask.is_empty(), "{v}");
+    let before = counter(&b, "geoshard_cluster_refused_total", "kind=question");
+    let (status, refused) = rt.block_on(direct_question(&ask));
+    assert_eq!((status, refused), (403, true));
+    assert_eq!(
+        counter(&b, "geoshard_cluster_refused_total", "kind=question"),
+        before + 1.0
+    );
     cluster_page(&a);
 
     // Writes signed by the nodes still land everywhere.
@@ -317,6 +328,28 @@ fn nodes_with_a_secret_refuse_what_was_not_signed_with_it() {
     );
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["name"], "y");
+}
+
+/// An unsigned question over HTTP/2 to a node's address for them: the status and whether
+/// the answer says it was refused for its signature.
+async fn direct_question(addr: &str) -> (u16, bool) {
+    use http_body_util::{BodyExt, Full};
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::post("/geoshard/ask")
+        .body(Full::new(bytes::Bytes::from_static(b"what is there?")))
+        .unwrap();
+    let r = sender.send_request(req).await.unwrap();
+    let status = r.status().as_u16();
+    let refused = r.headers().contains_key("geoshard-refused");
+    let _ = r.into_body().collect().await;
+    (status, refused)
 }
 
 /// The cluster page in a real browser: both nodes, serving both shards.

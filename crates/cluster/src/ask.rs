@@ -21,7 +21,7 @@ const CHUNKS: &str = "Geoshard-Chunks";
 const REFUSED: &str = "Geoshard-Refused";
 /// How far a question's signing time may be from the clock of the node asked: a copy of an
 /// older question sent again is refused.
-const QUESTION_FRESH_MS: u64 = 30_000;
+pub(crate) const QUESTION_FRESH_MS: u64 = 30_000;
 /// Sent first, as soon as a question arrives: the node is there and working on it.
 const TAKEN: &str = "Geoshard-Taken";
 /// How long a node may take to say it has a question before it is taken for gone: NATS can
@@ -33,7 +33,7 @@ const STILL_WORKING: Duration = Duration::from_secs(1);
 /// Questions a node works on at once; more wait in the subscription, and an asker whose
 /// question is not taken within `TAKEN_LIMIT` asks another holder or fails, so a flood of
 /// questions holds bounded memory and tasks rather than one task each.
-const MAX_QUESTIONS: usize = 256;
+pub(crate) const MAX_QUESTIONS: usize = 256;
 
 /// How a node answers a question: the answer's bytes.
 pub type Answerer =
@@ -57,12 +57,24 @@ pub enum AskError {
     Forged(String),
     #[error("NATS: {0}")]
     Nats(String),
+    #[error("node {0}, asked directly: {1}")]
+    Direct(String, String),
 }
 
 impl Cluster {
-    /// Answer other nodes' questions with `answer` from now on.
+    /// Answer other nodes' questions with `answer` from now on: over NATS, and over
+    /// direct connections when the node listens for them (`ClusterSettings::listen`).
     pub fn answer_asks(&self, answer: Answerer) {
-        self.handle.spawn(serve(self.inner.clone(), answer));
+        self.handle.spawn(serve(self.inner.clone(), answer.clone()));
+        if let Some(addr) = self.inner.settings.listen {
+            match super::direct::listen(self.inner.clone(), addr, answer) {
+                Ok(bound) => tracing::info!(%bound, "answering other nodes' questions"),
+                Err(e) => tracing::error!(
+                    %addr, error = %e,
+                    "cannot listen for other nodes' questions; they ask over NATS"
+                ),
+            }
+        }
     }
 
     /// Ask `node` a question; its answer within `limit`.
@@ -74,7 +86,21 @@ impl Cluster {
     ) -> Result<Vec<u8>, AskError> {
         // The client's connection runs on the cluster's runtime; asking from any other
         // tokio runtime only queues commands for it.
-        ask(&self.inner, node, question, limit).await
+        let direct = self
+            .inner
+            .peers
+            .lock()
+            .iter()
+            .find(|p| p.node == node)
+            .map(|p| p.ask.clone())
+            .filter(|a| !a.is_empty());
+        match direct {
+            Some(addr) => {
+                let inner = &self.inner;
+                inner.direct.ask(inner, node, &addr, question, limit).await
+            }
+            None => ask(&self.inner, node, question, limit).await,
+        }
     }
 
     /// The live nodes (this one too) as the registry named them at the last heartbeat.

@@ -19,6 +19,7 @@ use geoshard_core::{FastMap, acl};
 use geoshard_store as store;
 
 mod ask;
+mod direct;
 mod snapshot;
 pub mod spread;
 mod status;
@@ -91,6 +92,9 @@ pub struct ClusterSettings {
     /// The secret every node shares, which signs what nodes tell each other; `None`: nothing
     /// is signed and anyone who can reach NATS is believed.
     pub secret: Option<geoshard_core::secret::Secret>,
+    /// Where the node listens for other nodes' questions over direct connections; `None`:
+    /// they ask over NATS.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 impl ClusterSettings {
@@ -187,6 +191,8 @@ struct Inner {
     /// The last entries refused for their signature, recorded before they are applied (as
     /// nothing): a writer whose entry it was learns so instead of waiting for an outcome.
     refused: Mutex<std::collections::VecDeque<u64>>,
+    /// Questions to other nodes over direct connections, and this node's address for them.
+    direct: direct::Direct,
 }
 
 /// A node's membership of the cluster: its log, its follower and its registry entry.
@@ -399,6 +405,7 @@ async fn connect(
     Ok(Arc::new(Inner {
         signer,
         refused: Mutex::new(Default::default()),
+        direct: Default::default(),
         settings,
         client,
         js,
@@ -837,6 +844,7 @@ async fn heartbeat(inner: Arc<Inner>) {
                 partition: inner.settings.partition.clone(),
                 shards: inner.settings.shards.clone(),
                 snapshot_entries: inner.settings.snapshot_entries,
+                ask: inner.direct.address.lock().clone(),
                 mac: None,
             };
             let bytes = record.signed_bytes(&inner.signer);

@@ -370,6 +370,7 @@ mod tests {
             partition: String::new(),
             shards: Vec::new(),
             snapshot_entries,
+            ask: String::new(),
             mac: None,
         }
     }

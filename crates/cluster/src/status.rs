@@ -32,6 +32,9 @@ pub struct NodeRecord {
     /// Its `cluster_snapshot_entries` (0: it takes no snapshots).
     #[serde(default)]
     pub snapshot_entries: u64,
+    /// Where it listens for questions over direct connections (empty: over NATS only).
+    #[serde(default)]
+    pub ask: String,
     /// The MAC of the record without it, under the cluster's key (none without a secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
@@ -325,6 +328,8 @@ pub struct Overview {
 pub struct NodeState {
     pub node: String,
     pub http: String,
+    /// Where it answers other nodes' questions directly (empty: over NATS only).
+    pub ask: String,
     pub applied: u64,
     /// Entries of the log it has not applied.
     pub lag: u64,
@@ -371,6 +376,7 @@ pub(super) fn overview(
         .map(|n| NodeState {
             node: n.node.clone(),
             http: n.http.clone(),
+            ask: n.ask.clone(),
             applied: n.applied,
             lag: log_last.saturating_sub(n.applied),
             state: if n.caught_up {
@@ -442,6 +448,7 @@ mod tests {
             partition: "h3 r3 / 4 shards".into(),
             shards: shards.to_vec(),
             snapshot_entries: 0,
+            ask: String::new(),
             mac: None,
         }
     }

@@ -220,15 +220,19 @@ impl Signer {
         Self::mac(key, parts).verify_slice(&bytes).is_ok()
     }
 
-    /// Sign `parts` into `headers` (the signing time is one of the parts).
-    pub(crate) fn sign_headers(&self, headers: &mut async_nats::HeaderMap, parts: &[&[u8]]) {
-        if !self.on() {
-            return;
-        }
+    /// The signing time (now, in milliseconds) and the MAC of `parts` with it; `None`
+    /// without a secret.
+    pub(crate) fn sign_now(&self, parts: &[&[u8]]) -> Option<(String, String)> {
+        self.key.as_ref()?;
         let now = now_ms().to_string();
         let mut all: Vec<&[u8]> = parts.to_vec();
         all.push(now.as_bytes());
-        if let Some(mac) = self.sign(&all) {
+        self.sign(&all).map(|mac| (now, mac))
+    }
+
+    /// Sign `parts` into `headers` (the signing time is one of the parts).
+    pub(crate) fn sign_headers(&self, headers: &mut async_nats::HeaderMap, parts: &[&[u8]]) {
+        if let Some((now, mac)) = self.sign_now(parts) {
             headers.insert(SIGNED, now.as_str());
             headers.insert(MAC, mac.as_str());
         }
@@ -241,11 +245,22 @@ impl Signer {
         headers: Option<&async_nats::HeaderMap>,
         parts: &[&[u8]],
     ) -> Result<u64, &'static str> {
+        let header = |name: &str| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
+        self.check_signed(header(SIGNED), header(MAC), parts)
+    }
+
+    /// Check a signing time and MAC made by [`Signer::sign_now`] over `parts`: the time
+    /// when right (0 without a secret), or why not.
+    pub(crate) fn check_signed(
+        &self,
+        signed: Option<&str>,
+        mac: Option<&str>,
+        parts: &[&[u8]],
+    ) -> Result<u64, &'static str> {
         if !self.on() {
             return Ok(0);
         }
-        let header = |name: &str| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
-        let (Some(signed), Some(mac)) = (header(SIGNED), header(MAC)) else {
+        let (Some(signed), Some(mac)) = (signed, mac) else {
             return Err("not signed");
         };
         let mut all: Vec<&[u8]> = parts.to_vec();

@@ -165,6 +165,11 @@ pub struct Config {
     pub cluster_shard_replicas: usize,
     /// How the node reaches NATS and proves itself to the other nodes.
     pub cluster_access: ClusterAccess,
+    /// Questions between nodes over direct HTTP/2 connections (`false`: over NATS).
+    pub cluster_direct: bool,
+    /// Where the node listens for other nodes' questions; `None`: the HTTP address's IP, a
+    /// free port.
+    pub cluster_listen: Option<SocketAddr>,
     /// JavaScript contexts kept warm for flow plugins.
     pub js_pool_size: usize,
     /// CPU time one flow run may take in its plugins.
@@ -280,6 +285,8 @@ impl Default for Config {
             hold: Vec::new(),
             cluster_shard_replicas: 2,
             cluster_access: ClusterAccess::default(),
+            cluster_direct: true,
+            cluster_listen: None,
             js_pool_size: std::thread::available_parallelism()
                 .map(|n| n.get() * 2)
                 .unwrap_or(4),
@@ -348,6 +355,8 @@ pub const KEYS: &[&str] = &[
     "cluster_resolution",
     "hold",
     "cluster_shard_replicas",
+    "cluster_direct",
+    "cluster_listen",
     "cluster_user",
     "cluster_password",
     "cluster_token",
@@ -638,6 +647,13 @@ impl Config {
                 self.cluster_shards = n
             }
             "cluster_resolution" => self.cluster_resolution = h3_resolution(key, text)?,
+            "cluster_direct" => self.cluster_direct = parse_bool(key, text)?,
+            "cluster_listen" => {
+                self.cluster_listen = match text.trim() {
+                    "" => None,
+                    t => Some(socket_addr(key, t)?),
+                }
+            }
             "cluster_shard_replicas" => {
                 self.cluster_shard_replicas = positive(key, parse(key, text)?)?
             }
@@ -909,6 +925,8 @@ mod tests {
             ("cluster_resolution", "2"),
             ("hold", "1, 5,7"),
             ("cluster_shard_replicas", "3"),
+            ("cluster_direct", "off"),
+            ("cluster_listen", "127.0.0.1:7000"),
             ("cluster_user", "node"),
             ("cluster_password", "pw"),
             ("cluster_token", "tok"),
@@ -944,6 +962,11 @@ mod tests {
         assert_eq!(c.cluster_snapshot_entries, 50);
         assert_eq!(c.hold, [1, 5, 7]);
         assert_eq!(c.cluster_shard_replicas, 3);
+        assert!(!c.cluster_direct);
+        assert_eq!(
+            c.cluster_listen,
+            Some(SocketAddr::from(([127, 0, 0, 1], 7000)))
+        );
         let a = &c.cluster_access;
         assert_eq!(a.user.as_deref(), Some("node"));
         assert_eq!(a.password.as_ref().map(|p| p.expose()), Some("pw"));

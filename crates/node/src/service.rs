@@ -173,6 +173,11 @@ pub fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
             key: a.key.clone(),
         },
         secret: a.secret.clone(),
+        listen: config.cluster_direct.then(|| {
+            config
+                .cluster_listen
+                .unwrap_or(std::net::SocketAddr::new(config.listen.ip(), 0))
+        }),
     }
 }
 
