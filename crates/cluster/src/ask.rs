@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::trust::{self, Refused};
-use super::{Cluster, ENVELOPE_BYTES, Inner, NodeRecord};
+use super::{ENVELOPE_BYTES, Inner};
 
 const CHUNKS: &str = "Geoshard-Chunks";
 /// The answer of a node that refused a question for its signature.
@@ -61,54 +61,6 @@ pub enum AskError {
     Direct(String, String),
 }
 
-impl Cluster {
-    /// Answer other nodes' questions with `answer` from now on: over NATS, and over
-    /// direct connections when the node listens for them (`ClusterSettings::listen`).
-    pub fn answer_asks(&self, answer: Answerer) {
-        self.handle.spawn(serve(self.inner.clone(), answer.clone()));
-        if let Some(addr) = self.inner.settings.listen {
-            match super::direct::listen(self.inner.clone(), addr, answer) {
-                Ok(bound) => tracing::info!(%bound, "answering other nodes' questions"),
-                Err(e) => tracing::error!(
-                    %addr, error = %e,
-                    "cannot listen for other nodes' questions; they ask over NATS"
-                ),
-            }
-        }
-    }
-
-    /// Ask `node` a question; its answer within `limit`.
-    pub async fn ask(
-        &self,
-        node: &str,
-        question: Vec<u8>,
-        limit: Duration,
-    ) -> Result<Vec<u8>, AskError> {
-        // The client's connection runs on the cluster's runtime; asking from any other
-        // tokio runtime only queues commands for it.
-        let direct = self
-            .inner
-            .peers
-            .lock()
-            .iter()
-            .find(|p| p.node == node)
-            .map(|p| p.ask.clone())
-            .filter(|a| !a.is_empty());
-        match direct {
-            Some(addr) => {
-                let inner = &self.inner;
-                inner.direct.ask(inner, node, &addr, question, limit).await
-            }
-            None => ask(&self.inner, node, question, limit).await,
-        }
-    }
-
-    /// The live nodes (this one too) as the registry named them at the last heartbeat.
-    pub fn peers(&self) -> Vec<NodeRecord> {
-        self.inner.peers.lock().clone()
-    }
-}
-
 /// Outside the log's subjects (`geoshard.<cluster>.>`), which JetStream would store and
 /// acknowledge.
 fn subject(inner: &Inner, node: &str) -> String {
@@ -128,7 +80,7 @@ async fn say_taken(inner: &Inner, reply: &async_nats::Subject) {
         .await;
 }
 
-async fn serve(inner: Arc<Inner>, answer: Answerer) {
+pub(super) async fn serve(inner: Arc<Inner>, answer: Answerer) {
     let subject = subject(&inner, &inner.settings.node);
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_QUESTIONS));
     loop {
@@ -200,7 +152,7 @@ async fn serve(inner: Arc<Inner>, answer: Answerer) {
     }
 }
 
-async fn ask(
+pub(super) async fn ask(
     inner: &Inner,
     node: &str,
     question: Vec<u8>,

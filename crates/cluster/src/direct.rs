@@ -7,6 +7,8 @@
 //! (`cluster_listen`), and puts the address in its registry record (`ask`); a peer with none
 //! is asked over NATS (`ask`).
 //!
+//! `Cluster::ask` and `Cluster::answer_asks` choose between the two ways.
+//!
 //! A question is signed as over NATS, over the node asked, the question and the time (a
 //! node refuses one signed more than 30 s from its clock); the answer is signed over the
 //! question's MAC and its bytes. HTTP/2 pings every second find a peer that stopped
@@ -28,7 +30,7 @@ use parking_lot::Mutex;
 
 use super::ask::{AskError, MAX_QUESTIONS, QUESTION_FRESH_MS};
 use super::trust::{MAC, Refused, SIGNED, now_ms};
-use super::{Answerer, FastMap, Inner};
+use super::{Answerer, Cluster, FastMap, Inner, NodeRecord};
 
 const PATH: &str = "/geoshard/ask";
 const REFUSED: &str = "geoshard-refused";
@@ -59,6 +61,55 @@ fn question_parts<'a>(node: &'a str, question: &'a [u8]) -> [&'a [u8]; 3] {
 
 fn answer_parts<'a>(question_mac: &'a str, answer: &'a [u8]) -> [&'a [u8]; 3] {
     [b"direct answer", question_mac.as_bytes(), answer]
+}
+
+impl Cluster {
+    /// Answer other nodes' questions with `answer` from now on: over NATS, and over
+    /// direct connections when the node listens for them (`ClusterSettings::listen`).
+    pub fn answer_asks(&self, answer: Answerer) {
+        self.handle
+            .spawn(super::ask::serve(self.inner.clone(), answer.clone()));
+        if let Some(addr) = self.inner.settings.listen {
+            match listen(self.inner.clone(), addr, answer) {
+                Ok(bound) => tracing::info!(%bound, "answering other nodes' questions"),
+                Err(e) => tracing::error!(
+                    %addr, error = %e,
+                    "cannot listen for other nodes' questions; they ask over NATS"
+                ),
+            }
+        }
+    }
+
+    /// Ask `node` a question; its answer within `limit`.
+    pub async fn ask(
+        &self,
+        node: &str,
+        question: Vec<u8>,
+        limit: Duration,
+    ) -> Result<Vec<u8>, AskError> {
+        let direct = self
+            .inner
+            .peers
+            .lock()
+            .iter()
+            .find(|p| p.node == node)
+            .map(|p| p.ask.clone())
+            .filter(|a| !a.is_empty());
+        match direct {
+            Some(addr) => {
+                let inner = &self.inner;
+                inner.direct.ask(inner, node, &addr, question, limit).await
+            }
+            // The NATS client's connection runs on the cluster's runtime; asking from any
+            // other tokio runtime only queues commands for it.
+            None => super::ask::ask(&self.inner, node, question, limit).await,
+        }
+    }
+
+    /// The live nodes (this one too) as the registry named them at the last heartbeat.
+    pub fn peers(&self) -> Vec<NodeRecord> {
+        self.inner.peers.lock().clone()
+    }
 }
 
 /// Listen for other nodes' questions on `addr` and answer them with `answer`, on a thread
