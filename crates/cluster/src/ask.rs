@@ -19,9 +19,6 @@ use super::{ENVELOPE_BYTES, Inner};
 const CHUNKS: &str = "Geoshard-Chunks";
 /// The answer of a node that refused a question for its signature.
 const REFUSED: &str = "Geoshard-Refused";
-/// How far a question's signing time may be from the clock of the node asked: a copy of an
-/// older question sent again is refused.
-pub(crate) const QUESTION_FRESH_MS: u64 = 30_000;
 /// Sent first, as soon as a question arrives: the node is there and working on it.
 const TAKEN: &str = "Geoshard-Taken";
 /// How long a node may take to say it has a question before it is taken for gone: NATS can
@@ -276,26 +273,25 @@ fn answer_parts<'a>(
     ]
 }
 
-/// Why a question is refused, if it is: its signature fails (over the subject, the inbox
-/// to answer to and the question), or it was signed more than [`QUESTION_FRESH_MS`] from
-/// now.
+/// Why a question is refused, if it is (`Signer::check_question`), its signature over the
+/// subject, the inbox to answer to and the question.
 fn check_question(
     inner: &Inner,
     msg: &async_nats::Message,
     reply: &async_nats::Subject,
 ) -> Option<String> {
+    let header = |name: &str| {
+        msg.headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str())
+    };
     let parts = [
         msg.subject.as_bytes(),
         reply.as_bytes(),
         msg.payload.as_ref(),
     ];
-    match inner.signer.check_headers(msg.headers.as_ref(), &parts) {
-        Ok(0) => None,
-        Ok(signed) if signed.abs_diff(trust::now_ms()) > QUESTION_FRESH_MS => Some(format!(
-            "a question signed {} s from now",
-            signed.abs_diff(trust::now_ms()) / 1000
-        )),
-        Ok(_) => None,
-        Err(why) => Some(format!("a question: {why}")),
-    }
+    inner
+        .signer
+        .check_question(header(trust::SIGNED), header(trust::MAC), &parts)
 }

@@ -28,8 +28,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use parking_lot::Mutex;
 
-use super::ask::{AskError, MAX_QUESTIONS, QUESTION_FRESH_MS};
-use super::trust::{MAC, Refused, SIGNED, now_ms};
+use super::ask::{AskError, MAX_QUESTIONS};
+use super::trust::{MAC, Refused, SIGNED};
 use super::{Answerer, Cluster, FastMap, Inner, NodeRecord};
 
 const PATH: &str = "/geoshard/ask";
@@ -200,19 +200,13 @@ async fn handle(
         Err(_) => return Ok(plain(StatusCode::PAYLOAD_TOO_LARGE, "question too large")),
     };
     let node = inner.settings.node.as_str();
-    let checked = inner.signer.check_signed(
+    let refusal = inner.signer.check_question(
         signed.as_deref(),
         mac.as_deref(),
         &question_parts(node, &question),
     );
-    let refusal = match checked {
-        Ok(0) => None,
-        Ok(t) if t.abs_diff(now_ms()) > QUESTION_FRESH_MS => Some("a question signed too long ago"),
-        Ok(_) => None,
-        Err(why) => Some(why),
-    };
     if let Some(why) = refusal {
-        Refused::Question.record(&format!("a direct question: {why}"));
+        Refused::Question.record(&format!("direct: {why}"));
         let mut r = plain(
             StatusCode::FORBIDDEN,
             "refused: not signed with this cluster's secret",

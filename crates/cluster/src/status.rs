@@ -53,12 +53,24 @@ impl NodeRecord {
         }
     }
 
-    /// A record read from the registry, if it is signed with the cluster's key.
-    fn checked(bytes: &[u8], signer: &Signer) -> Option<NodeRecord> {
+    /// A record read from the registry, and whether it is signed as this node signs: under
+    /// its key, or not at all when it has no secret.
+    fn read(bytes: &[u8], signer: &Signer) -> Option<(NodeRecord, bool)> {
         let mut record = serde_json::from_slice::<NodeRecord>(bytes).ok()?;
         let mac = record.mac.take();
         let bare = serde_json::to_vec(&record).ok()?;
-        if !signer.verify(&[b"record", &bare], mac.as_deref()) {
+        let alike = match signer.on() {
+            true => signer.verify(&[b"record", &bare], mac.as_deref()),
+            false => mac.is_none(),
+        };
+        Some((record, alike))
+    }
+
+    /// A record read from the registry, if it is signed with the cluster's key (any record
+    /// without a secret).
+    fn checked(bytes: &[u8], signer: &Signer) -> Option<NodeRecord> {
+        let (record, alike) = NodeRecord::read(bytes, signer)?;
+        if !alike && signer.on() {
             Refused::Record.record(&format!("the registry record of node {:?}", record.node));
             return None;
         }
@@ -114,16 +126,10 @@ pub(super) async fn check_secret(
         let Some(bytes) = kv.get(&key).await.map_err(js_error)? else {
             continue;
         };
-        let Ok(mut record) = serde_json::from_slice::<NodeRecord>(&bytes) else {
+        let Some((_, same)) = NodeRecord::read(&bytes, signer) else {
             continue;
         };
         others += 1;
-        let mac = record.mac.take();
-        let bare = serde_json::to_vec(&record).unwrap_or_default();
-        let same = match signer.on() {
-            true => signer.verify(&[b"record", &bare], mac.as_deref()),
-            false => mac.is_none(),
-        };
         alike += usize::from(same);
     }
     if others > 0 && alike == 0 {

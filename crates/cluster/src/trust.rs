@@ -130,6 +130,10 @@ fn readable(key: &str, path: &std::path::Path) -> Result<(), String> {
         .map_err(|e| format!("{key} {}: {e}", path.display()))
 }
 
+/// How far a question's signing time may be from the clock of the node asked: a copy of an
+/// older question sent again is refused.
+const QUESTION_FRESH_MS: u64 = 30_000;
+
 /// The header carrying a message's MAC.
 pub(crate) const MAC: &str = "Geoshard-Mac";
 /// The header carrying when a message was signed, in milliseconds since the epoch.
@@ -247,6 +251,25 @@ impl Signer {
     ) -> Result<u64, &'static str> {
         let header = |name: &str| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
         self.check_signed(header(SIGNED), header(MAC), parts)
+    }
+
+    /// Why a question (over NATS or direct) is refused, if it is: its signature over `parts`
+    /// fails, or it was signed more than [`QUESTION_FRESH_MS`] from this node's clock.
+    pub(crate) fn check_question(
+        &self,
+        signed: Option<&str>,
+        mac: Option<&str>,
+        parts: &[&[u8]],
+    ) -> Option<String> {
+        match self.check_signed(signed, mac, parts) {
+            Ok(0) => None,
+            Ok(t) if t.abs_diff(now_ms()) > QUESTION_FRESH_MS => Some(format!(
+                "a question signed {} s from now",
+                t.abs_diff(now_ms()) / 1000
+            )),
+            Ok(_) => None,
+            Err(why) => Some(format!("a question: {why}")),
+        }
     }
 
     /// Check a signing time and MAC made by [`Signer::sign_now`] over `parts`: the time
