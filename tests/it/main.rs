@@ -17,6 +17,7 @@ mod demo;
 mod disk_full;
 mod export;
 mod features;
+mod fences;
 mod flows;
 mod foundation;
 mod fuzz_corpora;

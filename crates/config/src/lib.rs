@@ -129,6 +129,19 @@ pub struct Config {
     /// Memory for map tiles kept once made, answered again until a write meets them; 0: none
     /// kept.
     pub encoded_tile_cache_bytes: usize,
+    /// Most geofences defined at once.
+    pub max_fences: usize,
+    /// Most positions in a geofence's area.
+    pub max_fence_vertices: usize,
+    /// Geofence events are kept this long for readers that resume (`Last-Event-ID`)...
+    pub event_retention_secs: u64,
+    /// ...and while they take at most this many bytes; the oldest go first.
+    pub event_retention_bytes: u64,
+    /// A webhook post that fails is tried again this many times, waiting twice as long each
+    /// time (from 200 ms, at most 30 s), before the event is listed as failed.
+    pub webhook_retries: u32,
+    /// Events kept per fence at `/v1/fences/{name}/failed`.
+    pub webhook_failed_keep: usize,
     /// While writes go on, the views are saved to the data directory this often (sooner
     /// when many documents changed), so that a start after a crash reads them back and only
     /// the documents changed since; 0: only at a clean stop.
@@ -271,6 +284,12 @@ impl Default for Config {
             background_build_rows: 100_000,
             view_check_at_open_bytes: 64 * 1024 * 1024,
             encoded_tile_cache_bytes: 64 * 1024 * 1024,
+            max_fences: 100_000,
+            max_fence_vertices: 100_000,
+            event_retention_secs: 7 * 24 * 3600,
+            event_retention_bytes: 256 * 1024 * 1024,
+            webhook_retries: 8,
+            webhook_failed_keep: 1000,
             view_save_secs: 60,
             flow_tracing: false,
             project: None,
@@ -342,6 +361,12 @@ pub const KEYS: &[&str] = &[
     "background_build_rows",
     "view_check_at_open_bytes",
     "encoded_tile_cache_bytes",
+    "max_fences",
+    "max_fence_vertices",
+    "event_retention_secs",
+    "event_retention_bytes",
+    "webhook_retries",
+    "webhook_failed_keep",
     "view_save_secs",
     "flow_tracing",
     "project",
@@ -539,6 +564,10 @@ impl Config {
             background_build_rows: self.background_build_rows,
             view_check_at_open_bytes: self.view_check_at_open_bytes,
             encoded_tile_cache_bytes: self.encoded_tile_cache_bytes,
+            fences: crate::features::fence::FenceLimits {
+                max_fences: self.max_fences,
+                max_vertices: self.max_fence_vertices,
+            },
         }
     }
 
@@ -598,6 +627,16 @@ impl Config {
             "background_build_rows" => self.background_build_rows = parse(key, text)?,
             "view_check_at_open_bytes" => self.view_check_at_open_bytes = parse(key, text)?,
             "encoded_tile_cache_bytes" => self.encoded_tile_cache_bytes = parse(key, text)?,
+            "max_fences" => self.max_fences = parse(key, text)?,
+            "max_fence_vertices" => self.max_fence_vertices = positive(key, parse(key, text)?)?,
+            "event_retention_secs" => {
+                self.event_retention_secs = positive(key, parse(key, text)?)? as u64
+            }
+            "event_retention_bytes" => {
+                self.event_retention_bytes = positive(key, parse(key, text)?)? as u64
+            }
+            "webhook_retries" => self.webhook_retries = parse(key, text)?,
+            "webhook_failed_keep" => self.webhook_failed_keep = parse(key, text)?,
             "view_save_secs" => self.view_save_secs = parse(key, text)?,
             "flow_tracing" => self.flow_tracing = parse_bool(key, text)?,
             "project" => {
@@ -912,6 +951,12 @@ mod tests {
             ("background_build_rows", "0"),
             ("view_check_at_open_bytes", "0"),
             ("encoded_tile_cache_bytes", "0"),
+            ("max_fences", "10"),
+            ("max_fence_vertices", "100"),
+            ("event_retention_secs", "60"),
+            ("event_retention_bytes", "100000"),
+            ("webhook_retries", "1"),
+            ("webhook_failed_keep", "5"),
             ("view_save_secs", "0"),
             ("flow_tracing", "on"),
             ("project", "/p"),
@@ -958,6 +1003,10 @@ mod tests {
             c.set(k, v).unwrap();
         }
         assert_eq!(c.h3_resolution, 5);
+        assert_eq!(
+            (c.max_fences, c.event_retention_secs, c.webhook_retries),
+            (10, 60, 1)
+        );
         assert_eq!((c.cluster_shards, c.cluster_resolution), (8, 2));
         assert_eq!(c.cluster_snapshot_entries, 50);
         assert_eq!(c.hold, [1, 5, 7]);

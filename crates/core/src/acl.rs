@@ -65,6 +65,11 @@ pub const TEMPLATE_COLLECTION: &str = "http://marklogic.com/xdmp/tde";
 /// `admin`) writes.
 pub const DESCRIPTOR_COLLECTION: &str = "http://marklogic.com/feature-services";
 
+/// The collection of geofences. Written through `/v1/fences` (which needs
+/// `geo-data-services-writer` and records its caller's roles in the fence), so through the
+/// documents API only `admin` may write it.
+pub const FENCE_COLLECTION: &str = "http://geoshard.dev/fences";
+
 /// The role (besides `admin`) that writing or deleting a document of `collection` needs,
 /// when that collection holds schema: templates and service descriptors change what every
 /// user's writes and queries mean, so `rest-writer` alone may not touch them.
@@ -72,6 +77,7 @@ pub fn schema_role(collection: &str) -> Option<Role> {
     match collection {
         TEMPLATE_COLLECTION => Some(Role::TdeAdmin),
         DESCRIPTOR_COLLECTION => Some(Role::GeoWriter),
+        FENCE_COLLECTION => Some(Role::Admin),
         _ => None,
     }
 }

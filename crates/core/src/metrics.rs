@@ -56,6 +56,11 @@ pub struct Metrics {
     pub cluster_nodes: IntGauge,
     pub cluster_shards_held: IntGauge,
     pub cluster_shards_under_replicated: IntGauge,
+    pub fence_events: IntCounter,
+    pub fence_delivered: IntCounterVec,
+    pub fence_retried: IntCounter,
+    pub fence_dropped: IntCounter,
+    pub fence_lag: Histogram,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -193,6 +198,28 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "Cluster mode with shards: shards with fewer live, caught-up holders than \
              cluster_shard_replicas",
         ),
+        fence_events: counter(
+            "fence_events_total",
+            "Geofence events made by committed writes",
+        ),
+        fence_delivered: counter_vec(
+            "fence_events_delivered_total",
+            "Geofence events delivered, by way (sse or webhook)",
+            &["via"],
+        ),
+        fence_retried: counter(
+            "fence_webhook_retries_total",
+            "Webhook posts of geofence events tried again after a failure",
+        ),
+        fence_dropped: counter(
+            "fence_webhook_failed_total",
+            "Geofence events a webhook refused every try of (listed at /v1/fences/{name}/failed)",
+        ),
+        fence_lag: histogram(
+            "fence_delivery_lag_seconds",
+            "Time from a geofence event's commit to its delivery",
+            latency_buckets(),
+        ),
     };
     let r = &m.registry;
     let registered = [
@@ -224,6 +251,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         r.register(Box::new(m.cluster_nodes.clone())),
         r.register(Box::new(m.cluster_shards_held.clone())),
         r.register(Box::new(m.cluster_shards_under_replicated.clone())),
+        r.register(Box::new(m.fence_events.clone())),
+        r.register(Box::new(m.fence_delivered.clone())),
+        r.register(Box::new(m.fence_retried.clone())),
+        r.register(Box::new(m.fence_dropped.clone())),
+        r.register(Box::new(m.fence_lag.clone())),
     ];
     for result in registered {
         if let Err(e) = result {

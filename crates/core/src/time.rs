@@ -2,6 +2,13 @@
 //! the epoch (UTC). Shared by the views (dateTime columns), the where language (literals) and
 //! the flows (trace records).
 
+/// Milliseconds since the epoch, now (0 on a clock before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };

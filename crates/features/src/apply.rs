@@ -6,7 +6,11 @@ use super::*;
 impl Features {
     /// The rows a document gives every view it feeds, under the bounds of a write: a
     /// refusal names the view and the fault.
-    fn rows_of(&self, catalog: &Catalog, doc: &Document) -> Result<PreparedRows, Refusal> {
+    pub(crate) fn rows_of(
+        &self,
+        catalog: &Catalog,
+        doc: &Document,
+    ) -> Result<PreparedRows, Refusal> {
         let mut per_view = Vec::new();
         let feeds: Vec<&Arc<ViewState>> = catalog
             .views
@@ -423,6 +427,11 @@ pub struct FeatureHook(pub Arc<Features>);
 impl CommitHook for FeatureHook {
     fn check(&self, doc: &Document) -> Result<Checked, Rejection> {
         let f = &self.0;
+        if doc.in_collection(crate::acl::FENCE_COLLECTION) {
+            f.check_fence(doc)
+                .map_err(|reason| Rejection::Definition(format!("fence {}: {reason}", doc.uri)))?;
+            return Ok(Checked::default());
+        }
         if doc.in_collection(TEMPLATE_COLLECTION) || doc.in_collection(DESCRIPTOR_COLLECTION) {
             // Against the definitions a running background build will put in place.
             f.finish_rebuild();
@@ -446,13 +455,28 @@ impl CommitHook for FeatureHook {
     }
 
     fn committed(&self, changes: &[Change]) -> Option<crate::store::Settling> {
+        self.0.fences_committed();
         self.0.apply_changes(changes)
+    }
+
+    fn decide(&self, changes: &[Change]) -> Vec<crate::store::Record> {
+        self.0.decide_events(changes)
+    }
+
+    fn recorded(&self, first: u64, records: Vec<crate::store::Record>) {
+        let sink = self.0.on_events.read().clone();
+        if let Some(sink) = sink {
+            sink(first, records);
+        }
     }
 
     /// A document's rows depend only on it and the catalog: they can be made before the
     /// write reaches the writer. Definitions are checked there, against what is stored.
     fn precheck(&self, doc: &Document) -> Option<Result<Checked, Rejection>> {
-        if doc.in_collection(TEMPLATE_COLLECTION) || doc.in_collection(DESCRIPTOR_COLLECTION) {
+        if doc.in_collection(TEMPLATE_COLLECTION)
+            || doc.in_collection(DESCRIPTOR_COLLECTION)
+            || doc.in_collection(crate::acl::FENCE_COLLECTION)
+        {
             return None;
         }
         Some(self.check(doc))

@@ -26,6 +26,7 @@ pub mod csv_wkt;
 pub mod descriptor;
 mod diagnostics;
 mod extract;
+pub mod fence;
 pub mod mvt;
 pub mod path;
 mod persist;
@@ -89,6 +90,8 @@ pub struct FeatureSettings {
     pub view_check_at_open_bytes: usize,
     /// Memory for map tiles kept once made (`encoded_tile_cache_bytes`); 0: none kept.
     pub encoded_tile_cache_bytes: usize,
+    /// Bounds of geofences.
+    pub fences: fence::FenceLimits,
 }
 
 /// The service's default settings, as `Config::default()` gives them.
@@ -107,6 +110,7 @@ impl Default for FeatureSettings {
             background_build_rows: 100_000,
             view_check_at_open_bytes: 64 * 1024 * 1024,
             encoded_tile_cache_bytes: 64 * 1024 * 1024,
+            fences: fence::FenceLimits::default(),
         }
     }
 }
@@ -185,7 +189,17 @@ pub struct Features {
     placement: Option<Arc<placement::Placement>>,
     /// Map tiles kept once made; writes drop those they meet.
     tiles: tile_cache::TileCache,
+    /// The geofences as committed.
+    fences: RwLock<fence::FenceSet>,
+    /// The fences as the batch being committed leaves them, set by `decide_events`, in place
+    /// once it has committed.
+    pending_fences: parking_lot::Mutex<Option<fence::FenceSet>>,
+    /// Told each commit's events, once durable (the server's delivery).
+    on_events: RwLock<Option<EventSink>>,
 }
+
+/// What hears a commit's fence events: their first number and the records.
+pub type EventSink = Arc<dyn Fn(u64, Vec<crate::store::Record>) + Send + Sync>;
 
 struct LastSave {
     at: std::time::Instant,
@@ -257,7 +271,11 @@ impl Features {
             unverified: parking_lot::Mutex::new(Vec::new()),
             untrusted: parking_lot::Mutex::new(HashMap::new()),
             starting_rebuild: parking_lot::Mutex::new(()),
+            fences: RwLock::new(fence::FenceSet::default()),
+            pending_fences: parking_lot::Mutex::new(None),
+            on_events: RwLock::new(None),
         });
+        features.load_fences()?;
         let mut catalog = Catalog::default();
         if !features.load_saved_definitions(&mut catalog)? {
             let definitions = [TEMPLATE_COLLECTION, DESCRIPTOR_COLLECTION];
@@ -311,6 +329,11 @@ impl Features {
         release_freed_memory();
         features.verify_in_background();
         Ok(features)
+    }
+
+    /// Send each commit's fence events to `sink`, once durable.
+    pub fn on_events(&self, sink: EventSink) {
+        *self.on_events.write() = Some(sink);
     }
 
     /// The map tiles kept once made.

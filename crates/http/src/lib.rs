@@ -20,6 +20,7 @@ mod basemap;
 pub mod conn;
 mod documents;
 mod feature_service;
+pub mod fences;
 mod flows;
 pub mod io_threads;
 mod manage;
@@ -73,6 +74,10 @@ pub struct App {
     pub spread: std::sync::OnceLock<Arc<crate::cluster::spread::Spread>>,
     /// The low zooms' simplified geometries, for tiles (`tile_cache_bytes`).
     pub(crate) simplified: crate::features::mvt::Simplified,
+    /// Each commit's geofence events, for the event streams and webhooks.
+    pub events: Arc<fences::Hub>,
+    /// Webhook delivery of geofence events.
+    pub webhooks: Arc<fences::Webhooks>,
 }
 
 /// What every handler gets besides the body (made by the router, read by the handlers).
@@ -132,7 +137,18 @@ impl App {
         features: Arc<Features>,
         flows: Arc<Flows>,
     ) -> App {
+        let events = Arc::new(fences::Hub::default());
+        let hub = events.clone();
+        features.on_events(Arc::new(move |first, records| hub.publish(first, records)));
+        let dir = store.path().parent().unwrap_or(std::path::Path::new("."));
+        let webhooks = Arc::new(fences::Webhooks::open(
+            dir,
+            config.webhook_retries,
+            config.webhook_failed_keep,
+        ));
         App {
+            events,
+            webhooks,
             simplified: crate::features::mvt::Simplified::new(config.tile_cache_bytes),
             config,
             store,
@@ -200,6 +216,7 @@ impl Server {
         if !pinned.is_empty() {
             tracing::info!(cpus = ?pinned, "io threads bound to CPUs");
         }
+        let webhooks = tokio::spawn(fences::follow_webhooks(app.clone()));
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -248,8 +265,9 @@ impl Server {
                 let busy = seen.begin();
                 async move {
                     let resp = handle_on(app, Some(busy.activity()), req).await;
-                    drop(busy);
-                    Ok::<_, Infallible>(resp)
+                    // A streamed answer (a fence's events) keeps the connection busy while
+                    // it lasts.
+                    Ok::<_, Infallible>(response::with_stream(resp, busy))
                 }
             });
             // Half-closed: a client may shut down its side once its request is sent and
@@ -279,6 +297,10 @@ impl Server {
         }
         drop(listener);
         tracing::info!("shutting down: finishing in-flight requests");
+        // Event streams end; webhooks stop where their cursors say, to resume at the next start.
+        app.events.close();
+        webhooks.abort();
+        app.webhooks.stop();
         let grace = Duration::from_secs(app.config.shutdown_grace_secs);
         if tokio::time::timeout(grace, graceful.shutdown())
             .await

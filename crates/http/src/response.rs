@@ -10,6 +10,42 @@ use crate::store::{Outcome, Warning, Written};
 
 pub(crate) type Resp = Response<Full<Bytes>>;
 
+/// Frames of a streamed answer.
+type FrameStream = std::pin::Pin<
+    Box<
+        dyn futures_util::Stream<Item = Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>
+            + Send,
+    >,
+>;
+
+/// What a connection sends: a whole body, or a stream (a fence's events).
+pub type Body = http_body_util::Either<Full<Bytes>, http_body_util::StreamBody<FrameStream>>;
+
+/// The answer as a connection sends it: with the stream its handler marked
+/// ([`crate::fences::Streamed`]) as the body, holding `busy` until the stream ends.
+pub fn with_stream<T: Send + 'static>(resp: Resp, busy: T) -> Response<Body> {
+    let (mut parts, full) = resp.into_parts();
+    let streamed = parts
+        .extensions
+        .remove::<crate::fences::Streamed>()
+        .and_then(|s| s.0.lock().take());
+    match streamed {
+        None => {
+            drop(busy);
+            Response::from_parts(parts, http_body_util::Either::Left(full))
+        }
+        Some(rx) => {
+            parts.headers.remove(hyper::header::CONTENT_LENGTH);
+            let frames = futures_util::stream::unfold((rx, busy), |(mut rx, busy)| async move {
+                let bytes = rx.recv().await?;
+                Some((Ok(hyper::body::Frame::data(bytes)), (rx, busy)))
+            });
+            let body = http_body_util::StreamBody::new(Box::pin(frames) as FrameStream);
+            Response::from_parts(parts, http_body_util::Either::Right(body))
+        }
+    }
+}
+
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 fn status(code: u16) -> StatusCode {

@@ -40,6 +40,8 @@ enum Route {
     Map(String),
     /// The GeoServices REST API: the path after `/arcgis`.
     ArcGis(String),
+    /// Geofences: the path after `/v1/fences`.
+    Fences(String),
     NotFound,
 }
 
@@ -69,6 +71,9 @@ impl Route {
                 }
                 if let Some(rest) = path.strip_prefix("/arcgis/") {
                     return Route::ArcGis(rest.to_string());
+                }
+                if path == "/v1/fences" || path.starts_with("/v1/fences/") {
+                    return Route::Fences(path["/v1/fences".len()..].to_string());
                 }
                 if path == "/ogc" || path.starts_with("/ogc/") {
                     return Route::Ogc(path["/ogc".len()..].to_string());
@@ -113,6 +118,11 @@ impl Route {
             Route::Traces | Route::Cluster => &[Method::GET],
             Route::Diagnostics | Route::Ogc(_) | Route::Tiles(_) | Route::Map(_) => &[Method::GET],
             Route::ArcGis(_) => &[Method::GET, Method::POST],
+            // A fence itself is defined and removed; the list, its events and failures are read.
+            Route::Fences(rest) if rest.len() > 1 && !rest[1..].contains('/') => {
+                &[Method::GET, Method::PUT, Method::DELETE]
+            }
+            Route::Fences(_) => &[Method::GET],
             Route::NotFound => &[],
         }
     }
@@ -304,6 +314,7 @@ where
         Route::Traces => flows::traces(app, &ctx),
         Route::Diagnostics => feature_service::diagnostics(app, &ctx),
         Route::Cluster => manage::cluster(app, &ctx),
+        Route::Fences(rest) => super::fences::serve(app, &ctx, &method, &rest, body).await,
         Route::Ogc(rest) => super::ogc::get(app, &ctx, &rest).await,
         Route::Tiles(rest) => super::tiles::get(app, &ctx, &rest).await,
         Route::Map(rest) => match rest.strip_prefix("base/") {
@@ -339,6 +350,8 @@ pub(super) fn label(path: &str) -> &'static str {
         Route::Tiles(_) => "tiles",
         Route::Map(_) => "map",
         Route::ArcGis(rest) => super::arcgis::label(&rest),
+        Route::Fences(rest) if rest.ends_with("/events") => "fenceEvents",
+        Route::Fences(_) => "fences",
         Route::NotFound => "unknown",
     }
 }
@@ -520,6 +533,7 @@ mod tests {
             Route::Tiles(String::new()),
             Route::Map(String::new()),
             Route::ArcGis(String::new()),
+            Route::Fences(String::new()),
         ];
         for r in all {
             // A new route must be added here, and to the document.
@@ -543,6 +557,7 @@ mod tests {
                 | Route::Tiles(_)
                 | Route::Map(_)
                 | Route::ArcGis(_)
+                | Route::Fences(_)
                 | Route::NotFound => {}
             }
             assert!(

@@ -45,6 +45,10 @@ pub fn open(config: Config) -> Result<Arc<App>, StartError> {
             cache_bytes: config.store_cache_bytes,
             min_free_bytes: config.min_free_disk_bytes,
             quick_repair: config.store_quick_repair,
+            event_retention: crate::store::Retention {
+                max_age_ms: config.event_retention_secs.saturating_mul(1000),
+                max_bytes: config.event_retention_bytes,
+            },
         },
     )?);
     let security = Security::open(

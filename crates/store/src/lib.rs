@@ -15,6 +15,7 @@ mod changes;
 mod codec;
 mod compress;
 pub mod content;
+mod events;
 pub mod logged;
 mod repack;
 pub mod snapshot;
@@ -22,6 +23,7 @@ mod types;
 mod writer;
 
 pub use bulk::{Bulk, BulkWritten};
+pub use events::{Kept, Record, Retention};
 pub use repack::{
     Dictionary, Repacked, SAMPLES as DICTIONARY_SAMPLES, compact, repack, repack_with,
 };
@@ -131,6 +133,8 @@ pub struct StoreOptions {
     /// Commits record the allocator state, so that an open after a crash needs no repair
     /// walk of the whole file (redb's quick repair; each commit writes twice).
     pub quick_repair: bool,
+    /// How long the commit hook's records (geofence events) are kept.
+    pub event_retention: Retention,
 }
 
 impl Default for StoreOptions {
@@ -141,6 +145,7 @@ impl Default for StoreOptions {
             cache_bytes: 128 * 1024 * 1024,
             min_free_bytes: 0,
             quick_repair: true,
+            event_retention: Retention::default(),
         }
     }
 }
@@ -174,6 +179,8 @@ impl Store {
             }
             txn.open_table(changes::CHANGES).map_err(storage)?;
             txn.open_table(compress::DICTIONARIES).map_err(storage)?;
+            txn.open_table(events::EVENTS).map_err(storage)?;
+            txn.open_table(events::TOPICS).map_err(storage)?;
             // What a bulk load that did not finish left.
             txn.delete_table(bulk::MERGED).map_err(storage)?;
         }
@@ -209,6 +216,7 @@ impl Store {
                 },
                 quick_repair: options.quick_repair,
                 dictionary: dictionary.clone(),
+                retention: options.event_retention,
             };
             std::thread::Builder::new()
                 .name("store-writer".into())

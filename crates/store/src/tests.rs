@@ -698,3 +698,92 @@ fn a_repack_keeping_the_dictionary_copies_what_it_compressed() {
     let store = Store::open(&dir, StoreOptions::default()).unwrap();
     assert!(stored_versions(&store).iter().all(|v| *v == 3));
 }
+
+/// Decides one record per change, topic by the URI's first letter, and keeps what it hears
+/// after the commit.
+#[derive(Default)]
+struct Recording {
+    heard: parking_lot::Mutex<Vec<(u64, usize)>>,
+}
+
+impl CommitHook for Recording {
+    fn check(&self, _: &Document) -> Result<Checked, Rejection> {
+        Ok(Checked::default())
+    }
+    fn committed(&self, _: &[Change]) -> Option<Settling> {
+        None
+    }
+    fn decide(&self, changes: &[Change]) -> Vec<Record> {
+        changes
+            .iter()
+            .map(|c| Record {
+                topic: c.uri[1..2].to_string(),
+                time_ms: if c.uri.contains("old") {
+                    1
+                } else {
+                    geoshard_core::time::now_ms()
+                },
+                body: c.uri.as_bytes().to_vec(),
+            })
+            .collect()
+    }
+    fn recorded(&self, first: u64, records: Vec<Record>) {
+        self.heard.lock().push((first, records.len()));
+    }
+}
+
+#[test]
+fn records_are_kept_with_their_commit_numbered_by_topic_and_trimmed() {
+    let dir = tempdir();
+    let options = StoreOptions {
+        event_retention: Retention {
+            max_age_ms: 60_000,
+            max_bytes: 10 * 30,
+        },
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&dir, options).unwrap();
+    let hook = Arc::new(Recording::default());
+    store.set_hook(hook.clone());
+    let w = writer();
+    // A record past the age bound is dropped once it is the oldest: here at once.
+    store.write_blocking(&w, vec![put("/cold", "1")]).unwrap();
+    assert!(store.events_after("c", 0, 10).unwrap().records.is_empty());
+    store
+        .write_blocking(&w, vec![put("/a1", "1"), put("/b1", "1"), put("/a2", "1")])
+        .unwrap();
+    store.write_blocking(&w, vec![put("/a3", "1")]).unwrap();
+    assert_eq!(*hook.heard.lock(), [(1, 1), (2, 3), (5, 1)]);
+    let kept = store.events_after("a", 0, 10).unwrap();
+    let got: Vec<(u64, &[u8])> = kept
+        .records
+        .iter()
+        .map(|(n, r)| (*n, &r.body[..]))
+        .collect();
+    assert_eq!(got, [(2, &b"/a1"[..]), (4, b"/a2"), (5, b"/a3")]);
+    assert_eq!(store.events_after("a", 4, 10).unwrap().records.len(), 1);
+    assert_eq!(store.events_after("b", 0, 10).unwrap().records.len(), 1);
+    assert_eq!(store.last_event().unwrap(), 5);
+    // Past the bytes (each record is 8 + 2 + 1 + 3 bytes here), the oldest go.
+    for i in 0..30 {
+        store
+            .write_blocking(&w, vec![put(&format!("/z{i:02}"), "1")])
+            .unwrap();
+    }
+    let z = store.events_after("z", 0, 100).unwrap();
+    assert!(
+        z.records.len() < 30 && z.records.len() >= 15,
+        "{}",
+        z.records.len()
+    );
+    assert_eq!(z.records.last().unwrap().1.body, b"/z29");
+    assert!(store.events_after("a", 0, 10).unwrap().records.is_empty());
+    assert_eq!(z.oldest, Some(z.records[0].0));
+    store.shutdown_blocking();
+    drop(store);
+    // And they are there after a restart.
+    let store = Store::open(&dir, options).unwrap();
+    assert_eq!(store.events_after("z", 0, 100).unwrap().records, z.records);
+    assert_eq!(store.last_event().unwrap(), 35);
+    store.shutdown_blocking();
+}

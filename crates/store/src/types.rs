@@ -326,6 +326,15 @@ pub trait CommitHook: Send + Sync {
     /// `Some`: some changes take effect later (views built in the background); their writers
     /// are answered when they do, while the writer thread goes on.
     fn committed(&self, changes: &[Change]) -> Option<Settling>;
+    /// Records decided from a batch's changes, in order, before it commits, on the writer
+    /// thread: they are kept in the same transaction (geofence events), so they are durable
+    /// exactly when the changes are.
+    fn decide(&self, _changes: &[Change]) -> Vec<crate::Record> {
+        Vec::new()
+    }
+    /// The records [`CommitHook::decide`] made, numbered from `first`, once their commit is
+    /// durable and `committed` has run, before any writer is answered.
+    fn recorded(&self, _first: u64, _records: Vec<crate::Record>) {}
     /// The check of a document made early, on the writing request's own thread, so the
     /// writer thread does not have to: `None` where only the writer may check (definitions).
     /// Used only while [`CommitHook::generation`] has not moved.

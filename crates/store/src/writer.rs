@@ -31,6 +31,8 @@ pub(crate) struct WriterSettings {
     /// The compression dictionary documents are written with (0: none); a store without one
     /// may be given one while it runs ([`crate::Store::train_dictionary`]).
     pub(crate) dictionary: Arc<std::sync::atomic::AtomicU32>,
+    /// How long the hook's records are kept.
+    pub(crate) retention: crate::Retention,
 }
 
 pub(crate) fn writer_loop(
@@ -119,7 +121,7 @@ pub(crate) fn commit_batch(
 ) {
     let before = applied.load(Ordering::Acquire);
     match write_batch(db, batch, hook, before, writer) {
-        Ok(done) => {
+        Ok(mut done) => {
             applied.store(done.last, Ordering::Release);
             crate::metrics::record(|m| {
                 m.commits.inc();
@@ -141,6 +143,14 @@ pub(crate) fn commit_batch(
                     Ok(s) => settling = s,
                     Err(_) => {
                         tracing::error!(changes = done.changes.len(), "commit hook panicked")
+                    }
+                }
+                if let Some((first, records)) = done.records.take() {
+                    let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        hook.recorded(first, records)
+                    }));
+                    if recorded.is_err() {
+                        tracing::error!(first, "commit hook panicked on its records");
                     }
                 }
             }
@@ -168,6 +178,8 @@ struct CommittedBatch {
     spans: Vec<std::ops::Range<usize>>,
     /// The commit's number in the change record, if it changed anything.
     commit: Option<u64>,
+    /// The hook's records kept with the commit, numbered from the first.
+    records: Option<(u64, Vec<crate::Record>)>,
 }
 
 /// Plan and apply every request of `batch` in one transaction, and commit it.
@@ -227,6 +239,26 @@ fn write_batch(
         meta.insert(APPLIED_KEY, last.to_string().as_bytes())
             .map_err(storage)?;
     }
+    let mut records = None;
+    if let Some(hook) = hook
+        && !changes.is_empty()
+    {
+        // A panic here decides nothing: the write goes on without its records.
+        let decided =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.decide(&changes)))
+                .unwrap_or_else(|_| {
+                    tracing::error!(
+                        changes = changes.len(),
+                        "commit hook panicked deciding records"
+                    );
+                    Vec::new()
+                });
+        if !decided.is_empty() {
+            let now = geoshard_core::time::now_ms();
+            let first = crate::events::append(&txn, &decided, writer.retention, now)?;
+            records = Some((first, decided));
+        }
+    }
     if !changes.is_empty() {
         commit = Some(changes::record(
             &txn,
@@ -243,6 +275,7 @@ fn write_batch(
         changes,
         spans,
         commit,
+        records,
     })
 }
 

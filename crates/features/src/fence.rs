@@ -1,0 +1,1207 @@
+//! Geofences: areas over a layer whose rows' moves make events.
+//!
+//! A fence is a document of [`FENCE_COLLECTION`] (written through `/v1/fences`). It names a
+//! layer, an optional `where` over its columns, an area (a polygon or multipolygon, or a
+//! point and a radius in metres) and the transitions it reports. A roaming fence names a
+//! second layer and a distance instead of an area: its events say when a row comes within
+//! that distance of the other layer's rows, and when it parts from them.
+//!
+//! Events are decided on the writer thread from each commit's changes, before it commits
+//! ([`crate::store::CommitHook::decide`]): the row as it was (the view, or an earlier change
+//! of the same batch) against the row as the change leaves it. So their order is the commit
+//! order, and they are kept in the commit's transaction.
+//!
+//! A row is in a fence's population when it exists and passes the fence's `where`. It is
+//! inside when it is in the population and its geometry meets the area (a point on an edge
+//! or a vertex is inside). `enter`: not inside before, inside after; `exit`: the reverse
+//! (a row deleted, or no longer passing the `where`, exits); `inside`/`outside`: every change
+//! that leaves a row of the population inside/outside; `cross`: a point that was and stays
+//! outside while the segment between its two positions meets the area.
+
+use std::collections::BTreeMap;
+
+use geo::{Geometry, Intersects, Line, Point};
+use rstar::{AABB, RTree, primitives::GeomWithData, primitives::Rectangle};
+use serde_json::{Map, Value, json};
+
+use super::*;
+use crate::acl::FENCE_COLLECTION;
+use crate::spatial::{Location, Shape};
+use crate::store::Record;
+use crate::where_clause::{Datum, Row, Where};
+
+/// Where fence documents live: `/geoshard/fences/{name}.json`.
+pub const FENCE_PREFIX: &str = "/geoshard/fences/";
+
+/// The document URI of fence `name`.
+pub fn fence_uri(name: &str) -> String {
+    format!("{FENCE_PREFIX}{name}.json")
+}
+
+/// A transition a fence reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detect {
+    Enter,
+    Exit,
+    Inside,
+    Outside,
+    Cross,
+    /// Roaming: the row came within the distance of another.
+    Near,
+    /// Roaming: the row parted from another.
+    Far,
+}
+
+impl Detect {
+    pub const ALL: [Detect; 7] = [
+        Detect::Enter,
+        Detect::Exit,
+        Detect::Inside,
+        Detect::Outside,
+        Detect::Cross,
+        Detect::Near,
+        Detect::Far,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Detect::Enter => "enter",
+            Detect::Exit => "exit",
+            Detect::Inside => "inside",
+            Detect::Outside => "outside",
+            Detect::Cross => "cross",
+            Detect::Near => "near",
+            Detect::Far => "far",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Detect> {
+        Detect::ALL.into_iter().find(|d| d.name() == s)
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// Bounds of fences, from `Config`.
+#[derive(Debug, Clone, Copy)]
+pub struct FenceLimits {
+    /// Most fences defined at once.
+    pub max_fences: usize,
+    /// Most positions in a fence's area.
+    pub max_vertices: usize,
+}
+
+impl Default for FenceLimits {
+    fn default() -> Self {
+        FenceLimits {
+            max_fences: 100_000,
+            max_vertices: 100_000,
+        }
+    }
+}
+
+/// The area of a fence.
+#[derive(Debug, Clone)]
+pub enum Area {
+    /// A polygon or multipolygon.
+    Polygon(Geometry<f64>),
+    /// Within `meters` of a point (on the WGS84 ellipsoid).
+    Circle { center: [f64; 2], meters: f64 },
+    /// Roaming: within `meters` of a row of another layer.
+    Roam {
+        service: String,
+        layer: i64,
+        meters: f64,
+    },
+}
+
+/// A webhook: where a fence's events are posted, and the key their signature uses.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    pub url: String,
+    pub secret: String,
+}
+
+/// A fence as its document states it, checked.
+#[derive(Debug, Clone)]
+pub struct FenceSpec {
+    pub name: String,
+    pub service: String,
+    pub layer: i64,
+    pub where_text: Option<String>,
+    pub area: Area,
+    detect: u8,
+    pub webhook: Option<Webhook>,
+    /// Who defined it, and the roles whose reads its webhook carries.
+    pub owner: String,
+    pub owner_roles: RoleSet,
+    /// The document as written.
+    pub raw: Value,
+}
+
+impl FenceSpec {
+    pub fn detects(&self, d: Detect) -> bool {
+        self.detect & d.bit() != 0
+    }
+
+    pub fn detect_list(&self) -> Vec<&'static str> {
+        Detect::ALL
+            .into_iter()
+            .filter(|d| self.detects(*d))
+            .map(Detect::name)
+            .collect()
+    }
+
+    /// The definition as `GET /v1/fences/{name}` gives it: the document without the
+    /// webhook's secret.
+    pub fn public_json(&self) -> Value {
+        let mut v = self.raw.clone();
+        if let Some(hook) = v.get_mut("webhook").and_then(Value::as_object_mut) {
+            hook.remove("secret");
+        }
+        v
+    }
+}
+
+fn count_positions(g: &Geometry<f64>) -> usize {
+    use geo::CoordsIter;
+    g.coords_count()
+}
+
+/// Read and check a fence document's JSON.
+pub fn parse_fence(json: &Value, limits: FenceLimits) -> Result<FenceSpec, String> {
+    let obj = json.as_object().ok_or("a fence is a JSON object")?;
+    let text = |k: &str| -> Result<Option<String>, String> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!("{k}: not a string")),
+        }
+    };
+    let name = text("name")?.ok_or("name: missing")?;
+    check_name(&name)?;
+    let service = text("service")?.ok_or("service: missing")?;
+    let layer = obj
+        .get("layer")
+        .and_then(Value::as_i64)
+        .ok_or("layer: missing, or not an integer")?;
+    let where_text = text("where")?.filter(|w| !w.trim().is_empty());
+    let meters = |k: &str| -> Result<f64, String> {
+        let m = obj
+            .get(k)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| format!("{k}: missing, or not a number"))?;
+        if !(m.is_finite() && m > 0.0 && m <= 20_000_000.0) {
+            return Err(format!("{k}: {m} is not a distance in metres above 0"));
+        }
+        Ok(m)
+    };
+    let area = match (obj.get("geometry"), obj.get("point"), obj.get("roam")) {
+        (Some(g), None, None) => {
+            let geometry =
+                crate::spatial::parse_geojson(g).map_err(|e| format!("geometry: {e}"))?;
+            if !matches!(geometry, Geometry::Polygon(_) | Geometry::MultiPolygon(_)) {
+                return Err("geometry: a fence's area is a Polygon or a MultiPolygon".into());
+            }
+            let n = count_positions(&geometry);
+            if n > limits.max_vertices {
+                return Err(format!(
+                    "geometry: {n} positions, above max_fence_vertices ({})",
+                    limits.max_vertices
+                ));
+            }
+            Area::Polygon(geometry)
+        }
+        (None, Some(p), None) => {
+            let pair = p
+                .as_array()
+                .filter(|a| a.len() == 2)
+                .and_then(|a| Some([a[0].as_f64()?, a[1].as_f64()?]))
+                .ok_or("point: not [longitude, latitude]")?;
+            if !(-180.0..=180.0).contains(&pair[0]) || !(-90.0..=90.0).contains(&pair[1]) {
+                return Err("point: outside [-180, 180] x [-90, 90]".into());
+            }
+            Area::Circle {
+                center: pair,
+                meters: meters("radius")?,
+            }
+        }
+        (None, None, Some(r)) => {
+            let r = r.as_object().ok_or("roam: not an object")?;
+            Area::Roam {
+                service: r
+                    .get("service")
+                    .and_then(Value::as_str)
+                    .ok_or("roam.service: missing")?
+                    .to_string(),
+                layer: r
+                    .get("layer")
+                    .and_then(Value::as_i64)
+                    .ok_or("roam.layer: missing, or not an integer")?,
+                meters: {
+                    let m = r
+                        .get("distance")
+                        .and_then(Value::as_f64)
+                        .ok_or("roam.distance: missing, or not a number")?;
+                    if !(m.is_finite() && m > 0.0 && m <= 1_000_000.0) {
+                        return Err(format!("roam.distance: {m} is not in (0, 1000000] metres"));
+                    }
+                    m
+                },
+            }
+        }
+        (None, None, None) => {
+            return Err("a fence needs an area: geometry, point and radius, or roam".into());
+        }
+        _ => return Err("a fence has one area: geometry, point and radius, or roam".into()),
+    };
+    let roaming = matches!(area, Area::Roam { .. });
+    let mut detect = 0u8;
+    match obj.get("detect") {
+        None | Some(Value::Null) => {
+            detect = if roaming {
+                Detect::Near.bit() | Detect::Far.bit()
+            } else {
+                Detect::Enter.bit() | Detect::Exit.bit()
+            }
+        }
+        Some(Value::Array(list)) if !list.is_empty() => {
+            for d in list {
+                let d = d.as_str().and_then(Detect::parse).ok_or_else(|| {
+                    format!(
+                        "detect: {d} is not one of enter, exit, inside, outside, cross, near, far"
+                    )
+                })?;
+                if roaming != matches!(d, Detect::Near | Detect::Far) {
+                    return Err(format!(
+                        "detect: {} is for {} fences",
+                        d.name(),
+                        if roaming { "area" } else { "roaming" }
+                    ));
+                }
+                detect |= d.bit();
+            }
+        }
+        Some(_) => return Err("detect: a non-empty array of transitions".into()),
+    }
+    let webhook = match obj.get("webhook") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(h)) => {
+            let url = h
+                .get("url")
+                .and_then(Value::as_str)
+                .ok_or("webhook.url: missing")?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err("webhook.url: an http:// or https:// URL".into());
+            }
+            let secret = h
+                .get("secret")
+                .and_then(Value::as_str)
+                .ok_or("webhook.secret: missing (it keys the signature)")?;
+            if secret.len() < 16 {
+                return Err("webhook.secret: at least 16 bytes".into());
+            }
+            Some(Webhook {
+                url: url.to_string(),
+                secret: secret.to_string(),
+            })
+        }
+        Some(_) => return Err("webhook: an object with url and secret".into()),
+    };
+    let owner = text("owner")?.unwrap_or_default();
+    let owner_roles = RoleSet::from_bits(
+        obj.get("ownerRoles")
+            .and_then(Value::as_u64)
+            .and_then(|b| u8::try_from(b).ok())
+            .unwrap_or(0),
+    );
+    Ok(FenceSpec {
+        name,
+        service,
+        layer,
+        where_text,
+        area,
+        detect,
+        webhook,
+        owner,
+        owner_roles,
+        raw: json.clone(),
+    })
+}
+
+/// A fence's name: what its URLs and its document's URI hold.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "name: {name:?} is not 1 to 128 letters, digits, '-', '_' or '.'"
+        ))
+    }
+}
+
+/// A fence made ready against the catalog: its view, geometry path and prepared area.
+struct Active {
+    spec: Arc<FenceSpec>,
+    /// The geometry path of the layer, as the view's indexes name it.
+    path: String,
+    filter: Option<Where>,
+    test: Test,
+}
+
+enum Test {
+    Polygon {
+        shape: Shape,
+        geometry: Geometry<f64>,
+    },
+    Circle {
+        center: Geometry<f64>,
+        meters: f64,
+    },
+    Roam {
+        view: ViewKey,
+        path: String,
+        meters: f64,
+    },
+}
+
+impl Test {
+    /// Whether a geometry meets the area.
+    fn meets(&self, g: &Seen) -> bool {
+        match self {
+            Test::Polygon { shape, geometry } => match g.point {
+                Some((x, y)) => shape.locate(x, y) != Location::Exterior,
+                None => g.geometry.as_ref().is_some_and(|p| p.intersects(geometry)),
+            },
+            Test::Circle { center, meters } => g
+                .geometry
+                .as_ref()
+                .and_then(|p| crate::spatial::distance::within(p, center, *meters, None))
+                .unwrap_or(false),
+            Test::Roam { .. } => false,
+        }
+    }
+
+    /// Whether the segment between two points meets the area.
+    fn crossed(&self, a: (f64, f64), b: (f64, f64)) -> bool {
+        let line = Line::new(geo::coord! {x: a.0, y: a.1}, geo::coord! {x: b.0, y: b.1});
+        match self {
+            Test::Polygon { geometry, .. } => line.intersects(geometry),
+            Test::Circle { center, meters } => {
+                crate::spatial::distance::within(&Geometry::Line(line), center, *meters, None)
+                    .unwrap_or(false)
+            }
+            Test::Roam { .. } => false,
+        }
+    }
+
+    fn bbox(&self) -> Option<crate::spatial::pip::BBox> {
+        match self {
+            Test::Polygon { geometry, .. } => crate::spatial::predicate::bbox_of(geometry),
+            Test::Circle { center, meters } => crate::spatial::predicate::bbox_of(center)
+                .map(|b| crate::spatial::distance::around(&b, *meters)),
+            Test::Roam { .. } => None,
+        }
+    }
+}
+
+type FenceBox = GeomWithData<Rectangle<[f64; 2]>, usize>;
+
+/// The fences of one view and geometry path.
+#[derive(Default)]
+struct ViewFences {
+    fences: Vec<Active>,
+    /// Boxes of the area fences, by index into `fences`.
+    tree: RTree<FenceBox>,
+    /// Roaming fences, by index into `fences`.
+    roaming: Vec<usize>,
+}
+
+/// Every fence: as defined, and made ready against a catalog generation.
+#[derive(Default, Clone)]
+pub struct FenceSet {
+    /// By name.
+    specs: BTreeMap<String, Arc<FenceSpec>>,
+    /// By document URI, the name (a document may be deleted by URI).
+    by_uri: BTreeMap<String, String>,
+    ready: Option<Arc<Ready>>,
+}
+
+struct Ready {
+    generation: u64,
+    views: FastMap<ViewKey, ViewFences>,
+    /// Fences whose layer or `where` does not resolve, and why.
+    inactive: BTreeMap<String, String>,
+}
+
+impl FenceSet {
+    pub fn len(&self) -> usize {
+        self.specs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<FenceSpec>> {
+        self.specs.get(name).cloned()
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Arc<FenceSpec>> {
+        self.specs.values()
+    }
+
+    /// Why a fence makes no events, when it makes none (its layer or `where` does not
+    /// resolve against the catalog).
+    pub fn inactive(&self, name: &str) -> Option<String> {
+        self.ready.as_ref()?.inactive.get(name).cloned()
+    }
+
+    fn put(&mut self, uri: &str, spec: Option<FenceSpec>) {
+        if let Some(old) = self.by_uri.remove(uri) {
+            self.specs.remove(&old);
+        }
+        if let Some(spec) = spec {
+            self.by_uri.insert(uri.to_string(), spec.name.clone());
+            self.specs.insert(spec.name.clone(), Arc::new(spec));
+        }
+        self.ready = None;
+    }
+
+    /// Made ready against `catalog`, once per generation and fence change.
+    fn ready(&mut self, catalog: &Catalog, limits: WhereLimits) -> Arc<Ready> {
+        if let Some(r) = &self.ready
+            && r.generation == catalog.generation
+        {
+            return r.clone();
+        }
+        let mut ready = Ready {
+            generation: catalog.generation,
+            views: FastMap::default(),
+            inactive: BTreeMap::new(),
+        };
+        for spec in self.specs.values() {
+            match activate(catalog, spec, limits) {
+                Ok((key, active)) => {
+                    let vf = ready.views.entry(key).or_default();
+                    vf.fences.push(active);
+                }
+                Err(why) => {
+                    ready.inactive.insert(spec.name.clone(), why);
+                }
+            }
+        }
+        for vf in ready.views.values_mut() {
+            let boxes = vf
+                .fences
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| {
+                    let b = f.test.bbox()?;
+                    Some(GeomWithData::new(
+                        Rectangle::from_corners([b[0], b[1]], [b[2], b[3]]),
+                        i,
+                    ))
+                })
+                .collect();
+            vf.tree = RTree::bulk_load(boxes);
+            vf.roaming = (0..vf.fences.len())
+                .filter(|&i| matches!(vf.fences[i].test, Test::Roam { .. }))
+                .collect();
+        }
+        let ready = Arc::new(ready);
+        self.ready = Some(ready.clone());
+        ready
+    }
+}
+
+/// The view, geometry path and catalog layer of a service's layer.
+fn layer_of(catalog: &Catalog, service: &str, layer: i64) -> Result<(ViewKey, String), String> {
+    let descriptor = catalog
+        .descriptors
+        .values()
+        .find(|d| d.name == service)
+        .ok_or_else(|| format!("no service {service}"))?;
+    let layer = descriptor
+        .layers
+        .iter()
+        .find(|l| l.id == layer)
+        .ok_or_else(|| format!("service {service} has no layer {layer}"))?;
+    let view = catalog
+        .views
+        .get(&layer.view)
+        .ok_or_else(|| format!("no view {}", layer.view))?;
+    let path = view
+        .paths
+        .iter()
+        .find(|(_, p)| **p == layer.geometry_path)
+        .map(|(k, _)| k.clone())
+        .ok_or_else(|| format!("the layer's geometry path is not indexed in {}", layer.view))?;
+    Ok((layer.view.clone(), path))
+}
+
+fn activate(
+    catalog: &Catalog,
+    spec: &Arc<FenceSpec>,
+    limits: WhereLimits,
+) -> Result<(ViewKey, Active), String> {
+    let (key, path) = layer_of(catalog, &spec.service, spec.layer)?;
+    let def = &catalog.views[&key].def;
+    let filter = match &spec.where_text {
+        None => None,
+        Some(w) => Some(
+            Where::parse(w, &|name| def.column(name), limits).map_err(|e| format!("where: {e}"))?,
+        ),
+    };
+    let test = match &spec.area {
+        Area::Polygon(g) => Test::Polygon {
+            shape: Shape::new(g.clone()).ok_or("the area is not a polygon")?,
+            geometry: g.clone(),
+        },
+        Area::Circle { center, meters } => Test::Circle {
+            center: Geometry::Point(Point::new(center[0], center[1])),
+            meters: *meters,
+        },
+        Area::Roam {
+            service,
+            layer,
+            meters,
+        } => {
+            let (view, path) = layer_of(catalog, service, *layer)?;
+            Test::Roam {
+                view,
+                path,
+                meters: *meters,
+            }
+        }
+    };
+    Ok((
+        key,
+        Active {
+            spec: spec.clone(),
+            path,
+            filter,
+            test,
+        },
+    ))
+}
+
+/// A row as one side of a change sees it.
+#[derive(Clone, Default)]
+struct Seen {
+    id: Option<i64>,
+    readers: RoleSet,
+    cells: Vec<Datum<'static>>,
+    /// The geometry at the fence's path, as GeoJSON text.
+    json: Option<Value>,
+    point: Option<(f64, f64)>,
+    geometry: Option<Geometry<f64>>,
+}
+
+impl Row for Seen {
+    fn get(&self, column: usize) -> Datum<'_> {
+        self.cells.get(column).cloned().unwrap_or(Datum::Null)
+    }
+}
+
+fn owned(d: Datum<'_>) -> Datum<'static> {
+    match d {
+        Datum::Null => Datum::Null,
+        Datum::Int(i) => Datum::Int(i),
+        Datum::Float(f) => Datum::Float(f),
+        Datum::Str(s) => Datum::Str(std::borrow::Cow::Owned(s.into_owned())),
+        Datum::Bool(b) => Datum::Bool(b),
+        Datum::Date(ms) => Datum::Date(ms),
+    }
+}
+
+fn cell_datum(c: &Option<template::Cell>) -> Datum<'static> {
+    use template::Cell;
+    match c {
+        None => Datum::Null,
+        Some(Cell::Int(i)) => Datum::Int(*i),
+        Some(Cell::Float(f)) => Datum::Float(*f),
+        Some(Cell::Str(s)) => Datum::Str(std::borrow::Cow::Owned(s.to_string())),
+        Some(Cell::Bool(b)) => Datum::Bool(*b),
+        Some(Cell::Date(ms)) => Datum::Date(*ms),
+    }
+}
+
+fn datum_json(d: &Datum<'_>) -> Value {
+    match d {
+        Datum::Null => Value::Null,
+        Datum::Int(i) => json!(i),
+        Datum::Float(f) => json!(f),
+        Datum::Str(s) => json!(s),
+        Datum::Bool(b) => json!(b),
+        Datum::Date(ms) => json!(crate::time::format_datetime(*ms)),
+    }
+}
+
+fn geometry_out_json(g: &view::GeometryRef<'_>) -> Option<Value> {
+    match g {
+        view::GeometryRef::Point(x, y) => Some(json!({"type": "Point", "coordinates": [x, y]})),
+        view::GeometryRef::Json(bytes) => serde_json::from_slice(bytes).ok(),
+    }
+}
+
+impl Seen {
+    fn fill_geometry(&mut self, json: Option<Value>) {
+        let Some(json) = json else { return };
+        self.geometry = crate::spatial::parse_geojson(&json).ok();
+        if let Some(Geometry::Point(p)) = &self.geometry {
+            self.point = Some((p.x(), p.y()));
+        }
+        self.json = Some(json);
+    }
+
+    /// The row as the view holds it (its first row, for a document of several).
+    fn from_view(view: &ViewState, uri: &str, path: &str) -> Option<Seen> {
+        let data = view.data.read();
+        let slot = *data.slots_of(uri).first()?;
+        let row = data.row(slot);
+        let mut seen = Seen {
+            id: data.id_of(slot),
+            readers: RoleSet::from_bits(data.reader_bits(slot)),
+            cells: (0..view.def.columns.len())
+                .map(|c| owned(row.get(c)))
+                .collect(),
+            ..Seen::default()
+        };
+        let json = data
+            .geometry_column(path)
+            .get(slot)
+            .and_then(|g| geometry_out_json(&g));
+        seen.fill_geometry(json);
+        Some(seen)
+    }
+
+    /// The row as a change leaves it.
+    fn from_rows(
+        def: &ViewDef,
+        rows: &[view::NewRow],
+        readers: RoleSet,
+        path: &str,
+    ) -> Option<Seen> {
+        let row = rows.first()?;
+        let mut seen = Seen {
+            id: row.cells.get(def.id_column).and_then(|c| match c {
+                Some(template::Cell::Int(i)) => Some(*i),
+                _ => None,
+            }),
+            readers,
+            cells: row.cells.iter().map(cell_datum).collect(),
+            ..Seen::default()
+        };
+        let json = row
+            .geometries
+            .iter()
+            .find(|(p, _)| p == path)
+            .and_then(|(_, g)| g.as_ref())
+            .and_then(|g| geometry_out_json(&g.as_ref()));
+        seen.fill_geometry(json);
+        Some(seen)
+    }
+
+    fn properties(&self, def: &ViewDef) -> Value {
+        let mut m = Map::new();
+        for (c, d) in def.columns.iter().zip(&self.cells) {
+            m.insert(c.name.clone(), datum_json(d));
+        }
+        Value::Object(m)
+    }
+}
+
+/// What an event's body starts with: the roles that may read the row (one byte), then the
+/// event's JSON.
+pub fn event_readers(body: &[u8]) -> (RoleSet, &[u8]) {
+    match body.split_first() {
+        Some((r, rest)) => (RoleSet::from_bits(*r), rest),
+        None => (RoleSet::EMPTY, body),
+    }
+}
+
+struct Decided<'a> {
+    uri: &'a str,
+    def: &'a ViewDef,
+    time: u64,
+    out: Vec<Record>,
+}
+
+impl Decided<'_> {
+    fn push(
+        &mut self,
+        fence: &FenceSpec,
+        detect: Detect,
+        row: &Seen,
+        previous: Option<&Seen>,
+        extra: Option<(&str, Value)>,
+    ) {
+        let mut event = json!({
+            "fence": fence.name,
+            "detect": detect.name(),
+            "uri": self.uri,
+            "OBJECTID": row.id,
+            "properties": row.properties(self.def),
+            "geometry": row.json,
+            "previous": previous.and_then(|p| p.json.clone()),
+            "time": crate::time::format_datetime(self.time as i64),
+        });
+        if let Some((k, v)) = extra {
+            event[k] = v;
+        }
+        let mut body = vec![row.readers.bits()];
+        body.extend_from_slice(&serde_json::to_vec(&event).unwrap_or_default());
+        self.out.push(Record {
+            topic: fence.name.clone(),
+            time_ms: self.time,
+            body,
+        });
+    }
+}
+
+impl Features {
+    /// The fences defined now.
+    pub fn fences(&self) -> FenceSet {
+        self.fences.read().clone()
+    }
+
+    /// The geometry of the row of layer `layer` of `service` whose `OBJECTID` is `id`, when
+    /// `roles` may read the service and the row: the area of a fence on "this county".
+    pub fn feature_geometry(
+        &self,
+        service: &str,
+        layer: i64,
+        id: i64,
+        roles: RoleSet,
+    ) -> Result<Value, String> {
+        if self.descriptor(service, roles).is_none() {
+            return Err(format!("no service {service}"));
+        }
+        let catalog = self.catalog.read();
+        let (key, path) = layer_of(&catalog, service, layer)?;
+        let view = &catalog.views[&key];
+        let data = view.data.read();
+        let caller = crate::acl::Caller::new("", roles);
+        let slot = data
+            .live_slots()
+            .find(|&s| data.id_of(s) == Some(id) && data.readable(&caller, s))
+            .ok_or_else(|| format!("layer {layer} of {service} has no feature {id}"))?;
+        data.geometry_column(&path)
+            .get(slot)
+            .and_then(|g| geometry_out_json(&g))
+            .ok_or_else(|| format!("feature {id} has no geometry"))
+    }
+
+    /// Why `spec` would make no events against the catalog now (its layer, roaming layer or
+    /// `where` does not resolve), if it would not.
+    pub fn fence_problem(&self, spec: &FenceSpec) -> Option<String> {
+        let catalog = self.catalog.read();
+        activate(
+            &catalog,
+            &Arc::new(spec.clone()),
+            self.settings.where_limits,
+        )
+        .err()
+    }
+
+    /// Load the fences the store holds (at open).
+    pub(crate) fn load_fences(&self) -> Result<(), StoreError> {
+        let mut set = FenceSet::default();
+        let limits = self.settings.fences;
+        self.store.scan_documents_in(&[FENCE_COLLECTION], |doc| {
+            match parse_json(&doc).map(|j| parse_fence(&j, limits)) {
+                Some(Ok(spec)) => set.put(&doc.uri, Some(spec)),
+                Some(Err(e)) => tracing::warn!(uri = %doc.uri, error = %e, "stored fence ignored"),
+                None => tracing::warn!(uri = %doc.uri, "stored fence is not JSON; ignored"),
+            }
+            Ok(())
+        })?;
+        *self.fences.write() = set;
+        Ok(())
+    }
+
+    /// Check a fence document before it lands.
+    pub(crate) fn check_fence(&self, doc: &Document) -> Result<(), String> {
+        let json = parse_json(doc).ok_or("a fence is a JSON document")?;
+        let spec = parse_fence(&json, self.settings.fences)?;
+        if doc.uri != fence_uri(&spec.name) {
+            return Err(format!(
+                "fence {} belongs at {}",
+                spec.name,
+                fence_uri(&spec.name)
+            ));
+        }
+        let set = self.fences.read();
+        if set.get(&spec.name).is_none() && set.len() >= self.settings.fences.max_fences {
+            return Err(format!(
+                "{} fences are defined, max_fences allows no more",
+                set.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The events of a batch's changes, in order (the store's `decide`).
+    pub(crate) fn decide_events(&self, changes: &[Change]) -> Vec<Record> {
+        let touches_fences = |c: &Change| {
+            c.uri.starts_with(FENCE_PREFIX)
+                && (c
+                    .doc
+                    .as_deref()
+                    .is_some_and(|d| d.in_collection(FENCE_COLLECTION))
+                    || self.fences.read().by_uri.contains_key(&c.uri))
+        };
+        let fence_changes = changes.iter().any(touches_fences);
+        if self.fences.read().is_empty() && !fence_changes {
+            return Vec::new();
+        }
+        let catalog = self.catalog.read();
+        let mut set = self.fences.read().clone();
+        let mut ready = set.ready(&catalog, self.settings.where_limits);
+        let time = crate::time::now_ms();
+        let mut out = Vec::new();
+        // Each (document, view)'s row as the batch's earlier changes left it.
+        let mut overlay: HashMap<(&str, ViewKey), Option<Seen>> = HashMap::new();
+        for c in changes {
+            if touches_fences(c) {
+                let spec = c
+                    .doc
+                    .as_deref()
+                    .filter(|d| d.in_collection(FENCE_COLLECTION))
+                    .and_then(parse_json)
+                    .and_then(|j| parse_fence(&j, self.settings.fences).ok());
+                set.put(&c.uri, spec);
+                ready = set.ready(&catalog, self.settings.where_limits);
+                continue;
+            }
+            let doc = c.doc.as_deref();
+            let prepared = c
+                .prepared
+                .as_ref()
+                .and_then(|p| p.downcast_ref::<PreparedRows>())
+                .filter(|p| p.generation == catalog.generation);
+            let made;
+            let rows = match (doc, prepared) {
+                (None, _) => None,
+                (Some(_), Some(p)) => Some(p),
+                (Some(d), None) => {
+                    made = self.rows_of(&catalog, d).ok();
+                    made.as_ref()
+                }
+            };
+            for (key, vf) in &ready.views {
+                let Some(view) = catalog.views.get(key) else {
+                    continue;
+                };
+                let extracted = rows.and_then(|r| r.per_view.iter().find(|(k, _)| k == key));
+                let before = match overlay.get(&(c.uri.as_str(), key.clone())) {
+                    Some(seen) => seen.clone(),
+                    None => vf
+                        .fences
+                        .first()
+                        .and_then(|f| Seen::from_view(view, &c.uri, &f.path)),
+                };
+                if before.is_none() && extracted.is_none() {
+                    continue;
+                }
+                let readers = doc.map(readers_of).unwrap_or_default();
+                let path = vf.fences.first().map_or("", |f| f.path.as_str());
+                let after =
+                    extracted.and_then(|(_, e)| Seen::from_rows(&view.def, &e.rows, readers, path));
+                let mut decided = Decided {
+                    uri: &c.uri,
+                    def: &view.def,
+                    time,
+                    out: Vec::new(),
+                };
+                decide_row(
+                    &catalog,
+                    key,
+                    vf,
+                    before.as_ref(),
+                    after.as_ref(),
+                    &mut decided,
+                );
+                out.append(&mut decided.out);
+                overlay.insert((c.uri.as_str(), key.clone()), after);
+            }
+        }
+        if fence_changes {
+            *self.pending_fences.lock() = Some(set);
+        }
+        out
+    }
+
+    /// A commit's fence changes take effect (the hook's `committed`).
+    pub(crate) fn fences_committed(&self) {
+        if let Some(set) = self.pending_fences.lock().take() {
+            *self.fences.write() = set;
+        }
+    }
+}
+
+/// The row, when it is in the fence's population.
+fn passes<'s>(f: &Active, s: Option<&'s Seen>) -> Option<&'s Seen> {
+    s.filter(|s| f.filter.as_ref().is_none_or(|w| w.matches(*s)))
+}
+
+/// The events one row's change makes in one view's fences.
+fn decide_row(
+    catalog: &Catalog,
+    own: &ViewKey,
+    vf: &ViewFences,
+    before: Option<&Seen>,
+    after: Option<&Seen>,
+    out: &mut Decided<'_>,
+) {
+    // Candidates: fences whose box holds either position, or the segment between them.
+    let mut boxes = Vec::new();
+    for s in [before, after].into_iter().flatten() {
+        if let Some(b) = s
+            .geometry
+            .as_ref()
+            .and_then(crate::spatial::predicate::bbox_of)
+        {
+            boxes.push(b);
+        }
+    }
+    if boxes.len() == 2 {
+        let (a, b) = (boxes[0], boxes[1]);
+        boxes = vec![[
+            a[0].min(b[0]),
+            a[1].min(b[1]),
+            a[2].max(b[2]),
+            a[3].max(b[3]),
+        ]];
+    }
+    let mut candidates: Vec<usize> = boxes
+        .iter()
+        .flat_map(|b| {
+            vf.tree
+                .locate_in_envelope_intersecting(AABB::from_corners([b[0], b[1]], [b[2], b[3]]))
+                .map(|e| e.data)
+        })
+        .collect();
+    // `outside` is reported wherever the row is, so every such fence is a candidate.
+    candidates.extend((0..vf.fences.len()).filter(|&i| {
+        vf.fences[i].spec.detects(Detect::Outside)
+            && !matches!(vf.fences[i].test, Test::Roam { .. })
+    }));
+    candidates.sort_unstable();
+    candidates.dedup();
+    for i in candidates {
+        let f = &vf.fences[i];
+        let (was, is) = (passes(f, before), passes(f, after));
+        let was_in = was.is_some_and(|s| f.test.meets(s));
+        let is_in = is.is_some_and(|s| f.test.meets(s));
+        let spec = &f.spec;
+        match (was_in, is_in) {
+            (false, true) if spec.detects(Detect::Enter) => out.push(
+                spec,
+                Detect::Enter,
+                is.unwrap_or_default_ref(),
+                before,
+                None,
+            ),
+            (true, false) if spec.detects(Detect::Exit) => {
+                // A deleted row exits as it was.
+                let row = is.or(before).unwrap_or_default_ref();
+                out.push(spec, Detect::Exit, row, before, None)
+            }
+            _ => {}
+        }
+        if let Some(row) = is {
+            if is_in && spec.detects(Detect::Inside) {
+                out.push(spec, Detect::Inside, row, before, None);
+            }
+            if !is_in && spec.detects(Detect::Outside) {
+                out.push(spec, Detect::Outside, row, before, None);
+            }
+            if !is_in
+                && !was_in
+                && spec.detects(Detect::Cross)
+                && let (Some(a), Some(b)) = (was.and_then(|s| s.point), row.point)
+                && a != b
+                && f.test.crossed(a, b)
+            {
+                out.push(spec, Detect::Cross, row, before, None);
+            }
+        }
+    }
+    for &i in &vf.roaming {
+        let f = &vf.fences[i];
+        roam(
+            catalog,
+            f,
+            own,
+            (passes(f, before), passes(f, after)),
+            before,
+            out,
+        );
+    }
+}
+
+trait OrDefault<'a> {
+    fn unwrap_or_default_ref(self) -> &'a Seen;
+}
+
+impl<'a> OrDefault<'a> for Option<&'a Seen> {
+    fn unwrap_or_default_ref(self) -> &'a Seen {
+        static EMPTY: std::sync::OnceLock<Seen> = std::sync::OnceLock::new();
+        self.unwrap_or_else(|| EMPTY.get_or_init(Seen::default))
+    }
+}
+
+/// The `OBJECTID`s of the roaming fence's other layer's rows within its distance of `row`,
+/// leaving out the row itself.
+fn near(
+    catalog: &Catalog,
+    f: &Active,
+    row: Option<&Seen>,
+    own: &ViewKey,
+) -> std::collections::BTreeSet<i64> {
+    let mut out = std::collections::BTreeSet::new();
+    let (Test::Roam { view, path, meters }, Some(r)) = (&f.test, row) else {
+        return out;
+    };
+    let Some(g) = r.geometry.as_ref() else {
+        return out;
+    };
+    let Some(state) = catalog.views.get(view) else {
+        return out;
+    };
+    let Some(engine) = state.indexes.read().get(path).cloned() else {
+        return out;
+    };
+    let query = crate::spatial::Query::new(g.clone());
+    let Ok(slots) = engine.query_distance(&query, *meters, None) else {
+        return out;
+    };
+    let data = state.data.read();
+    for s in slots {
+        if let Some(id) = data.id_of(s)
+            && !(view == own && Some(id) == r.id)
+        {
+            out.insert(id);
+        }
+    }
+    out
+}
+
+fn roam(
+    catalog: &Catalog,
+    f: &Active,
+    own: &ViewKey,
+    (was, is): (Option<&Seen>, Option<&Seen>),
+    before: Option<&Seen>,
+    out: &mut Decided<'_>,
+) {
+    let then = near(catalog, f, was, own);
+    let now = near(catalog, f, is, own);
+    let spec = &f.spec;
+    let nearby = |id: &i64| Some(("nearby", json!({"OBJECTID": id})));
+    if spec.detects(Detect::Near)
+        && let Some(row) = is
+    {
+        for id in now.difference(&then) {
+            out.push(spec, Detect::Near, row, before, nearby(id));
+        }
+    }
+    if spec.detects(Detect::Far) {
+        let row = is.or(was).unwrap_or_default_ref();
+        for id in then.difference(&now) {
+            out.push(spec, Detect::Far, row, before, nearby(id));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> FenceLimits {
+        FenceLimits::default()
+    }
+
+    #[test]
+    fn fences_are_checked() {
+        let ok = json!({"name": "downtown", "service": "Fleet", "layer": 0,
+            "geometry": {"type": "Polygon", "coordinates": [[[0,0],[1,0],[1,1],[0,1],[0,0]]]},
+            "detect": ["enter", "exit", "cross"]});
+        let spec = parse_fence(&ok, limits()).unwrap();
+        assert_eq!(spec.detect_list(), ["enter", "exit", "cross"]);
+        let circle =
+            json!({"name": "a", "service": "S", "layer": 1, "point": [10, 20], "radius": 500});
+        assert!(
+            matches!(parse_fence(&circle, limits()).unwrap().area, Area::Circle { meters, .. } if meters == 500.0)
+        );
+        let bad = [
+            (
+                json!({"name": "a b", "service": "S", "layer": 0, "point": [0, 0], "radius": 1}),
+                "name",
+            ),
+            (
+                json!({"name": "a", "service": "S", "layer": 0}),
+                "needs an area",
+            ),
+            (
+                json!({"name": "a", "service": "S", "layer": 0, "point": [0, 0]}),
+                "radius",
+            ),
+            (
+                json!({"name": "a", "service": "S", "layer": 0, "point": [0, 0], "radius": -1}),
+                "radius",
+            ),
+            (
+                json!({"name": "a", "service": "S", "layer": 0, "geometry": {"type": "Point", "coordinates": [0, 0]}}),
+                "Polygon",
+            ),
+            (
+                json!({"name": "a", "service": "S", "layer": 0, "point": [0, 0], "radius": 1, "detect": ["arrive"]}),
+                "detect",
+            ),
+            (
+                json!({"name": "a", "service": "S", "layer": 0, "point": [0, 0], "radius": 1, "detect": ["near"]}),
+                "roaming",
+            ),
+            (
+                json!({"name": "a", "service": "S", "layer": 0, "point": [0, 0], "radius": 1, "webhook": {"url": "ftp://x", "secret": "0123456789abcdef"}}),
+                "webhook.url",
+            ),
+            (
+                json!({"name": "a", "service": "S", "layer": 0, "point": [0, 0], "radius": 1, "webhook": {"url": "http://x"}}),
+                "secret",
+            ),
+        ];
+        for (doc, says) in bad {
+            let e = parse_fence(&doc, limits()).unwrap_err();
+            assert!(e.contains(says), "{doc}: {e}");
+        }
+        let few = FenceLimits {
+            max_vertices: 4,
+            ..limits()
+        };
+        assert!(
+            parse_fence(&ok, few)
+                .unwrap_err()
+                .contains("max_fence_vertices")
+        );
+    }
+
+    #[test]
+    fn public_json_hides_the_secret() {
+        let doc = json!({"name": "a", "service": "S", "layer": 0, "point": [0, 0], "radius": 1,
+            "webhook": {"url": "http://x/y", "secret": "0123456789abcdef"}});
+        let spec = parse_fence(&doc, limits()).unwrap();
+        assert_eq!(spec.public_json()["webhook"], json!({"url": "http://x/y"}));
+    }
+}
