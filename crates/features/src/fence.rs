@@ -137,6 +137,8 @@ pub struct FenceSpec {
     /// Who defined it, and the roles whose reads its webhook carries.
     pub owner: String,
     pub owner_roles: RoleSet,
+    /// The store's last event when it was defined: its webhook starts after it.
+    pub since: u64,
     /// The document as written.
     pub raw: Value,
 }
@@ -318,6 +320,7 @@ pub fn parse_fence(json: &Value, limits: FenceLimits) -> Result<FenceSpec, Strin
             .unwrap_or(0),
     );
     Ok(FenceSpec {
+        since: obj.get("since").and_then(Value::as_u64).unwrap_or(0),
         name,
         service,
         layer,
@@ -351,6 +354,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// A fence made ready against the catalog: its view, geometry path and prepared area.
 struct Active {
     spec: Arc<FenceSpec>,
+    /// The area's box (`None`: roaming).
+    bbox: Option<crate::spatial::pip::BBox>,
     /// The geometry path of the layer, as the view's indexes name it.
     path: String,
     filter: Option<Where>,
@@ -418,9 +423,14 @@ type FenceBox = GeomWithData<Rectangle<[f64; 2]>, usize>;
 /// The fences of one view and geometry path.
 #[derive(Default)]
 struct ViewFences {
-    fences: Vec<Active>,
+    fences: Vec<Arc<Active>>,
     /// Boxes of the area fences, by index into `fences`.
     tree: RTree<FenceBox>,
+    /// Boxes of the area fences that report `cross`: the segment between two positions is
+    /// looked up here alone, since a long one meets many boxes.
+    crossing: RTree<FenceBox>,
+    /// Area fences that report `outside`: wherever a row is, they are candidates.
+    outside: Vec<usize>,
     /// Roaming fences, by index into `fences`.
     roaming: Vec<usize>,
 }
@@ -432,8 +442,14 @@ pub struct FenceSet {
     specs: BTreeMap<String, Arc<FenceSpec>>,
     /// By document URI, the name (a document may be deleted by URI).
     by_uri: BTreeMap<String, String>,
+    /// By name, each fence made ready against catalog generation `compiled_at` (or why it
+    /// cannot be): kept across fence changes, so a change prepares only its own fence.
+    compiled: FastMap<String, Compiled>,
+    compiled_at: u64,
     ready: Option<Arc<Ready>>,
 }
+
+type Compiled = Result<(ViewKey, Arc<Active>), String>;
 
 struct Ready {
     generation: u64,
@@ -468,20 +484,32 @@ impl FenceSet {
     fn put(&mut self, uri: &str, spec: Option<FenceSpec>) {
         if let Some(old) = self.by_uri.remove(uri) {
             self.specs.remove(&old);
+            self.compiled.remove(&old);
         }
         if let Some(spec) = spec {
+            self.compiled.remove(&spec.name);
             self.by_uri.insert(uri.to_string(), spec.name.clone());
             self.specs.insert(spec.name.clone(), Arc::new(spec));
         }
         self.ready = None;
     }
 
+    /// The fences made ready against `catalog`, if they are.
+    fn fresh(&self, catalog: &Catalog) -> Option<Arc<Ready>> {
+        self.ready
+            .as_ref()
+            .filter(|r| r.generation == catalog.generation)
+            .cloned()
+    }
+
     /// Made ready against `catalog`, once per generation and fence change.
     fn ready(&mut self, catalog: &Catalog, limits: WhereLimits) -> Arc<Ready> {
-        if let Some(r) = &self.ready
-            && r.generation == catalog.generation
-        {
-            return r.clone();
+        if let Some(r) = self.fresh(catalog) {
+            return r;
+        }
+        if self.compiled_at != catalog.generation {
+            self.compiled.clear();
+            self.compiled_at = catalog.generation;
         }
         let mut ready = Ready {
             generation: catalog.generation,
@@ -489,28 +517,45 @@ impl FenceSet {
             inactive: BTreeMap::new(),
         };
         for spec in self.specs.values() {
-            match activate(catalog, spec, limits) {
+            let compiled = self
+                .compiled
+                .entry(spec.name.clone())
+                .or_insert_with(|| activate(catalog, spec, limits).map(|(k, a)| (k, Arc::new(a))));
+            match compiled {
                 Ok((key, active)) => {
-                    let vf = ready.views.entry(key).or_default();
-                    vf.fences.push(active);
+                    let vf = ready.views.entry(key.clone()).or_default();
+                    vf.fences.push(active.clone());
                 }
                 Err(why) => {
-                    ready.inactive.insert(spec.name.clone(), why);
+                    ready.inactive.insert(spec.name.clone(), why.clone());
                 }
             }
         }
         for vf in ready.views.values_mut() {
-            let boxes = vf
+            let boxes: Vec<FenceBox> = vf
                 .fences
                 .iter()
                 .enumerate()
                 .filter_map(|(i, f)| {
-                    let b = f.test.bbox()?;
+                    let b = f.bbox?;
                     Some(GeomWithData::new(
                         Rectangle::from_corners([b[0], b[1]], [b[2], b[3]]),
                         i,
                     ))
                 })
+                .collect();
+            let detects = |i: usize, d: Detect| vf.fences[i].spec.detects(d);
+            vf.crossing = RTree::bulk_load(
+                boxes
+                    .iter()
+                    .filter(|b| detects(b.data, Detect::Cross))
+                    .cloned()
+                    .collect(),
+            );
+            vf.outside = boxes
+                .iter()
+                .map(|b| b.data)
+                .filter(|&i| detects(i, Detect::Outside))
                 .collect();
             vf.tree = RTree::bulk_load(boxes);
             vf.roaming = (0..vf.fences.len())
@@ -586,6 +631,7 @@ fn activate(
     Ok((
         key,
         Active {
+            bbox: test.bbox(),
             spec: spec.clone(),
             path,
             filter,
@@ -770,7 +816,7 @@ impl Decided<'_> {
 
 impl Features {
     /// The fences defined now.
-    pub fn fences(&self) -> FenceSet {
+    pub fn fences(&self) -> Arc<FenceSet> {
         self.fences.read().clone()
     }
 
@@ -825,7 +871,7 @@ impl Features {
             }
             Ok(())
         })?;
-        *self.fences.write() = set;
+        *self.fences.write() = Arc::new(set);
         Ok(())
     }
 
@@ -852,21 +898,34 @@ impl Features {
 
     /// The events of a batch's changes, in order (the store's `decide`).
     pub(crate) fn decide_events(&self, changes: &[Change]) -> Vec<Record> {
+        // A fence written, or anything deleted or written at a fence's URI (a fence deleted,
+        // perhaps one this batch defined).
         let touches_fences = |c: &Change| {
             c.uri.starts_with(FENCE_PREFIX)
-                && (c
-                    .doc
+                && c.doc
                     .as_deref()
-                    .is_some_and(|d| d.in_collection(FENCE_COLLECTION))
-                    || self.fences.read().by_uri.contains_key(&c.uri))
+                    .is_none_or(|d| d.in_collection(FENCE_COLLECTION))
+                || self.fences.read().by_uri.contains_key(&c.uri)
         };
         let fence_changes = changes.iter().any(touches_fences);
-        if self.fences.read().is_empty() && !fence_changes {
+        let current = self.fences.read().clone();
+        if current.is_empty() && !fence_changes {
             return Vec::new();
         }
         let catalog = self.catalog.read();
-        let mut set = self.fences.read().clone();
-        let mut ready = set.ready(&catalog, self.settings.where_limits);
+        let limits = self.settings.where_limits;
+        let mut ready = match current.fresh(&catalog) {
+            Some(r) => r,
+            None => {
+                // Made ready once for the commits to come, not once for each.
+                let mut made = (*current).clone();
+                let r = made.ready(&catalog, limits);
+                *self.fences.write() = Arc::new(made);
+                r
+            }
+        };
+        // The fences as this batch's changes leave them, once one does.
+        let mut changed: Option<FenceSet> = None;
         let time = crate::time::now_ms();
         let mut out = Vec::new();
         // Each (document, view)'s row as the batch's earlier changes left it.
@@ -879,8 +938,9 @@ impl Features {
                     .filter(|d| d.in_collection(FENCE_COLLECTION))
                     .and_then(parse_json)
                     .and_then(|j| parse_fence(&j, self.settings.fences).ok());
+                let set = changed.get_or_insert_with(|| (*self.fences.read().clone()).clone());
                 set.put(&c.uri, spec);
-                ready = set.ready(&catalog, self.settings.where_limits);
+                ready = set.ready(&catalog, limits);
                 continue;
             }
             let doc = c.doc.as_deref();
@@ -935,8 +995,8 @@ impl Features {
                 overlay.insert((c.uri.as_str(), key.clone()), after);
             }
         }
-        if fence_changes {
-            *self.pending_fences.lock() = Some(set);
+        if let Some(set) = changed {
+            *self.pending_fences.lock() = Some(Arc::new(set));
         }
         out
     }
@@ -963,39 +1023,31 @@ fn decide_row(
     after: Option<&Seen>,
     out: &mut Decided<'_>,
 ) {
-    // Candidates: fences whose box holds either position, or the segment between them.
-    let mut boxes = Vec::new();
+    // Candidates: fences whose box holds either position; those that report `cross`, whose
+    // box meets the segment between two points; those that report `outside`, all.
+    let look = |tree: &RTree<FenceBox>, b: [f64; 4], into: &mut Vec<usize>| {
+        let env = AABB::from_corners([b[0], b[1]], [b[2], b[3]]);
+        into.extend(tree.locate_in_envelope_intersecting(env).map(|e| e.data));
+    };
+    let mut candidates: Vec<usize> = Vec::new();
     for s in [before, after].into_iter().flatten() {
-        if let Some(b) = s
+        if let Some((x, y)) = s.point {
+            look(&vf.tree, [x, y, x, y], &mut candidates);
+        } else if let Some(b) = s
             .geometry
             .as_ref()
             .and_then(crate::spatial::predicate::bbox_of)
         {
-            boxes.push(b);
+            look(&vf.tree, b, &mut candidates);
         }
     }
-    if boxes.len() == 2 {
-        let (a, b) = (boxes[0], boxes[1]);
-        boxes = vec![[
-            a[0].min(b[0]),
-            a[1].min(b[1]),
-            a[2].max(b[2]),
-            a[3].max(b[3]),
-        ]];
+    if let (Some(a), Some(b)) = (before.and_then(|s| s.point), after.and_then(|s| s.point))
+        && vf.crossing.size() > 0
+    {
+        let segment = [a.0.min(b.0), a.1.min(b.1), a.0.max(b.0), a.1.max(b.1)];
+        look(&vf.crossing, segment, &mut candidates);
     }
-    let mut candidates: Vec<usize> = boxes
-        .iter()
-        .flat_map(|b| {
-            vf.tree
-                .locate_in_envelope_intersecting(AABB::from_corners([b[0], b[1]], [b[2], b[3]]))
-                .map(|e| e.data)
-        })
-        .collect();
-    // `outside` is reported wherever the row is, so every such fence is a candidate.
-    candidates.extend((0..vf.fences.len()).filter(|&i| {
-        vf.fences[i].spec.detects(Detect::Outside)
-            && !matches!(vf.fences[i].test, Test::Roam { .. })
-    }));
+    candidates.extend_from_slice(&vf.outside);
     candidates.sort_unstable();
     candidates.dedup();
     for i in candidates {

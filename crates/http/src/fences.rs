@@ -200,6 +200,7 @@ where
         obj.insert("geometry".into(), g);
     }
     obj.insert("owner".into(), json!(ctx.caller.name()));
+    obj.insert("since".into(), json!(app.store.last_event()?));
     obj.insert("ownerRoles".into(), json!(roles.bits()));
     let spec = fence::parse_fence(&doc, app.features.settings().fences).map_err(invalid)?;
     if app.features.descriptor(&spec.service, roles).is_none() {
@@ -511,7 +512,6 @@ impl Webhooks {
             }
             keep
         });
-        let last = app.store.last_event().unwrap_or(0);
         for (name, spec) in wanted {
             if state.running.contains_key(&name) {
                 continue;
@@ -519,7 +519,11 @@ impl Webhooks {
             let Some(hook) = spec.webhook.clone() else {
                 continue;
             };
-            let cursor = *state.saved.cursors.entry(name.clone()).or_insert(last);
+            let cursor = *state
+                .saved
+                .cursors
+                .entry(name.clone())
+                .or_insert(spec.since);
             let task = tokio::spawn(deliver(
                 self.clone(),
                 app.clone(),
@@ -552,20 +556,62 @@ impl Webhooks {
     }
 }
 
+/// Cluster mode: publish each commit's events on NATS (`Cluster::publish_events`).
+pub(crate) async fn follow_cluster(app: Arc<App>) {
+    let mut hub = app.events.tx.subscribe();
+    loop {
+        match hub.recv().await {
+            Ok(batch) => {
+                let Some(cluster) = app.cluster.get() else {
+                    continue;
+                };
+                let (first, records) = &*batch;
+                let events = records
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let (_, json) = event_readers(&r.body);
+                        (
+                            first + i as u64,
+                            r.topic.clone(),
+                            Bytes::copy_from_slice(json),
+                        )
+                    })
+                    .collect();
+                cluster.publish_events(events);
+            }
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "geofence events fell behind; not all were published on NATS"
+                );
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
 /// Keep a delivery task for each fence with a webhook while the server runs.
 pub(crate) async fn follow_webhooks(app: Arc<App>) {
     let mut hub = app.events.tx.subscribe();
+    let mut seen: Option<Arc<fence::FenceSet>> = None;
     let mut last: Vec<(String, String)> = Vec::new();
     loop {
-        let now: Vec<(String, String)> = app
-            .features
-            .fences()
-            .all()
-            .filter_map(|s| Some((s.name.clone(), s.webhook.as_ref()?.url.clone())))
-            .collect();
-        if now != last {
-            app.webhooks.reconcile(&app);
-            last = now;
+        // Looked at again only when the fences were replaced (a fence or the catalog changed).
+        let fences = app.features.fences();
+        if !seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &fences)) {
+            let now: Vec<(String, String)> = fences
+                .all()
+                .filter_map(|s| {
+                    let hook = s.webhook.as_ref()?;
+                    Some((s.name.clone(), hook.url.clone()))
+                })
+                .collect();
+            if now != last {
+                app.webhooks.reconcile(&app);
+                last = now;
+            }
+            seen = Some(fences);
         }
         // A fence is defined by a commit, which wakes this; or a second passes.
         let _ = tokio::time::timeout(Duration::from_secs(1), hub.recv()).await;
