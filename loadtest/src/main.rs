@@ -151,6 +151,16 @@ enum Command {
         /// Write each measured PUT to this file: its start (Unix ms) and latency (µs).
         #[arg(long)]
         latencies: Option<PathBuf>,
+        /// Move the written points at random within this box (`xmin,ymin,xmax,ymax`).
+        #[arg(long, value_parser = parse_bbox)]
+        bbox: Option<[f64; 4]>,
+        /// PUTs a second over all connections, evenly paced (default: as fast as answered).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// With `--bbox` and `--places`: each place stays within this many degrees of a home
+        /// drawn from its id (a random walk around it), instead of jumping over the whole box.
+        #[arg(long)]
+        jitter: Option<f64>,
     },
 }
 
@@ -360,6 +370,9 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             flow,
             places,
             latencies,
+            bbox,
+            rate,
+            jitter,
         } => runtime(threads)?.block_on(put(
             addr,
             &user,
@@ -369,6 +382,7 @@ fn dispatch(command: Command) -> Result<(), BoxError> {
             flow,
             places,
             latencies,
+            Moves { bbox, rate, jitter },
         )),
     }
 }
@@ -501,6 +515,36 @@ fn health_counter(v: &serde_json::Value, name: &str) -> u64 {
     v[name].as_u64().unwrap_or(0)
 }
 
+fn parse_bbox(s: &str) -> Result<[f64; 4], String> {
+    let v: Vec<f64> = s
+        .split(',')
+        .map(|p| p.trim().parse::<f64>().map_err(|e| format!("{p}: {e}")))
+        .collect::<Result<_, _>>()?;
+    <[f64; 4]>::try_from(v).map_err(|_| "xmin,ymin,xmax,ymax".to_string())
+}
+
+/// Where written points go and how fast they are written.
+#[derive(Clone, Copy)]
+struct Moves {
+    bbox: Option<[f64; 4]>,
+    rate: Option<f64>,
+    jitter: Option<f64>,
+}
+
+/// A position in `b` drawn from `(c, i)` (a splitmix hash: the same run writes the same).
+fn spot(b: &[f64; 4], c: usize, i: u64) -> (f64, f64) {
+    let mut z =
+        (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let (u, v) = (
+        (z >> 32) as f64 / 4_294_967_296.0,
+        (z & 0xffff_ffff) as f64 / 4_294_967_296.0,
+    );
+    (b[0] + u * (b[2] - b[0]), b[1] + v * (b[3] - b[1]))
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn put(
     addr: SocketAddr,
@@ -511,6 +555,7 @@ async fn put(
     flow: Option<String>,
     places: Option<u64>,
     latencies: Option<PathBuf>,
+    moves: Moves,
 ) -> Result<(), BoxError> {
     let flow = match flow.as_deref().map(|f| f.split_once(':')) {
         None => None,
@@ -535,8 +580,24 @@ async fn put(
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
             let mut each: Vec<(u64, u64)> = Vec::new();
             let mut i = 0u64;
+            let every = moves
+                .rate
+                .map(|r| Duration::from_secs_f64(connections as f64 / r.max(1e-3)));
+            let begun = tokio::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                let (x, y) = ((i % 360) as f64 - 180.0, (c % 180) as f64 - 90.0);
+                if let Some(every) = every {
+                    tokio::time::sleep_until(begun + every * i as u32).await;
+                }
+                let (x, y) = match (&moves.bbox, moves.jitter, places) {
+                    (Some(b), Some(d), Some(n)) => {
+                        let id = 1 + (c as u64 * 7_919 + i * 104_729) % n.max(1);
+                        let (hx, hy) = spot(b, 0, id);
+                        let (dx, dy) = spot(&[-d, -d, d, d], c, i);
+                        (hx + dx, hy + dy)
+                    }
+                    (Some(b), _, _) => spot(b, c, i),
+                    _ => ((i % 360) as f64 - 180.0, (c % 180) as f64 - 90.0),
+                };
                 let (target, body) = match &flow {
                     None if places.is_some() => {
                         let n = places.unwrap_or(1).max(1);

@@ -44,6 +44,14 @@ fn mover(id: i64, kind: &str, p: (f64, f64)) -> Value {
     json!({"id": id, "kind": kind, "geometry": {"type": "Point", "coordinates": [p.0, p.1]}})
 }
 
+/// The URIs of events, in order.
+fn uris_of(events: &[(u64, Value)]) -> Vec<&str> {
+    events
+        .iter()
+        .map(|(_, e)| e["uri"].as_str().unwrap())
+        .collect()
+}
+
 fn put_fence(c: &mut Client, name: &str, body: &Value) -> Response {
     c.put_json(&format!("/v1/fences/{name}"), &body.to_string())
 }
@@ -784,10 +792,7 @@ fn events_resume_after_a_disconnect_and_a_restart() {
         2,
         Duration::from_millis(300),
     );
-    let uris: Vec<&str> = resumed
-        .iter()
-        .map(|(_, e)| e["uri"].as_str().unwrap())
-        .collect();
+    let uris = uris_of(&resumed);
     assert_eq!(uris, ["/movers/4.json", "/movers/5.json"]);
     let last = resumed[1].0;
     write(&mut c, 6);
@@ -806,10 +811,7 @@ fn events_resume_after_a_disconnect_and_a_restart() {
         2,
         Duration::from_millis(300),
     );
-    let uris: Vec<&str> = after
-        .iter()
-        .map(|(_, e)| e["uri"].as_str().unwrap())
-        .collect();
+    let uris = uris_of(&after);
     assert_eq!(uris, ["/movers/6.json", "/movers/7.json"]);
     let all = read_events(
         srv.addr,
@@ -862,10 +864,7 @@ fn subscribers_get_only_what_they_may_read() {
         1,
         Duration::from_millis(500),
     );
-    let uris: Vec<&str> = reader
-        .iter()
-        .map(|(_, e)| e["uri"].as_str().unwrap())
-        .collect();
+    let uris = uris_of(&reader);
     assert_eq!(uris, ["/movers/1.json"]);
     let admin = read_events(
         srv.addr,
@@ -1115,4 +1114,121 @@ fn no_event_lost_or_repeated_across_kills() {
         srv = ChildServer::start(dir.path(), &[]);
     }
     srv.stop();
+}
+
+#[test]
+fn in_a_cluster_events_are_published_on_nats_once_each() {
+    use crate::cluster::{Nats, SECRET, wait_ready};
+    let nats = Nats::start("fences-nats");
+    let name = "fenced";
+    let dirs = [temp_dir("fences-node-a"), temp_dir("fences-node-b")];
+    let nodes: Vec<ChildServer> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            seed_users(d.path());
+            let urls = nats.urls(i);
+            let node = format!("n{i}");
+            let s = ChildServer::start(
+                d.path(),
+                &[
+                    ("GEOSHARD_CLUSTER", urls.as_str()),
+                    ("GEOSHARD_CLUSTER_SECRET", SECRET),
+                    ("GEOSHARD_NODE", node.as_str()),
+                    ("GEOSHARD_CLUSTER_NAME", name),
+                ],
+            );
+            wait_ready(&s);
+            s
+        })
+        .collect();
+    let mut a = nodes[0].client(GEO);
+    point_layer(&mut a, "Fleet", "movers");
+    let unit = json!({"service": "Fleet", "layer": 0, "detect": ["enter", "exit"],
+        "geometry": {"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1], [0, 0]]]}});
+    let r = put_fence(&mut a, "unit", &unit);
+    assert_eq!(r.status, 201, "{}", r.text());
+    // Written through the other node: each node decides the same events.
+    let mut b = nodes[1].client(GEO);
+    let after = crate::cluster::sequence(&r);
+    let mut last = after;
+    for at in [(0.5, 0.5), (2.0, 2.0), (0.25, 0.75)] {
+        let r = b.request(
+            "PUT",
+            &format!(
+                "/v1/documents?uri={}&collection=movers",
+                enc("/movers/1.json")
+            ),
+            &[
+                ("X-Geoshard-After", last.to_string().as_str()),
+                ("Content-Type", "application/json"),
+            ],
+            mover(1, "truck", at).to_string().as_bytes(),
+        );
+        assert!(r.status == 201 || r.status == 204, "{}", r.text());
+        last = crate::cluster::sequence(&r);
+    }
+    let want = ["enter", "exit", "enter"];
+    for node in &nodes {
+        let got = read_events(
+            node.addr,
+            GEO,
+            "/v1/fences/unit/events",
+            Some(0),
+            3,
+            Duration::from_millis(300),
+        );
+        let kinds: Vec<&str> = got
+            .iter()
+            .map(|(_, e)| e["detect"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, want, "node {}", node.addr);
+    }
+    // On NATS: each event once, in order, though both nodes published it.
+    let stream = format!("GEOSHARD_{}_EVENTS", name.to_uppercase());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let published: Vec<(String, Value)> = rt.block_on(async {
+        let client = async_nats::connect(nats.urls(0).split(',').collect::<Vec<_>>().as_slice())
+            .await
+            .unwrap();
+        let js = async_nats::jetstream::new(client);
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut s = js.get_stream(&stream).await.unwrap();
+            let n = s.info().await.unwrap().state.messages;
+            if n >= 3 || Instant::now() > until {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // Both nodes have published by now; let a late duplicate arrive if one would.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let s = js.get_stream(&stream).await.unwrap();
+        let mut out = Vec::new();
+        let mut seq = 1;
+        while let Ok(m) = s.get_raw_message(seq).await {
+            out.push((
+                m.subject.to_string(),
+                serde_json::from_slice(&m.payload).unwrap(),
+            ));
+            seq += 1;
+        }
+        out
+    });
+    let kinds: Vec<&str> = published
+        .iter()
+        .map(|(_, e)| e["detect"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, want, "{published:?}");
+    assert!(
+        published
+            .iter()
+            .all(|(s, _)| s == &format!("geoshard-events.{name}.unit"))
+    );
+    for n in nodes {
+        n.stop();
+    }
 }

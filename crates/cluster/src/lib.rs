@@ -200,7 +200,12 @@ pub struct Cluster {
     inner: Arc<Inner>,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     handle: tokio::runtime::Handle,
+    /// Geofence events to publish, in commit order (see [`Cluster::publish_events`]).
+    events: std::sync::OnceLock<mpsc::UnboundedSender<Vec<FenceEvent>>>,
 }
+
+/// A geofence event to publish: its number, its fence, and its JSON.
+pub type FenceEvent = (u64, String, bytes::Bytes);
 
 impl Cluster {
     /// Connect, make sure the stream and the registry exist, put the log in front of
@@ -223,6 +228,7 @@ impl Cluster {
             inner: inner.clone(),
             runtime: Mutex::new(Some(runtime)),
             handle: handle.clone(),
+            events: std::sync::OnceLock::new(),
         });
         inner.store.set_log(cluster.clone());
         handle.spawn(follow(inner.clone()));
@@ -281,6 +287,30 @@ impl Cluster {
                     .is_ok()
         };
         tokio::time::timeout(limit, both).await.unwrap_or(false)
+    }
+
+    /// The JetStream stream geofence events are published to, and its subjects'
+    /// prefix: `geoshard-events.<cluster>.<fence>` (outside the log's subjects).
+    pub fn events_stream(&self) -> (String, String) {
+        let s = &self.inner.settings;
+        (
+            format!("{}_EVENTS", s.stream()),
+            format!("geoshard-events.{}", s.name),
+        )
+    }
+
+    /// Publish geofence events, in order, on their fence's subject. Every node decides the
+    /// same events under the same numbers and publishes them; the message id (fence and
+    /// number) has JetStream keep one copy of each, so a subscriber gets each once while any
+    /// node is up.
+    pub fn publish_events(&self, events: Vec<FenceEvent>) {
+        let tx = self.events.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            self.handle
+                .spawn(publish_events(self.inner.clone(), self.events_stream(), rx));
+            tx
+        });
+        let _ = tx.send(events);
     }
 
     /// Stop following and close the connection.
@@ -382,6 +412,49 @@ async fn log_stream(
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => return Err(js_error(e)),
+        }
+    }
+}
+
+/// The events stream's retention: as long as a week of events, or 1 GiB.
+const EVENTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+const EVENTS_MAX_BYTES: i64 = 1 << 30;
+
+async fn publish_events(
+    inner: Arc<Inner>,
+    (stream, prefix): (String, String),
+    mut rx: mpsc::UnboundedReceiver<Vec<FenceEvent>>,
+) {
+    let made = inner
+        .js
+        .get_or_create_stream(jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec![format!("{prefix}.>")],
+            num_replicas: inner.settings.replicas,
+            duplicate_window: DUPLICATE_WINDOW,
+            max_age: EVENTS_MAX_AGE,
+            max_bytes: EVENTS_MAX_BYTES,
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await;
+    if let Err(e) = made {
+        tracing::error!(error = %e, stream, "cannot make the geofence events' stream; events are not published on NATS");
+        return;
+    }
+    while let Some(batch) = rx.recv().await {
+        for (n, fence, body) in batch {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", format!("{fence}:{n}").as_str());
+            headers.insert("Geoshard-Event-Id", n.to_string().as_str());
+            let subject = format!("{prefix}.{fence}");
+            let acked = match inner.js.publish_with_headers(subject, headers, body).await {
+                Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = acked {
+                tracing::warn!(error = %e, fence, event = n, "a geofence event was not published on NATS");
+            }
         }
     }
 }

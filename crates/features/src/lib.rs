@@ -190,10 +190,10 @@ pub struct Features {
     /// Map tiles kept once made; writes drop those they meet.
     tiles: tile_cache::TileCache,
     /// The geofences as committed.
-    fences: RwLock<fence::FenceSet>,
+    fences: RwLock<Arc<fence::FenceSet>>,
     /// The fences as the batch being committed leaves them, set by `decide_events`, in place
     /// once it has committed.
-    pending_fences: parking_lot::Mutex<Option<fence::FenceSet>>,
+    pending_fences: parking_lot::Mutex<Option<Arc<fence::FenceSet>>>,
     /// Told each commit's events, once durable (the server's delivery).
     on_events: RwLock<Option<EventSink>>,
 }
@@ -271,7 +271,7 @@ impl Features {
             unverified: parking_lot::Mutex::new(Vec::new()),
             untrusted: parking_lot::Mutex::new(HashMap::new()),
             starting_rebuild: parking_lot::Mutex::new(()),
-            fences: RwLock::new(fence::FenceSet::default()),
+            fences: RwLock::new(Arc::new(fence::FenceSet::default())),
             pending_fences: parking_lot::Mutex::new(None),
             on_events: RwLock::new(None),
         });

@@ -217,6 +217,7 @@ impl Server {
             tracing::info!(cpus = ?pinned, "io threads bound to CPUs");
         }
         let webhooks = tokio::spawn(fences::follow_webhooks(app.clone()));
+        let published = tokio::spawn(fences::follow_cluster(app.clone()));
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -300,6 +301,7 @@ impl Server {
         // Event streams end; webhooks stop where their cursors say, to resume at the next start.
         app.events.close();
         webhooks.abort();
+        published.abort();
         app.webhooks.stop();
         let grace = Duration::from_secs(app.config.shutdown_grace_secs);
         if tokio::time::timeout(grace, graceful.shutdown())
