@@ -11,33 +11,15 @@ use std::time::{Duration, Instant};
 use geo::{Distance, Geodesic, Intersects, Line, Point, Polygon, coord, polygon};
 use serde_json::{Value, json};
 
-use crate::common::layers::{SERVICES, TDE, bulk, put};
+use crate::common::layers::{bulk, put};
 use crate::common::*;
 
 /// A point layer `service`/0 over `collection`: `id` as OBJECTID, `kind`, and `//geometry`.
 fn point_layer(c: &mut Client, service: &str, collection: &str) {
-    let template = json!({"template": {"context": "/", "collections": [collection], "rows": [{
-        "schemaName": "fleet", "viewName": collection, "columns": [
-            {"name": "OBJECTID", "scalarType": "int", "val": "id"},
-            {"name": "kind", "scalarType": "string", "val": "kind", "nullable": true}]}]}});
-    let r = put(
-        c,
-        &format!("/t/{collection}.json"),
-        &format!("&collection={}", enc(TDE)),
-        &template,
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
-    let descriptor = json!({"info": {"name": service, "description": "d"}, "layers": [{
-        "id": 0, "name": "movers", "description": "d", "geometryType": "Point",
-        "schema": "fleet", "view": collection,
-        "geometry": {"format": "geojson", "coordinateSystem": "wgs84", "xpath": "//geometry"}}]});
-    let r = put(
-        c,
-        &format!("/s/{collection}.json"),
-        &format!("&collection={}", enc(SERVICES)),
-        &descriptor,
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
+    let columns = json!([
+        {"name": "OBJECTID", "scalarType": "int", "val": "id"},
+        {"name": "kind", "scalarType": "string", "val": "kind", "nullable": true}]);
+    crate::common::layers::layer(c, service, collection, ("fleet", columns), "Point");
 }
 
 fn mover(id: i64, kind: &str, p: (f64, f64)) -> Value {

@@ -201,7 +201,7 @@ pub struct Cluster {
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     handle: tokio::runtime::Handle,
     /// Geofence events to publish, in commit order (see [`Cluster::publish_events`]).
-    events: std::sync::OnceLock<mpsc::UnboundedSender<Vec<FenceEvent>>>,
+    events: std::sync::OnceLock<mpsc::Sender<Vec<FenceEvent>>>,
 }
 
 /// A geofence event to publish: its number, its fence, and its JSON.
@@ -305,12 +305,17 @@ impl Cluster {
     /// node is up.
     pub fn publish_events(&self, events: Vec<FenceEvent>) {
         let tx = self.events.get_or_init(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
+            let (tx, rx) = mpsc::channel(EVENTS_QUEUE);
             self.handle
                 .spawn(publish_events(self.inner.clone(), self.events_stream(), rx));
             tx
         });
-        let _ = tx.send(events);
+        if let Err(mpsc::error::TrySendError::Full(events)) = tx.try_send(events) {
+            tracing::warn!(
+                events = events.len(),
+                "NATS is behind: geofence events not published there (the store keeps them)"
+            );
+        }
     }
 
     /// Stop following and close the connection.
@@ -416,6 +421,9 @@ async fn log_stream(
     }
 }
 
+/// Commits' events waiting to be published on NATS; past them, a commit's are not.
+const EVENTS_QUEUE: usize = 4096;
+
 /// The events stream's retention: as long as a week of events, or 1 GiB.
 const EVENTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 const EVENTS_MAX_BYTES: i64 = 1 << 30;
@@ -423,7 +431,7 @@ const EVENTS_MAX_BYTES: i64 = 1 << 30;
 async fn publish_events(
     inner: Arc<Inner>,
     (stream, prefix): (String, String),
-    mut rx: mpsc::UnboundedReceiver<Vec<FenceEvent>>,
+    mut rx: mpsc::Receiver<Vec<FenceEvent>>,
 ) {
     let made = inner
         .js

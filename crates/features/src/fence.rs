@@ -295,8 +295,10 @@ pub fn parse_fence(json: &Value, limits: FenceLimits) -> Result<FenceSpec, Strin
                 .get("url")
                 .and_then(Value::as_str)
                 .ok_or("webhook.url: missing")?;
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err("webhook.url: an http:// or https:// URL".into());
+            if !url.starts_with("http://") {
+                return Err(
+                    "webhook.url: an http:// URL (https:// webhooks are not posted to yet)".into(),
+                );
             }
             let secret = h
                 .get("secret")
@@ -700,13 +702,26 @@ fn geometry_out_json(g: &view::GeometryRef<'_>) -> Option<Value> {
 }
 
 impl Seen {
-    fn fill_geometry(&mut self, json: Option<Value>) {
-        let Some(json) = json else { return };
-        self.geometry = crate::spatial::parse_geojson(&json).ok();
-        if let Some(Geometry::Point(p)) = &self.geometry {
-            self.point = Some((p.x(), p.y()));
+    /// The geometry as the view keeps it: a point as it is, anything else parsed.
+    fn fill_geometry(&mut self, g: Option<view::GeometryRef<'_>>) {
+        match g {
+            Some(view::GeometryRef::Point(x, y)) => {
+                self.point = Some((x, y));
+                self.geometry = Some(Geometry::Point(Point::new(x, y)));
+                self.json = Some(json!({"type": "Point", "coordinates": [x, y]}));
+            }
+            Some(view::GeometryRef::Json(bytes)) => {
+                let Ok(json) = serde_json::from_slice::<Value>(bytes) else {
+                    return;
+                };
+                self.geometry = crate::spatial::parse_geojson(&json).ok();
+                if let Some(Geometry::Point(p)) = &self.geometry {
+                    self.point = Some((p.x(), p.y()));
+                }
+                self.json = Some(json);
+            }
+            None => {}
         }
-        self.json = Some(json);
     }
 
     /// The row as the view holds it (its first row, for a document of several).
@@ -722,11 +737,7 @@ impl Seen {
                 .collect(),
             ..Seen::default()
         };
-        let json = data
-            .geometry_column(path)
-            .get(slot)
-            .and_then(|g| geometry_out_json(&g));
-        seen.fill_geometry(json);
+        seen.fill_geometry(data.geometry_column(path).get(slot));
         Some(seen)
     }
 
@@ -747,13 +758,12 @@ impl Seen {
             cells: row.cells.iter().map(cell_datum).collect(),
             ..Seen::default()
         };
-        let json = row
+        let g = row
             .geometries
             .iter()
             .find(|(p, _)| p == path)
-            .and_then(|(_, g)| g.as_ref())
-            .and_then(|g| geometry_out_json(&g.as_ref()));
-        seen.fill_geometry(json);
+            .and_then(|(_, g)| g.as_ref());
+        seen.fill_geometry(g.map(view::GeometryOut::as_ref));
         Some(seen)
     }
 
@@ -900,15 +910,15 @@ impl Features {
     pub(crate) fn decide_events(&self, changes: &[Change]) -> Vec<Record> {
         // A fence written, or anything deleted or written at a fence's URI (a fence deleted,
         // perhaps one this batch defined).
+        let current = self.fences.read().clone();
         let touches_fences = |c: &Change| {
             c.uri.starts_with(FENCE_PREFIX)
                 && c.doc
                     .as_deref()
                     .is_none_or(|d| d.in_collection(FENCE_COLLECTION))
-                || self.fences.read().by_uri.contains_key(&c.uri)
+                || current.by_uri.contains_key(&c.uri)
         };
         let fence_changes = changes.iter().any(touches_fences);
-        let current = self.fences.read().clone();
         if current.is_empty() && !fence_changes {
             return Vec::new();
         }
@@ -1056,17 +1066,13 @@ fn decide_row(
         let was_in = was.is_some_and(|s| f.test.meets(s));
         let is_in = is.is_some_and(|s| f.test.meets(s));
         let spec = &f.spec;
-        match (was_in, is_in) {
-            (false, true) if spec.detects(Detect::Enter) => out.push(
-                spec,
-                Detect::Enter,
-                is.unwrap_or_default_ref(),
-                before,
-                None,
-            ),
-            (true, false) if spec.detects(Detect::Exit) => {
-                // A deleted row exits as it was.
-                let row = is.or(before).unwrap_or_default_ref();
+        // Inside after means a row after; inside before, a row before (a deleted row exits
+        // as it was).
+        match (was_in, is_in, is.or(before)) {
+            (false, true, Some(row)) if spec.detects(Detect::Enter) => {
+                out.push(spec, Detect::Enter, row, before, None)
+            }
+            (true, false, Some(row)) if spec.detects(Detect::Exit) => {
                 out.push(spec, Detect::Exit, row, before, None)
             }
             _ => {}
@@ -1099,17 +1105,6 @@ fn decide_row(
             before,
             out,
         );
-    }
-}
-
-trait OrDefault<'a> {
-    fn unwrap_or_default_ref(self) -> &'a Seen;
-}
-
-impl<'a> OrDefault<'a> for Option<&'a Seen> {
-    fn unwrap_or_default_ref(self) -> &'a Seen {
-        static EMPTY: std::sync::OnceLock<Seen> = std::sync::OnceLock::new();
-        self.unwrap_or_else(|| EMPTY.get_or_init(Seen::default))
     }
 }
 
@@ -1168,8 +1163,9 @@ fn roam(
             out.push(spec, Detect::Near, row, before, nearby(id));
         }
     }
-    if spec.detects(Detect::Far) {
-        let row = is.or(was).unwrap_or_default_ref();
+    if spec.detects(Detect::Far)
+        && let Some(row) = is.or(was)
+    {
         for id in then.difference(&now) {
             out.push(spec, Detect::Far, row, before, nearby(id));
         }

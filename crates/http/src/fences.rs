@@ -70,9 +70,9 @@ fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::InvalidRequest, message.into())
 }
 
-fn fence_json(app: &App, spec: &FenceSpec) -> Value {
+fn fence_json(fences: &fence::FenceSet, spec: &FenceSpec) -> Value {
     let mut v = spec.public_json();
-    if let Some(why) = app.features.fences().inactive(&spec.name) {
+    if let Some(why) = fences.inactive(&spec.name) {
         v["inactive"] = json!(why);
     }
     v
@@ -142,12 +142,11 @@ fn visible(app: &App, ctx: &Ctx, name: &str) -> Result<Arc<FenceSpec>, ApiError>
 fn list(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
     readers(ctx)?;
     let roles = ctx.caller.roles();
-    let fences: Vec<Value> = app
-        .features
-        .fences()
+    let set = app.features.fences();
+    let fences: Vec<Value> = set
         .all()
         .filter(|s| app.features.descriptor(&s.service, roles).is_some())
-        .map(|s| fence_json(app, s))
+        .map(|s| fence_json(&set, s))
         .collect();
     Ok(response::json_value(200, &json!({ "fences": fences })))
 }
@@ -155,7 +154,10 @@ fn list(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
 fn get(app: &App, ctx: &Ctx, name: &str) -> Result<Resp, ApiError> {
     readers(ctx)?;
     let spec = visible(app, ctx, name)?;
-    Ok(response::json_value(200, &fence_json(app, &spec)))
+    Ok(response::json_value(
+        200,
+        &fence_json(&app.features.fences(), &spec),
+    ))
 }
 
 async fn put<B>(app: &App, ctx: &Ctx, name: &str, body: B) -> Result<Resp, ApiError>
@@ -250,7 +252,10 @@ where
         .fences()
         .get(name)
         .ok_or_else(|| not_found(name))?;
-    Ok(response::json_value(status, &fence_json(app, &spec)))
+    Ok(response::json_value(
+        status,
+        &fence_json(&app.features.fences(), &spec),
+    ))
 }
 
 async fn delete(app: &App, ctx: &Ctx, name: &str) -> Result<Resp, ApiError> {
@@ -283,6 +288,24 @@ fn start_after(app: &App, ctx: &Ctx) -> Result<u64, ApiError> {
             )
         }),
         None => Ok(app.store.last_event()?),
+    }
+}
+
+/// A topic's events after `after`, read on a blocking thread; none (logged) if the store
+/// cannot be read.
+async fn kept_after(store: &Arc<Store>, topic: &str, after: u64) -> crate::store::Kept {
+    let (store, topic) = (store.clone(), topic.to_string());
+    let read = tokio::task::spawn_blocking(move || store.events_after(&topic, after, PAGE)).await;
+    match read {
+        Ok(Ok(kept)) => kept,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot read geofence events");
+            Default::default()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "reading geofence events failed");
+            Default::default()
+        }
     }
 }
 
@@ -361,12 +384,7 @@ impl Follow {
     /// Send what the store keeps after `after`; `false` once the reader is gone.
     async fn catch_up(&mut self) -> bool {
         loop {
-            let (store, topic, after) = (self.store.clone(), self.topic.clone(), self.after);
-            let kept = tokio::task::spawn_blocking(move || store.events_after(&topic, after, PAGE))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
+            let kept = kept_after(&self.store, &self.topic, self.after).await;
             let full = kept.records.len() >= PAGE;
             for (n, r) in &kept.records {
                 if !self.send(*n, r).await {
@@ -449,9 +467,9 @@ struct Saved {
     failed: BTreeMap<String, Vec<Value>>,
 }
 
-#[derive(Default)]
 struct HookState {
     saved: Saved,
+    saved_at: std::time::Instant,
     /// By fence: the task and the webhook it posts to.
     running: HashMap<String, (String, tokio::task::JoinHandle<()>)>,
 }
@@ -466,6 +484,7 @@ impl Webhooks {
         Webhooks {
             state: parking_lot::Mutex::new(HookState {
                 saved,
+                saved_at: std::time::Instant::now(),
                 running: HashMap::new(),
             }),
             path,
@@ -484,7 +503,8 @@ impl Webhooks {
             .unwrap_or_default()
     }
 
-    fn save(&self, state: &HookState) {
+    fn save(&self, state: &mut HookState) {
+        state.saved_at = std::time::Instant::now();
         let bytes = serde_json::to_vec(&state.saved).unwrap_or_default();
         let tmp = self.path.with_extension("json.part");
         if let Err(e) = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, &self.path))
@@ -543,16 +563,28 @@ impl Webhooks {
         }
     }
 
+    /// Move a fence's cursor past an event (and list it, if it failed). The cursors are
+    /// saved with a failure, and else at most once a second and at the end of a page: a
+    /// restart may post again what went since (at least once).
     fn advance(&self, name: &str, to: u64, failed: Option<Value>) {
         let mut state = self.state.lock();
         state.saved.cursors.insert(name.to_string(), to);
+        let mut now = failed.is_some();
         if let Some(f) = failed {
             let list = state.saved.failed.entry(name.to_string()).or_default();
             list.push(f);
             let over = list.len().saturating_sub(self.keep_failed);
             list.drain(..over);
         }
-        self.save(&state);
+        now |= state.saved_at.elapsed() >= Duration::from_secs(1);
+        if now {
+            self.save(&mut state);
+        }
+    }
+
+    /// Save the cursors now.
+    fn flush(&self) {
+        self.save(&mut self.state.lock());
     }
 }
 
@@ -630,13 +662,9 @@ async fn deliver(
         return;
     };
     loop {
-        let (store, topic) = (app.store.clone(), spec.name.clone());
-        let kept = tokio::task::spawn_blocking(move || store.events_after(&topic, cursor, PAGE))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
+        let kept = kept_after(&app.store, &spec.name, cursor).await;
         let full = kept.records.len() >= PAGE;
+        let any = !kept.records.is_empty();
         for (n, r) in kept.records {
             let (readers, body) = event_readers(&r.body);
             let mut failed = None;
@@ -660,6 +688,9 @@ async fn deliver(
             }
             cursor = n;
             hooks.advance(&spec.name, n, failed);
+        }
+        if any {
+            hooks.flush();
         }
         if full {
             continue;

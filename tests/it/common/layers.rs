@@ -19,12 +19,25 @@ pub fn put(c: &mut Client, uri: &str, params: &str, body: &Value) -> Response {
 /// A polygon layer `service`/0 over the documents of `collection`: `id` as OBJECTID, `name`,
 /// `pop` (long, ignored when invalid) and the geometry at `//geometry`.
 pub fn polygon_layer(c: &mut Client, service: &str, collection: &str) {
+    let columns = json!([
+        {"name": "OBJECTID", "scalarType": "int", "val": "id"},
+        {"name": "name", "scalarType": "string", "val": "name"},
+        {"name": "pop", "scalarType": "long", "val": "pop", "nullable": true,
+         "invalidValues": "ignore"}]);
+    layer(c, service, collection, ("hostile", columns), "Polygon");
+}
+
+/// A layer `service`/0 over the documents of `collection`: a template of view
+/// `schema.collection` with `columns`, and a descriptor whose geometry is at `//geometry`.
+pub fn layer(
+    c: &mut Client,
+    service: &str,
+    collection: &str,
+    (schema, columns): (&str, Value),
+    geometry_type: &str,
+) {
     let template = json!({"template": {"context": "/", "collections": [collection], "rows": [{
-        "schemaName": "hostile", "viewName": collection, "columns": [
-            {"name": "OBJECTID", "scalarType": "int", "val": "id"},
-            {"name": "name", "scalarType": "string", "val": "name"},
-            {"name": "pop", "scalarType": "long", "val": "pop", "nullable": true,
-             "invalidValues": "ignore"}]}]}});
+        "schemaName": schema, "viewName": collection, "columns": columns}]}});
     let r = put(
         c,
         &format!("/t/{collection}.json"),
@@ -33,8 +46,8 @@ pub fn polygon_layer(c: &mut Client, service: &str, collection: &str) {
     );
     assert_eq!(r.status, 201, "{}", r.text());
     let descriptor = json!({"info": {"name": service, "description": "d"}, "layers": [{
-        "id": 0, "name": "shapes", "description": "d", "geometryType": "Polygon",
-        "schema": "hostile", "view": collection,
+        "id": 0, "name": "shapes", "description": "d", "geometryType": geometry_type,
+        "schema": schema, "view": collection,
         "geometry": {"format": "geojson", "coordinateSystem": "wgs84", "xpath": "//geometry"}}]});
     let r = put(
         c,
