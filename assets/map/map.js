@@ -1,6 +1,8 @@
 // The map page: every layer the caller may read, drawn by MapLibre GL JS from this server's
 // vector tiles; a click runs a geoQueryService query at that point on each visible layer and
-// lists the features it finds. Data is only ever written into the page as text.
+// lists the features it finds. The geofences the caller may see are drawn over them, and the
+// events of the fences it follows arrive live (server-sent events) as marks on the map and a
+// list. Data is only ever written into the page as text.
 import * as maplibregl from '/map/vendor/maplibre-gl.mjs';
 
 const PALETTE = ['#1f6fb4', '#c62828', '#2e7d32', '#7b1fa2', '#ef6c00', '#00838f', '#6d4c41', '#ad1457'];
@@ -8,6 +10,18 @@ const PALETTE = ['#1f6fb4', '#c62828', '#2e7d32', '#7b1fa2', '#ef6c00', '#00838f
 const PICK = 5;
 // Features a click lists, a layer.
 const PICK_LIMIT = 25;
+
+// Fences followed at once: each holds one of the six connections a browser opens to a server.
+const MAX_FOLLOW = 3;
+// Fences followed when the page opens.
+const AUTO_FOLLOW = 2;
+// Events kept in the list and on the map.
+const EVENTS_KEPT = 200;
+const FENCE_COLOR = '#d84315';
+const DETECT_COLORS = {
+  enter: '#2e7d32', exit: '#c62828', inside: '#1f6fb4', outside: '#7a8794',
+  cross: '#ef6c00', near: '#7b1fa2', far: '#6d4c41',
+};
 
 const panel = document.getElementById('properties');
 const status = document.getElementById('status');
@@ -125,6 +139,22 @@ function styleOf(list) {
       }});
   }
   style.layers.push(...fills, ...lines, ...points);
+  // The fences and their events, over every layer: filled from geofences() and events.
+  const empty = {type: 'FeatureCollection', features: []};
+  style.sources.fences = {type: 'geojson', data: empty, promoteId: 'name'};
+  style.sources['fence-events'] = {type: 'geojson', data: empty};
+  const hot = ['boolean', ['feature-state', 'hot'], false];
+  style.layers.push(
+    {id: 'fences-fill', type: 'fill', source: 'fences',
+      paint: {'fill-color': FENCE_COLOR, 'fill-opacity': ['case', hot, 0.3, 0.08]}},
+    {id: 'fences-line', type: 'line', source: 'fences',
+      paint: {'line-color': FENCE_COLOR, 'line-width': ['case', hot, 3.5, 1.8], 'line-dasharray': [3, 2]}},
+    {id: 'fence-tracks', type: 'line', source: 'fence-events', filter: ['==', ['get', 'kind'], 'track'],
+      paint: {'line-color': ['get', 'color'], 'line-width': 1.5, 'line-opacity': 0.7}},
+    {id: 'fence-marks', type: 'circle', source: 'fence-events', filter: ['==', ['get', 'kind'], 'mark'],
+      paint: {'circle-color': ['get', 'color'], 'circle-radius': 6,
+        'circle-stroke-color': '#ffffff', 'circle-stroke-width': 1.5}},
+  );
   return style;
 }
 
@@ -209,6 +239,159 @@ function featureCard(l, f) {
     el('h3', {}, `${l.title}: ${title}`), el('table', {}, el('tbody', {}, ...rows)));
 }
 
+// A polygon of `steps` positions at `radius` metres around [lon, lat], on a sphere: close
+// enough to the server's ellipsoidal circle to draw it.
+function circle([lon, lat], radius, steps = 64) {
+  const R = 6371008.8, d = radius / R, rad = Math.PI / 180;
+  const p1 = lat * rad, l1 = lon * rad;
+  const ring = [];
+  for (let i = 0; i <= steps; i++) {
+    const b = (i % steps) / steps * 2 * Math.PI;
+    const p2 = Math.asin(Math.sin(p1) * Math.cos(d) + Math.cos(p1) * Math.sin(d) * Math.cos(b));
+    const l2 = l1 + Math.atan2(Math.sin(b) * Math.sin(d) * Math.cos(p1), Math.cos(d) - Math.sin(p1) * Math.sin(p2));
+    ring.push([l2 / rad, p2 / rad]);
+  }
+  return {type: 'Polygon', coordinates: [ring]};
+}
+
+// A fence's area as GeoJSON, or null for a roaming fence (its area moves with the rows).
+function fenceArea(f) {
+  if (f.geometry) return f.geometry;
+  if (Array.isArray(f.point) && typeof f.radius === 'number') return circle(f.point, f.radius);
+  return null;
+}
+
+function bboxOf(geometry) {
+  let w = Infinity, s = Infinity, e = -Infinity, n = -Infinity;
+  const walk = c => {
+    if (typeof c[0] === 'number') {
+      w = Math.min(w, c[0]); e = Math.max(e, c[0]); s = Math.min(s, c[1]); n = Math.max(n, c[1]);
+    } else c.forEach(walk);
+  };
+  walk(geometry.coordinates);
+  return [w, s, e, n];
+}
+
+// The fences on services the caller may read; none when it may not list them.
+async function geofences() {
+  try {
+    const body = await getJson('/v1/fences');
+    return (body.fences ?? []).sort((a, b) => a.name.localeCompare(b.name));
+  } catch {
+    return [];
+  }
+}
+
+function describeFence(f) {
+  const detect = (f.detect ?? ['enter', 'exit']).join(', ');
+  const what = f.roam ? `within ${f.roam.distance} m of ${f.roam.service}` : `${f.service}.${f.layer}`;
+  return `${what} · ${detect}${f.inactive ? ' · inactive' : ''}`;
+}
+
+// The live part of the page: the fences drawn and listed, an EventSource per followed fence,
+// and its events on the map and in the list, newest first.
+class Fences {
+  constructor(map, list) {
+    this.map = map;
+    this.list = list;
+    this.sources = new Map();
+    this.events = [];
+    this.timers = new Map();
+    const areas = list.map(f => ({f, area: fenceArea(f)})).filter(x => x.area);
+    map.getSource('fences').setData({type: 'FeatureCollection', features: areas.map(({f, area}) => (
+      {type: 'Feature', geometry: area, properties: {name: f.name}}))});
+    this.render();
+  }
+
+  render() {
+    const section = document.getElementById('fence-section');
+    section.hidden = !this.list.length;
+    document.getElementById('event-section').hidden = !this.list.length;
+    const ul = document.getElementById('fences');
+    ul.replaceChildren();
+    this.boxes = new Map();
+    for (const f of this.list) {
+      const box = el('input', {type: 'checkbox', id: `follow-${f.name}`, title: 'Follow its events'});
+      box.addEventListener('change', () => (box.checked ? this.follow(f.name) : this.unfollow(f.name)));
+      this.boxes.set(f.name, box);
+      const name = el('span', {class: 'fence-name'}, f.name);
+      const area = fenceArea(f);
+      if (area) name.addEventListener('click', () => this.map.fitBounds(bboxOf(area), {padding: 40, maxZoom: 14}));
+      ul.append(el('li', {'data-fence': f.name, 'data-following': 'no'}, box,
+        el('span', {class: 'swatch fence'}), el('span', {}, name, el('br'), el('span', {class: 'meta'}, describeFence(f)))));
+    }
+    this.limit();
+  }
+
+  // No more boxes to tick once MAX_FOLLOW fences are followed.
+  limit() {
+    for (const [name, box] of this.boxes) box.disabled = !box.checked && this.sources.size >= MAX_FOLLOW;
+  }
+
+  follow(name) {
+    if (this.sources.has(name) || this.sources.size >= MAX_FOLLOW) return;
+    const li = document.querySelector(`#fences li[data-fence="${CSS.escape(name)}"]`);
+    const source = new EventSource(new URL(`/v1/fences/${encodeURIComponent(name)}/events`, location.origin));
+    source.addEventListener('open', () => { li.dataset.following = 'yes'; });
+    source.addEventListener('error', () => { li.dataset.following = 'retrying'; });
+    source.addEventListener('message', m => {
+      try {
+        this.add(Number(m.lastEventId), JSON.parse(m.data));
+      } catch (e) {
+        status.className = 'error';
+        status.textContent = `event of ${name}: ${e.message}`;
+      }
+    });
+    this.sources.set(name, source);
+    this.boxes.get(name).checked = true;
+    this.limit();
+  }
+
+  unfollow(name) {
+    this.sources.get(name)?.close();
+    this.sources.delete(name);
+    const li = document.querySelector(`#fences li[data-fence="${CSS.escape(name)}"]`);
+    if (li) li.dataset.following = 'no';
+    this.limit();
+  }
+
+  add(id, e) {
+    this.events.unshift({id, ...e});
+    this.events.length = Math.min(this.events.length, EVENTS_KEPT);
+    const features = [];
+    for (const ev of this.events) {
+      const color = DETECT_COLORS[ev.detect] ?? '#1d2733';
+      if (ev.geometry?.type === 'Point') {
+        features.push({type: 'Feature', geometry: ev.geometry, properties: {kind: 'mark', color, id: ev.id}});
+        if (ev.previous?.type === 'Point') {
+          features.push({type: 'Feature', properties: {kind: 'track', color},
+            geometry: {type: 'LineString', coordinates: [ev.previous.coordinates, ev.geometry.coordinates]}});
+        }
+      }
+    }
+    this.map.getSource('fence-events').setData({type: 'FeatureCollection', features});
+    this.flash(e.fence);
+    const ol = document.getElementById('events');
+    ol.querySelector('li.muted')?.remove();
+    const props = e.properties ?? {};
+    const label = props.name ?? props.NAME ?? props.Name ?? '';
+    const badge = el('span', {class: 'detect'}, e.detect);
+    badge.style.setProperty('--color', DETECT_COLORS[e.detect] ?? '#1d2733');
+    ol.prepend(el('li', {'data-id': String(id), 'data-fence': e.fence, 'data-detect': e.detect,
+      'data-objectid': String(e.OBJECTID ?? '')},
+      el('span', {class: 'time'}, new Date(e.time).toLocaleTimeString('en-GB')), badge,
+      el('span', {}, `${e.fence}: ${e.OBJECTID ?? ''} ${label}`.trim())));
+    while (ol.children.length > EVENTS_KEPT) ol.lastElementChild.remove();
+  }
+
+  // The fence's outline, heavier for a moment after each of its events.
+  flash(name) {
+    this.map.setFeatureState({source: 'fences', id: name}, {hot: true});
+    clearTimeout(this.timers.get(name));
+    this.timers.set(name, setTimeout(() => this.map.setFeatureState({source: 'fences', id: name}, {hot: false}), 1500));
+  }
+}
+
 let marker = null;
 
 async function pick(map, list, e) {
@@ -240,7 +423,7 @@ async function pick(map, list, e) {
 }
 
 async function main() {
-  const list = await readableLayers();
+  const [list, fenceList] = await Promise.all([readableLayers(), geofences()]);
   const map = new maplibregl.Map({
     container: 'map',
     style: styleOf(list),
@@ -262,9 +445,14 @@ async function main() {
     panel.className = 'error';
     panel.textContent = err.message;
   }));
-  map.once('idle', () => { document.body.dataset.state = 'ready'; });
   layerList(map, list);
+  const ready = new Promise(resolve => map.once('load', resolve));
   window.geoshard = {map, layers: list};
+  await ready;
+  const fences = new Fences(map, fenceList);
+  for (const f of fenceList.slice(0, AUTO_FOLLOW)) fences.follow(f.name);
+  window.geoshard.fences = fences;
+  map.once('idle', () => { document.body.dataset.state = 'ready'; });
 }
 
 // A page opened at http://user:password@host/ is opened again without them (the browser keeps

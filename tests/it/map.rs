@@ -323,3 +323,165 @@ fn a_real_browser_draws_the_layers_and_finds_denver() {
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000);
 }
+
+/// The page draws the fences the caller may see and lists their events live: a place that
+/// drives into Denver County and a circle downtown, then out of both, makes the events a
+/// brute-force oracle (the source file's county, Karney's distance) says, in order.
+#[test]
+fn the_map_shows_fences_and_their_live_events() {
+    use crate::common::layers;
+    use geo::{Contains, Distance, Geodesic, Point};
+
+    let chromium = need_chromium();
+    setup_clients();
+    let srv = TestServer::start();
+    let mut c = srv.client(GEO);
+    let counties = layers::load_counties(&mut c);
+    let columns = serde_json::json!([
+        {"name": "OBJECTID", "scalarType": "int", "val": "id"},
+        {"name": "name", "scalarType": "string", "val": "name", "nullable": true}]);
+    layers::layer(&mut c, "Fleet", "fleet", ("fleet", columns), "Point");
+    let denver: Vec<i64> = counties
+        .iter()
+        .filter(|(_, g, _)| g.contains(&Point::new(DENVER.0, DENVER.1)))
+        .map(|(id, _, _)| *id)
+        .collect();
+    assert_eq!(denver.len(), 1);
+    let center = Point::new(-104.9903, 39.7392);
+    let radius = 2000.0;
+    for (name, fence) in [
+        (
+            "denver",
+            serde_json::json!({"service": "Fleet", "layer": 0, "detect": ["enter", "exit"],
+                "feature": {"service": "Counties", "layer": 0, "OBJECTID": denver[0]}}),
+        ),
+        (
+            "downtown",
+            serde_json::json!({"service": "Fleet", "layer": 0, "detect": ["enter", "exit"],
+                "point": [center.x(), center.y()], "radius": radius}),
+        ),
+    ] {
+        let r = c.put_json(&format!("/v1/fences/{name}"), &fence.to_string());
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+
+    // A rover's path: into both, out of the circle only, out of both.
+    let path = [(-104.99, 39.74), (-104.90, 39.70), (-105.30, 39.74)];
+    let writes: Vec<Value> = path
+        .iter()
+        .map(|&(x, y)| {
+            serde_json::json!({"uri": "/fleet/rover.json", "collection": "fleet",
+                "body": {"id": 1, "name": "rover",
+                    "geometry": {"type": "Point", "coordinates": [x, y]}}})
+        })
+        .collect();
+    // The oracle: each fence's transitions along the path.
+    let inside = |fence: &str, (x, y): (f64, f64)| match fence {
+        "denver" => counties_at(x, y) == ["Denver"],
+        _ => Geodesic.distance(center, Point::new(x, y)) <= radius,
+    };
+    let mut expected: Vec<(String, String)> = Vec::new();
+    let mut was = [false, false];
+    for &p in &path {
+        for (i, fence) in ["denver", "downtown"].into_iter().enumerate() {
+            let now = inside(fence, p);
+            if now != was[i] {
+                expected.push((fence.into(), if now { "enter" } else { "exit" }.into()));
+            }
+            was[i] = now;
+        }
+    }
+    assert_eq!(expected.len(), 4, "{expected:?}");
+
+    let artifacts = root().join("target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("map-fences.png");
+    let out = Command::new("node")
+        .arg(root().join("tests/clients/node/map_fences.js"))
+        .args([
+            format!("http://{}", srv.addr),
+            GEO.0.to_string(),
+            GEO.1.to_string(),
+            format!("9/{}/{}", DENVER.1, -105.1),
+            serde_json::to_string(&writes).unwrap(),
+            expected.len().to_string(),
+        ])
+        .arg(&shot)
+        .arg(&chromium)
+        .current_dir(root().join("tests/clients"))
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(summary.get("fatal").is_none(), "{summary}");
+    assert_eq!(summary["consoleErrors"], serde_json::json!([]), "{summary}");
+    assert_eq!(summary["failed"], serde_json::json!([]), "{summary}");
+    assert_eq!(
+        summary["answers"],
+        serde_json::json!([201, 204, 204]),
+        "{summary}"
+    );
+
+    // Both fences listed and followed.
+    let listed: Vec<(&str, &str)> = summary["fences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap(),
+                f["following"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [("denver", "yes"), ("downtown", "yes")],
+        "{summary}"
+    );
+
+    // The events the page listed (newest first), as the oracle has them, in commit order.
+    let mut events: Vec<&Value> = summary["events"].as_array().unwrap().iter().collect();
+    events.reverse();
+    let ids: Vec<u64> = events.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{summary}");
+    let listed: Vec<(String, String)> = events
+        .iter()
+        .map(|e| {
+            assert_eq!(e["OBJECTID"], "1", "{summary}");
+            (
+                e["fence"].as_str().unwrap().to_string(),
+                e["detect"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, expected, "{summary}");
+
+    // Both areas drawn at this view; the events' positions marked, the last exit in red.
+    let drawn = &summary["drawn"];
+    assert_eq!(
+        drawn["fences"],
+        serde_json::json!(["denver", "downtown"]),
+        "{drawn}"
+    );
+    assert_eq!(
+        drawn["outlines"],
+        serde_json::json!(["denver", "downtown"]),
+        "{drawn}"
+    );
+    let marks = drawn["marks"].as_array().unwrap();
+    assert!(
+        marks.iter().any(|m| m["color"] == "#c62828"
+            && (m["coordinates"][0].as_f64().unwrap() + 105.30).abs() < 1e-3),
+        "{drawn}"
+    );
+    assert!(drawn["tracks"].as_u64().unwrap() > 0, "{drawn}");
+    let png = std::fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000);
+}
