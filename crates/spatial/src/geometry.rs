@@ -340,6 +340,27 @@ mod tests {
         parse_geojson(&v).unwrap_err().to_string()
     }
 
+    /// Coordinates read from JSON text are the nearest doubles, as the standard library's
+    /// parser reads them: a position written is the position stored, to the last bit.
+    #[test]
+    fn coordinates_are_read_to_the_last_bit() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let x = (state >> 11) as f64 / (1u64 << 53) as f64 * 360.0 - 180.0;
+            let y = x / 2.0;
+            let text = format!(r#"{{"type": "Point", "coordinates": [{x}, {y}]}}"#);
+            let v: Value = serde_json::from_str(&text).unwrap();
+            let Geometry::Point(p) = parse_geojson(&v).unwrap() else {
+                panic!("{text}");
+            };
+            assert_eq!(p.x().to_bits(), x.to_bits(), "{text}");
+            assert_eq!(p.y().to_bits(), y.to_bits(), "{text}");
+        }
+    }
+
     #[test]
     fn round_trips_every_type() {
         let samples = [
