@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Geofence load test helpers for loadtest/fences.sh (standard library only).
 
-  fences.py define ADDR USER PASSWORD SERVICE COUNT COUNTIES_GEOJSON
+  fences.py define ADDR USER PASSWORD SERVICE COUNT COUNTIES_GEOJSON [BULK]
       define COUNT polygon fences on SERVICE/0: the US counties first, then random boxes
-      (0.05 to 1 degree) over the conterminous US; enter and exit. Prints the seconds taken.
+      (0.05 to 1 degree) over the conterminous US; enter and exit. One PUT each, or with BULK
+      a POST /v1/fences of BULK fences at a time. Prints the seconds taken.
   fences.py sse ADDR USER PASSWORD FENCE SECONDS OUT_JSON
       follow FENCE's events for SECONDS and write the delivery latency of each: the time it
       arrived less the event's `time` (when the writer decided it, before its commit's fsync,
@@ -24,7 +25,7 @@ def auth(user, password):
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def define(addr, user, password, service, count, counties):
+def define(addr, user, password, service, count, counties, bulk=0):
     host, port = addr.split(":")
     conn = http.client.HTTPConnection(host, int(port))
     head = {"Authorization": auth(user, password), "Content-Type": "application/json"}
@@ -36,13 +37,23 @@ def define(addr, user, password, service, count, counties):
         ring = [[x, y], [x + w, y], [x + w, y + h], [x, y + h], [x, y]]
         shapes.append({"type": "Polygon", "coordinates": [ring]})
     started = time.time()
-    for i, g in enumerate(shapes):
-        body = json.dumps({"service": service, "layer": 0, "geometry": g, "detect": ["enter", "exit"]})
-        conn.request("PUT", f"/v1/fences/f{i}", body, head)
-        r = conn.getresponse()
-        text = r.read()
-        if r.status not in (200, 201):
-            sys.exit(f"fence {i}: {r.status} {text[:300]!r}")
+    if bulk:
+        for k in range(0, len(shapes), bulk):
+            fences = [{"name": f"f{i}", "service": service, "layer": 0, "geometry": g, "detect": ["enter", "exit"]}
+                      for i, g in enumerate(shapes[k : k + bulk], start=k)]
+            conn.request("POST", "/v1/fences", json.dumps({"fences": fences}), head)
+            r = conn.getresponse()
+            text = r.read()
+            if r.status != 200:
+                sys.exit(f"fences {k}..: {r.status} {text[:300]!r}")
+    else:
+        for i, g in enumerate(shapes):
+            body = json.dumps({"service": service, "layer": 0, "geometry": g, "detect": ["enter", "exit"]})
+            conn.request("PUT", f"/v1/fences/f{i}", body, head)
+            r = conn.getresponse()
+            text = r.read()
+            if r.status not in (200, 201):
+                sys.exit(f"fence {i}: {r.status} {text[:300]!r}")
     print(f"{time.time() - started:.1f}")
 
 
@@ -80,7 +91,7 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "define":
         a = sys.argv[2:]
-        define(a[0], a[1], a[2], a[3], int(a[4]), a[5])
+        define(a[0], a[1], a[2], a[3], int(a[4]), a[5], int(a[6]) if len(a) > 6 else 0)
     elif cmd == "sse":
         a = sys.argv[2:]
         sse(a[0], a[1], a[2], a[3], float(a[4]), a[5])

@@ -355,8 +355,11 @@ class Fences {
     this.limit();
   }
 
+  // Each fence's stream comes in order; the streams of two fences interleave as they arrive,
+  // so an event goes in by its id (the commit order), newest first.
   add(id, e) {
-    this.events.unshift({id, ...e});
+    const at = this.events.findIndex(x => x.id < id);
+    this.events.splice(at < 0 ? this.events.length : at, 0, {id, ...e});
     this.events.length = Math.min(this.events.length, EVENTS_KEPT);
     const features = [];
     for (const ev of this.events) {
@@ -377,10 +380,12 @@ class Fences {
     const label = props.name ?? props.NAME ?? props.Name ?? '';
     const badge = el('span', {class: 'detect'}, e.detect);
     badge.style.setProperty('--color', DETECT_COLORS[e.detect] ?? '#1d2733');
-    ol.prepend(el('li', {'data-id': String(id), 'data-fence': e.fence, 'data-detect': e.detect,
+    const li = el('li', {'data-id': String(id), 'data-fence': e.fence, 'data-detect': e.detect,
       'data-objectid': String(e.OBJECTID ?? '')},
       el('span', {class: 'time'}, new Date(e.time).toLocaleTimeString('en-GB')), badge,
-      el('span', {}, `${e.fence}: ${e.OBJECTID ?? ''} ${label}`.trim())));
+      el('span', {}, `${e.fence}: ${e.OBJECTID ?? ''} ${label}`.trim()));
+    const older = [...ol.children].find(x => Number(x.dataset.id) < id);
+    ol.insertBefore(li, older ?? null);
     while (ol.children.length > EVENTS_KEPT) ol.lastElementChild.remove();
   }
 

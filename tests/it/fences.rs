@@ -427,11 +427,24 @@ fn run_walk(srv_addr: SocketAddr, walks: &[Vec<Option<Mover>>], base: i64) {
     }
 }
 
+/// Define the fences: the first half one `PUT` each, the rest in one `POST`.
 fn define(c: &mut Client, fences: &[OFence]) {
-    for f in fences {
+    let (one_by_one, bulk) = fences.split_at(fences.len() / 2);
+    for f in one_by_one {
         let r = put_fence(c, &f.name, &f.definition());
         assert_eq!(r.status, 201, "{}: {}", f.name, r.text());
     }
+    let list: Vec<Value> = bulk
+        .iter()
+        .map(|f| {
+            let mut d = f.definition();
+            d["name"] = json!(f.name);
+            d
+        })
+        .collect();
+    let r = c.post_json("/v1/fences", &json!({ "fences": list }).to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["created"], json!(bulk.len()));
 }
 
 fn read_all(
@@ -1213,4 +1226,143 @@ fn in_a_cluster_events_are_published_on_nats_once_each() {
     for n in nodes {
         n.stop();
     }
+}
+
+/// Many fences in one `POST`: all or none, bounded by `max_fences`, and they make events.
+#[test]
+fn fences_are_defined_in_bulk() {
+    let srv = TestServer::start_with(|c| c.max_fences = 5);
+    let mut c = srv.client(GEO);
+    point_layer(&mut c, "Fleet", "movers");
+    let boxed = |name: &str, x: f64| {
+        json!({"name": name, "service": "Fleet", "layer": 0, "geometry": {"type": "Polygon",
+            "coordinates": [[[x, 0.0], [x + 1.0, 0.0], [x + 1.0, 1.0], [x, 1.0], [x, 0.0]]]}})
+    };
+    let post = |c: &mut Client, list: Vec<Value>| {
+        c.post_json("/v1/fences", &json!({ "fences": list }).to_string())
+    };
+    let r = post(
+        &mut c,
+        vec![boxed("a", 0.0), boxed("b", 2.0), boxed("c", 4.0)],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"defined": 3, "created": 3, "replaced": 0}));
+    let listed = c.get("/v1/fences").json();
+    let names: Vec<&str> = listed["fences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!(c.get("/v1/fences/b").json()["owner"], "geo");
+
+    // One wrong fence: a 400 that names it, and none of the list is defined.
+    let mut wrong = boxed("e", 6.0);
+    wrong["detect"] = json!(["arrive"]);
+    let r = post(&mut c, vec![boxed("d", 8.0), wrong]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().2.contains("fences[1] (e)"), "{}", r.text());
+    assert_eq!(c.get("/v1/fences/d").status, 404);
+    let r = post(&mut c, vec![boxed("d", 8.0), boxed("d", 9.0)]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().2.contains("named twice"), "{}", r.text());
+    let r = post(&mut c, vec![json!({"service": "Fleet"})]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = c.post_json("/v1/fences", "[]");
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // max_fences counts the new ones; a replaced fence is not new.
+    let r = post(
+        &mut c,
+        vec![boxed("d", 8.0), boxed("e", 10.0), boxed("f", 12.0)],
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().2.contains("max_fences is 5"), "{}", r.text());
+    assert_eq!(c.get("/v1/fences/d").status, 404);
+    let r = post(&mut c, vec![boxed("a", 20.0), boxed("d", 8.0)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"defined": 2, "created": 1, "replaced": 1}));
+
+    // Only the services' writers define fences.
+    let mut reader = srv.client(GEO_READER);
+    assert_eq!(post(&mut reader, vec![boxed("f", 12.0)]).status, 403);
+
+    // The fences defined in bulk make events: "a" now lies at x 20..21.
+    for at in [(20.5, 0.5), (2.5, 0.5)] {
+        let r = put(
+            &mut c,
+            "/movers/1.json",
+            "&collection=movers",
+            &mover(1, "truck", at),
+        );
+        assert!(r.status == 201 || r.status == 204, "{}", r.text());
+    }
+    for (fence, want) in [("a", ["enter", "exit"]), ("b", ["enter", "exit"])] {
+        let path = format!("/v1/fences/{fence}/events?after=0");
+        let n = if fence == "a" { 2 } else { 1 };
+        let events = read_events(srv.addr, GEO, &path, None, n, Duration::from_millis(300));
+        let kinds: Vec<&str> = events
+            .iter()
+            .map(|(_, e)| e["detect"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, want[..n], "{fence}");
+    }
+}
+
+/// A reader resuming from before what retention keeps is told which ids are gone, then gets
+/// the kept ones.
+#[test]
+fn a_reader_past_retention_is_told_what_was_trimmed() {
+    let srv = TestServer::start_with(|c| c.event_retention_bytes = 300);
+    let mut c = srv.client(GEO);
+    point_layer(&mut c, "Fleet", "movers");
+    let area = json!({"service": "Fleet", "layer": 0, "geometry": {"type": "Polygon",
+        "coordinates": [[[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [0.0, 0.0]]]}});
+    assert_eq!(put_fence(&mut c, "yard", &area).status, 201);
+    for i in 0..6 {
+        let at = if i % 2 == 0 { (0.5, 0.5) } else { (2.0, 0.5) };
+        let r = put(
+            &mut c,
+            "/movers/1.json",
+            "&collection=movers",
+            &mover(1, "truck", at),
+        );
+        assert!(r.status == 201 || r.status == 204, "{}", r.text());
+    }
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    write!(
+        s,
+        "GET /v1/fences/yard/events?after=0 HTTP/1.1\r\nHost: t\r\nAuthorization: Basic {}\r\n\r\n",
+        base64(&format!("{}:{}", GEO.0, GEO.1))
+    )
+    .unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut text = Vec::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 8192];
+    while Instant::now() < end && !String::from_utf8_lossy(&text).contains("id: 6\n") {
+        if let Ok(n) = std::io::Read::read(&mut s, &mut buf) {
+            text.extend_from_slice(&buf[..n]);
+        }
+    }
+    let text = String::from_utf8_lossy(&text).to_string();
+    let notice = text
+        .split("event: trimmed\ndata: ")
+        .nth(1)
+        .and_then(|t| t.split('\n').next())
+        .unwrap_or_else(|| panic!("no trimmed notice: {text}"));
+    let notice: Value = serde_json::from_str(notice).unwrap();
+    assert_eq!(notice["from"], 1, "{text}");
+    let through = notice["through"].as_u64().unwrap();
+    assert!((1..6).contains(&through), "{text}");
+    // The kept events follow, from the one after the trimmed ones to the last.
+    let ids: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(ids, ((through + 1)..=6).collect::<Vec<_>>(), "{text}");
+    assert!(text.find("event: trimmed") < text.find("\nid: "), "{text}");
 }

@@ -18,11 +18,12 @@
 //! that leaves a row of the population inside/outside; `cross`: a point that was and stays
 //! outside while the segment between its two positions meets the area.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use geo::{Geometry, Intersects, Line, Point};
 use rstar::{AABB, RTree, primitives::GeomWithData, primitives::Rectangle};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::*;
 use crate::acl::FENCE_COLLECTION;
@@ -648,8 +649,8 @@ struct Seen {
     id: Option<i64>,
     readers: RoleSet,
     cells: Vec<Datum<'static>>,
-    /// The geometry at the fence's path, as GeoJSON text.
-    json: Option<Value>,
+    /// The geometry at the fence's path as GeoJSON text, when it is not a point.
+    json: Option<Box<[u8]>>,
     point: Option<(f64, f64)>,
     geometry: Option<Geometry<f64>>,
 }
@@ -683,21 +684,19 @@ fn cell_datum(c: &Option<template::Cell>) -> Datum<'static> {
     }
 }
 
-fn datum_json(d: &Datum<'_>) -> Value {
-    match d {
-        Datum::Null => Value::Null,
-        Datum::Int(i) => json!(i),
-        Datum::Float(f) => json!(f),
-        Datum::Str(s) => json!(s),
-        Datum::Bool(b) => json!(b),
-        Datum::Date(ms) => json!(crate::time::format_datetime(*ms)),
-    }
+/// Write a value as JSON (writing to a vector cannot fail).
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    let _ = serde_json::to_writer(&mut *out, v);
 }
 
-fn geometry_out_json(g: &view::GeometryRef<'_>) -> Option<Value> {
-    match g {
-        view::GeometryRef::Point(x, y) => Some(json!({"type": "Point", "coordinates": [x, y]})),
-        view::GeometryRef::Json(bytes) => serde_json::from_slice(bytes).ok(),
+fn write_datum(out: &mut Vec<u8>, d: &Datum<'_>) {
+    match d {
+        Datum::Null => out.extend_from_slice(b"null"),
+        Datum::Int(i) => write_json(out, i),
+        Datum::Float(f) => write_json(out, f),
+        Datum::Str(s) => write_json(out, s.as_ref()),
+        Datum::Bool(b) => write_json(out, b),
+        Datum::Date(ms) => write_json(out, &crate::time::format_datetime(*ms)),
     }
 }
 
@@ -708,7 +707,6 @@ impl Seen {
             Some(view::GeometryRef::Point(x, y)) => {
                 self.point = Some((x, y));
                 self.geometry = Some(Geometry::Point(Point::new(x, y)));
-                self.json = Some(json!({"type": "Point", "coordinates": [x, y]}));
             }
             Some(view::GeometryRef::Json(bytes)) => {
                 let Ok(json) = serde_json::from_slice::<Value>(bytes) else {
@@ -718,7 +716,7 @@ impl Seen {
                 if let Some(Geometry::Point(p)) = &self.geometry {
                     self.point = Some((p.x(), p.y()));
                 }
-                self.json = Some(json);
+                self.json = Some(bytes.into());
             }
             None => {}
         }
@@ -767,21 +765,191 @@ impl Seen {
         Some(seen)
     }
 
-    fn properties(&self, def: &ViewDef) -> Value {
-        let mut m = Map::new();
-        for (c, d) in def.columns.iter().zip(&self.cells) {
-            m.insert(c.name.clone(), datum_json(d));
+    /// The row's columns as a JSON object, by the columns' `names`.
+    fn write_properties<'n>(&self, names: impl Iterator<Item = &'n str>, out: &mut Vec<u8>) {
+        out.push(b'{');
+        for (i, (name, d)) in names.zip(&self.cells).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_json(out, name);
+            out.push(b':');
+            write_datum(out, d);
         }
-        Value::Object(m)
+        out.push(b'}');
+    }
+
+    /// The geometry as an event body keeps it: none (0), a point (1, x and y), or GeoJSON
+    /// text (2, its length and bytes).
+    fn put_geometry(seen: Option<&Seen>, out: &mut Vec<u8>) {
+        match seen {
+            Some(Seen {
+                point: Some((x, y)),
+                ..
+            }) => {
+                out.push(1);
+                out.extend_from_slice(&x.to_le_bytes());
+                out.extend_from_slice(&y.to_le_bytes());
+            }
+            Some(Seen {
+                json: Some(json), ..
+            }) => {
+                out.push(2);
+                out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+                out.extend_from_slice(json);
+            }
+            _ => out.push(0),
+        }
     }
 }
 
-/// What an event's body starts with: the roles that may read the row (one byte), then the
-/// event's JSON.
-pub fn event_readers(body: &[u8]) -> (RoleSet, &[u8]) {
-    match body.split_first() {
-        Some((r, rest)) => (RoleSet::from_bits(*r), rest),
-        None => (RoleSet::EMPTY, body),
+/// The format byte of an event body kept in the compact form; a body kept as JSON (by an
+/// older version) has `{` there.
+const COMPACT: u8 = 1;
+
+/// An event as it is kept: the roles that may read the row (one byte), [`COMPACT`], the
+/// transition, `OBJECTID`, URI, geometry, previous geometry, properties (JSON text) and the
+/// roaming fence's other row. The fence is the record's topic and the time its time, so
+/// neither is kept twice; the JSON is made when the event is read ([`event_json`]).
+fn compact_event<'n>(
+    detect: Detect,
+    uri: &str,
+    (row, previous): (&Seen, Option<&Seen>),
+    names: impl Iterator<Item = &'n str>,
+    nearby: Option<i64>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(&[row.readers.bits(), COMPACT, detect as u8]);
+    put_id(&mut out, row.id);
+    out.extend_from_slice(&(uri.len() as u32).to_le_bytes());
+    out.extend_from_slice(uri.as_bytes());
+    Seen::put_geometry(Some(row), &mut out);
+    Seen::put_geometry(previous, &mut out);
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    row.write_properties(names, &mut out);
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    put_id(&mut out, nearby);
+    out
+}
+
+fn put_id(out: &mut Vec<u8>, id: Option<i64>) {
+    match id {
+        Some(i) => {
+            out.push(1);
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        None => out.push(0),
+    }
+}
+
+/// A reader of a compact body's fields, in order; `None` once the body ends early.
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+
+    fn u32(&mut self) -> Option<usize> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize)
+    }
+
+    fn f64(&mut self) -> Option<f64> {
+        Some(f64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn id(&mut self) -> Option<Option<i64>> {
+        match self.byte()? {
+            0 => Some(None),
+            _ => Some(Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))),
+        }
+    }
+
+    fn text(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()?;
+        self.take(n)
+    }
+
+    /// A geometry written as JSON into `out`.
+    fn geometry(&mut self, out: &mut Vec<u8>) -> Option<()> {
+        match self.byte()? {
+            0 => out.extend_from_slice(b"null"),
+            1 => {
+                let (x, y) = (self.f64()?, self.f64()?);
+                out.extend_from_slice(br#"{"type":"Point","coordinates":["#);
+                write_json(out, &x);
+                out.push(b',');
+                write_json(out, &y);
+                out.extend_from_slice(b"]}");
+            }
+            _ => out.extend_from_slice(self.text()?),
+        }
+        Some(())
+    }
+}
+
+/// An event as its readers get it: the roles that may read its row, and its JSON
+/// (`{"fence", "detect", "uri", "OBJECTID", "properties", "geometry", "previous", "time"}`,
+/// and `nearby` for a roaming fence), made from the kept body of fence `topic`'s event at
+/// `time_ms`.
+pub fn event_json<'a>(topic: &str, time_ms: u64, body: &'a [u8]) -> (RoleSet, Cow<'a, [u8]>) {
+    let Some((&readers, rest)) = body.split_first() else {
+        return (RoleSet::EMPTY, Cow::Borrowed(b"{}"));
+    };
+    let readers = RoleSet::from_bits(readers);
+    match rest.first() {
+        None => return (readers, Cow::Borrowed(b"{}")),
+        Some(&COMPACT) => {}
+        Some(_) => return (readers, Cow::Borrowed(rest)),
+    }
+    let mut out = Vec::with_capacity(rest.len() * 2 + 96);
+    let made = (|| {
+        let mut f = Fields(&rest[1..]);
+        let detect = *Detect::ALL.get(f.byte()? as usize)?;
+        let id = f.id()?;
+        let uri = std::str::from_utf8(f.text()?).ok()?;
+        out.extend_from_slice(br#"{"fence":"#);
+        write_json(&mut out, topic);
+        out.extend_from_slice(br#","detect":""#);
+        out.extend_from_slice(detect.name().as_bytes());
+        out.extend_from_slice(br#"","uri":"#);
+        write_json(&mut out, uri);
+        out.extend_from_slice(br#","OBJECTID":"#);
+        write_json(&mut out, &id);
+        let mut geometry = Vec::new();
+        f.geometry(&mut geometry)?;
+        let mut previous = Vec::new();
+        f.geometry(&mut previous)?;
+        out.extend_from_slice(br#","properties":"#);
+        out.extend_from_slice(f.text()?);
+        out.extend_from_slice(br#","geometry":"#);
+        out.extend_from_slice(&geometry);
+        out.extend_from_slice(br#","previous":"#);
+        out.extend_from_slice(&previous);
+        out.extend_from_slice(br#","time":"#);
+        write_json(&mut out, &crate::time::format_datetime(time_ms as i64));
+        if let Some(other) = f.id()? {
+            out.extend_from_slice(br#","nearby":{"OBJECTID":"#);
+            write_json(&mut out, &other);
+            out.push(b'}');
+        }
+        out.push(b'}');
+        Some(())
+    })();
+    match made {
+        Some(()) => (readers, Cow::Owned(out)),
+        None => (readers, Cow::Borrowed(b"{}")),
     }
 }
 
@@ -799,27 +967,18 @@ impl Decided<'_> {
         detect: Detect,
         row: &Seen,
         previous: Option<&Seen>,
-        extra: Option<(&str, Value)>,
+        nearby: Option<i64>,
     ) {
-        let mut event = json!({
-            "fence": fence.name,
-            "detect": detect.name(),
-            "uri": self.uri,
-            "OBJECTID": row.id,
-            "properties": row.properties(self.def),
-            "geometry": row.json,
-            "previous": previous.and_then(|p| p.json.clone()),
-            "time": crate::time::format_datetime(self.time as i64),
-        });
-        if let Some((k, v)) = extra {
-            event[k] = v;
-        }
-        let mut body = vec![row.readers.bits()];
-        body.extend_from_slice(&serde_json::to_vec(&event).unwrap_or_default());
         self.out.push(Record {
             topic: fence.name.clone(),
             time_ms: self.time,
-            body,
+            body: compact_event(
+                detect,
+                self.uri,
+                (row, previous),
+                self.def.columns.iter().map(|c| c.name.as_str()),
+                nearby,
+            ),
         });
     }
 }
@@ -853,7 +1012,12 @@ impl Features {
             .ok_or_else(|| format!("layer {layer} of {service} has no feature {id}"))?;
         data.geometry_column(&path)
             .get(slot)
-            .and_then(|g| geometry_out_json(&g))
+            .and_then(|g| match g {
+                view::GeometryRef::Point(x, y) => {
+                    Some(json!({"type": "Point", "coordinates": [x, y]}))
+                }
+                view::GeometryRef::Json(bytes) => serde_json::from_slice(bytes).ok(),
+            })
             .ok_or_else(|| format!("feature {id} has no geometry"))
     }
 
@@ -934,8 +1098,10 @@ impl Features {
                 r
             }
         };
-        // The fences as this batch's changes leave them, once one does.
+        // The fences as this batch's changes leave them, once one does; made ready again only
+        // before a change that needs them, so a batch of many definitions prepares them once.
         let mut changed: Option<FenceSet> = None;
+        let mut stale = false;
         let time = crate::time::now_ms();
         let mut out = Vec::new();
         // Each (document, view)'s row as the batch's earlier changes left it.
@@ -950,8 +1116,12 @@ impl Features {
                     .and_then(|j| parse_fence(&j, self.settings.fences).ok());
                 let set = changed.get_or_insert_with(|| (*self.fences.read().clone()).clone());
                 set.put(&c.uri, spec);
-                ready = set.ready(&catalog, limits);
+                stale = true;
                 continue;
+            }
+            if let Some(set) = changed.as_mut().filter(|_| stale) {
+                ready = set.ready(&catalog, limits);
+                stale = false;
             }
             let doc = c.doc.as_deref();
             let prepared = c
@@ -1005,7 +1175,10 @@ impl Features {
                 overlay.insert((c.uri.as_str(), key.clone()), after);
             }
         }
-        if let Some(set) = changed {
+        if let Some(mut set) = changed {
+            if stale {
+                set.ready(&catalog, limits);
+            }
             *self.pending_fences.lock() = Some(Arc::new(set));
         }
         out
@@ -1155,7 +1328,7 @@ fn roam(
     let then = near(catalog, f, was, own);
     let now = near(catalog, f, is, own);
     let spec = &f.spec;
-    let nearby = |id: &i64| Some(("nearby", json!({"OBJECTID": id})));
+    let nearby = |id: &i64| Some(*id);
     if spec.detects(Detect::Near)
         && let Some(row) = is
     {
@@ -1243,6 +1416,79 @@ mod tests {
                 .unwrap_err()
                 .contains("max_fence_vertices")
         );
+    }
+
+    #[test]
+    fn events_are_kept_compact_and_read_as_json() {
+        let row = Seen {
+            id: Some(42),
+            readers: RoleSet::from_bits(0b101),
+            cells: vec![
+                Datum::Int(42),
+                Datum::Str("say \"hi\"\n".into()),
+                Datum::Float(0.1),
+                Datum::Null,
+                Datum::Bool(true),
+                Datum::Date(86_400_000),
+            ],
+            point: Some((-104.98998641967772, 39.7)),
+            ..Seen::default()
+        };
+        let polygon = br#"{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,0]]]}"#;
+        let previous = Seen {
+            json: Some(polygon.as_slice().into()),
+            ..Seen::default()
+        };
+        let names = ["OBJECTID", "name", "f", "n", "b", "d"];
+        let body = compact_event(
+            Detect::Near,
+            "/fleet/\"a\".json",
+            (&row, Some(&previous)),
+            names.into_iter(),
+            Some(7),
+        );
+        let (readers, json) = event_json("depot", 1_000, &body);
+        assert_eq!(readers.bits(), 0b101);
+        let v: Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            v,
+            json!({"fence": "depot", "detect": "near", "uri": "/fleet/\"a\".json", "OBJECTID": 42,
+                "properties": {"OBJECTID": 42, "name": "say \"hi\"\n", "f": 0.1, "n": null,
+                    "b": true, "d": "1970-01-02T00:00:00.000Z"},
+                "geometry": {"type": "Point", "coordinates": [-104.98998641967772, 39.7]},
+                "previous": {"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 0]]]},
+                "time": "1970-01-01T00:00:01.000Z", "nearby": {"OBJECTID": 7}})
+        );
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "fence",
+                "detect",
+                "uri",
+                "OBJECTID",
+                "properties",
+                "geometry",
+                "previous",
+                "time",
+                "nearby"
+            ]
+        );
+        // No row id, no previous position, no other row.
+        let bare = Seen::default();
+        let body = compact_event(Detect::Exit, "/x", (&bare, None), [].into_iter(), None);
+        let v: Value = serde_json::from_slice(&event_json("f", 0, &body).1).unwrap();
+        assert_eq!(v["OBJECTID"], Value::Null);
+        assert_eq!(v["geometry"], Value::Null);
+        assert_eq!(v["previous"], Value::Null);
+        assert!(v.get("nearby").is_none());
+        // A body kept as JSON is read as it is; a cut one is an empty object, not a panic.
+        let old = [&[3u8][..], br#"{"fence":"f"}"#].concat();
+        assert_eq!(&*event_json("f", 0, &old).1, br#"{"fence":"f"}"#);
+        for cut in 0..body.len() {
+            let (_, json) = event_json("f", 0, &body[..cut]);
+            assert!(serde_json::from_slice::<Value>(&json).is_ok(), "{cut}");
+        }
     }
 
     #[test]

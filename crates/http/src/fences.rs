@@ -17,7 +17,7 @@ use super::response::{self, Resp};
 use super::{App, BoxError, Ctx, read_body, require_any};
 use crate::acl::{Caller, Capability, FENCE_COLLECTION, Permissions, Role, RoleSet};
 use crate::error::{ApiError, ErrorCode};
-use crate::features::fence::{self, FenceSpec, event_readers, fence_uri};
+use crate::features::fence::{self, FenceSpec, event_json, fence_uri};
 use crate::store::{Format, Op, PutDocument, Record, Store};
 
 /// Events read from the store at a time when a reader catches up.
@@ -98,6 +98,7 @@ where
     use hyper::Method;
     match (name, tail, method) {
         ("", "", &Method::GET) => list(app, ctx),
+        ("", "", &Method::POST) => post_many(app, ctx, body).await,
         (n, "", &Method::GET) => get(app, ctx, n),
         (n, "", &Method::PUT) if !n.is_empty() => put(app, ctx, n, body).await,
         (n, "", &Method::DELETE) if !n.is_empty() => delete(app, ctx, n).await,
@@ -177,6 +178,110 @@ where
         return Err(invalid(format!("name: the URL names the fence {name}")));
     }
     obj.insert("name".into(), json!(name));
+    let existed = app.features.fences().get(name).is_some();
+    let since = app.store.last_event()?;
+    let op = define(app, ctx, doc, since)?;
+    write_fences(app, vec![op]).await?;
+    tracing::info!(fence = name, by = ctx.caller.name(), "fence defined");
+    let status = if existed { 200 } else { 201 };
+    let spec = app
+        .features
+        .fences()
+        .get(name)
+        .ok_or_else(|| not_found(name))?;
+    Ok(response::json_value(
+        status,
+        &fence_json(&app.features.fences(), &spec),
+    ))
+}
+
+/// `POST /v1/fences` with `{"fences": [fence, …]}`, each naming itself: all defined in one
+/// write, or none (a 400 naming the first that is wrong).
+async fn post_many<B>(app: &App, ctx: &Ctx, body: B) -> Result<Resp, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+    B::Error: Into<BoxError>,
+{
+    writers(ctx)?;
+    let body = read_body(app, &ctx.headers, body).await?;
+    let doc: Value = serde_json::from_slice(&body)
+        .map_err(|e| invalid(format!("a JSON object {{\"fences\": [...]}}: {e}")))?;
+    let Some(list) = doc.get("fences").and_then(Value::as_array) else {
+        return Err(invalid("fences: missing, or not an array of fences"));
+    };
+    let set = app.features.fences();
+    let mut names = std::collections::HashSet::new();
+    let mut created = 0;
+    for (i, f) in list.iter().enumerate() {
+        let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
+        fence::check_name(name).map_err(|e| invalid(format!("fences[{i}]: {e}")))?;
+        if !names.insert(name) {
+            return Err(invalid(format!("fences[{i}]: {name} is named twice")));
+        }
+        if set.get(name).is_none() {
+            created += 1;
+        }
+    }
+    let max = app.features.settings().fences.max_fences;
+    if set.len() + created > max {
+        return Err(invalid(format!(
+            "{} fences are defined and {created} more are new: max_fences is {max}",
+            set.len()
+        )));
+    }
+    let since = app.store.last_event()?;
+    let ops = list
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            define(app, ctx, f.clone(), since).map_err(|e| {
+                let name = f["name"].as_str().unwrap_or_default();
+                invalid(format!("fences[{i}] ({name}): {}", e.message))
+            })
+        })
+        .collect::<Result<Vec<Op>, ApiError>>()?;
+    write_fences(app, ops).await?;
+    tracing::info!(
+        fences = list.len(),
+        created,
+        by = ctx.caller.name(),
+        "fences defined"
+    );
+    Ok(response::json_value(
+        200,
+        &json!({"defined": list.len(), "created": created, "replaced": list.len() - created}),
+    ))
+}
+
+/// Write fence documents; a fence the store's check refuses is a 400 that names it.
+async fn write_fences(app: &App, ops: Vec<Op>) -> Result<(), ApiError> {
+    app.store
+        .write(&Caller::system(), ops)
+        .await
+        .map(|_| ())
+        .map_err(|e| match ApiError::from(e) {
+            // "fence /geoshard/fences/{name}.json: why": the name said once, as `{name}: why`.
+            e if e.status() == 400 => invalid(
+                e.message
+                    .replacen(&format!("fence {}", fence::FENCE_PREFIX), "", 1)
+                    .replacen(".json: ", ": ", 1),
+            ),
+            e => e,
+        })
+}
+
+/// Check fence document `doc` (which names its fence) for the caller, and make the write that
+/// defines it, with its owner, the owner's roles and `since` (the event id its webhook starts
+/// after).
+fn define(app: &App, ctx: &Ctx, mut doc: Value, since: u64) -> Result<Op, ApiError> {
+    let Some(obj) = doc.as_object_mut() else {
+        return Err(invalid("a fence is a JSON object"));
+    };
+    let name = obj
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let roles = ctx.caller.roles();
     // "This county": the area is a copy of the feature's geometry as it is now.
     if let Some(f) = obj.get("feature").cloned() {
@@ -202,7 +307,7 @@ where
         obj.insert("geometry".into(), g);
     }
     obj.insert("owner".into(), json!(ctx.caller.name()));
-    obj.insert("since".into(), json!(app.store.last_event()?));
+    obj.insert("since".into(), json!(since));
     obj.insert("ownerRoles".into(), json!(roles.bits()));
     let spec = fence::parse_fence(&doc, app.features.settings().fences).map_err(invalid)?;
     if app.features.descriptor(&spec.service, roles).is_none() {
@@ -221,41 +326,19 @@ where
     if let Some(problem) = app.features.fence_problem(&spec) {
         return Err(invalid(problem));
     }
-    let existed = app.features.fences().get(name).is_some();
     // Readable by the services' readers, changed by their writers.
     let mut permissions = Permissions::new();
     permissions.grant(Role::GeoReader, Capability::Read);
     permissions.grant(Role::GeoWriter, Capability::Read);
     permissions.grant(Role::GeoWriter, Capability::Update);
-    let op = Op::PutDocument(PutDocument {
-        uri: fence_uri(name),
+    Ok(Op::PutDocument(PutDocument {
+        uri: fence_uri(&name),
         content: Bytes::from(serde_json::to_vec(&doc).unwrap_or_default()),
         format: Format::Json,
         collections: Some(vec![FENCE_COLLECTION.to_string()]),
         permissions: Some(permissions),
         default_permissions: permissions,
-    });
-    app.store
-        .write(&Caller::system(), vec![op])
-        .await
-        .map_err(|e| match ApiError::from(e) {
-            e if e.status() == 400 => invalid(
-                e.message
-                    .replace(&format!("fence {}: ", fence_uri(name)), ""),
-            ),
-            e => e,
-        })?;
-    tracing::info!(fence = name, by = ctx.caller.name(), "fence defined");
-    let status = if existed { 200 } else { 201 };
-    let spec = app
-        .features
-        .fences()
-        .get(name)
-        .ok_or_else(|| not_found(name))?;
-    Ok(response::json_value(
-        status,
-        &fence_json(&app.features.fences(), &spec),
-    ))
+    }))
 }
 
 async fn delete(app: &App, ctx: &Ctx, name: &str) -> Result<Resp, ApiError> {
@@ -307,6 +390,20 @@ async fn kept_after(store: &Arc<Store>, topic: &str, after: u64) -> crate::store
             Default::default()
         }
     }
+}
+
+/// A reader resuming after `after` when retention has trimmed events it has not had: an
+/// `event: trimmed` naming the ids that are gone (some may have been other fences'). It has no
+/// `id`, so a reader's `Last-Event-ID` stays where it was.
+fn trimmed(after: u64, kept: &crate::store::Kept) -> Option<Bytes> {
+    let next = kept.oldest.unwrap_or(kept.last + 1);
+    (after < kept.last && after + 1 < next).then(|| {
+        Bytes::from(format!(
+            "event: trimmed\ndata: {{\"from\":{},\"through\":{}}}\n\n",
+            after + 1,
+            next - 1
+        ))
+    })
 }
 
 /// One server-sent event.
@@ -366,11 +463,11 @@ impl Follow {
             return true;
         }
         self.after = n;
-        let (readers, json) = event_readers(&r.body);
+        let (readers, json) = event_json(&r.topic, r.time_ms, &r.body);
         if !may_read(self.roles, readers) {
             return true;
         }
-        let sent = self.tx.send(frame(n, json)).await.is_ok();
+        let sent = self.tx.send(frame(n, &json)).await.is_ok();
         if sent {
             crate::metrics::record(|m| {
                 m.fence_delivered.with_label_values(&["sse"]).inc();
@@ -383,8 +480,15 @@ impl Follow {
 
     /// Send what the store keeps after `after`; `false` once the reader is gone.
     async fn catch_up(&mut self) -> bool {
+        let mut first = true;
         loop {
             let kept = kept_after(&self.store, &self.topic, self.after).await;
+            if std::mem::take(&mut first)
+                && let Some(notice) = trimmed(self.after, &kept)
+                && self.tx.send(notice).await.is_err()
+            {
+                return false;
+            }
             let full = kept.records.len() >= PAGE;
             for (n, r) in &kept.records {
                 if !self.send(*n, r).await {
@@ -602,11 +706,11 @@ pub(crate) async fn follow_cluster(app: Arc<App>) {
                     .iter()
                     .enumerate()
                     .map(|(i, r)| {
-                        let (_, json) = event_readers(&r.body);
+                        let (_, json) = event_json(&r.topic, r.time_ms, &r.body);
                         (
                             first + i as u64,
                             r.topic.clone(),
-                            Bytes::copy_from_slice(json),
+                            Bytes::from(json.into_owned()),
                         )
                     })
                     .collect();
@@ -666,10 +770,10 @@ async fn deliver(
         let full = kept.records.len() >= PAGE;
         let any = !kept.records.is_empty();
         for (n, r) in kept.records {
-            let (readers, body) = event_readers(&r.body);
+            let (readers, body) = event_json(&r.topic, r.time_ms, &r.body);
             let mut failed = None;
             if may_read(spec.owner_roles, readers) {
-                let ok = post_with_retries(&hook, n, body, hooks.retries).await;
+                let ok = post_with_retries(&hook, n, &body, hooks.retries).await;
                 crate::metrics::record(|m| {
                     if ok {
                         m.fence_delivered.with_label_values(&["webhook"]).inc();
@@ -681,7 +785,7 @@ async fn deliver(
                     }
                 });
                 if !ok {
-                    let mut event: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                    let mut event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                     event["id"] = json!(n);
                     failed = Some(event);
                 }
@@ -774,5 +878,35 @@ mod tests {
     #[test]
     fn frames_are_server_sent_events() {
         assert_eq!(&frame(7, br#"{"a":1}"#)[..], b"id: 7\ndata: {\"a\":1}\n\n");
+    }
+
+    #[test]
+    fn a_reader_is_told_of_trimmed_events() {
+        let kept = |oldest: Option<u64>, last: u64| crate::store::Kept {
+            records: Vec::new(),
+            oldest,
+            last,
+        };
+        let notice = |b: Option<Bytes>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
+        // Events 1..=4 trimmed; 5 is the oldest kept.
+        assert_eq!(
+            notice(trimmed(0, &kept(Some(5), 9))).as_deref(),
+            Some("event: trimmed\ndata: {\"from\":1,\"through\":4}\n\n")
+        );
+        assert_eq!(
+            notice(trimmed(2, &kept(Some(5), 9))).as_deref(),
+            Some("event: trimmed\ndata: {\"from\":3,\"through\":4}\n\n")
+        );
+        // All trimmed.
+        assert_eq!(
+            notice(trimmed(3, &kept(None, 9))).as_deref(),
+            Some("event: trimmed\ndata: {\"from\":4,\"through\":9}\n\n")
+        );
+        // Nothing missed: resumed at the oldest, or past the last, or nothing ever kept.
+        assert_eq!(trimmed(4, &kept(Some(5), 9)), None);
+        assert_eq!(trimmed(0, &kept(Some(1), 9)), None);
+        assert_eq!(trimmed(9, &kept(None, 9)), None);
+        assert_eq!(trimmed(12, &kept(Some(5), 9)), None);
+        assert_eq!(trimmed(0, &kept(None, 0)), None);
     }
 }

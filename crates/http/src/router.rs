@@ -118,9 +118,13 @@ impl Route {
             Route::Traces | Route::Cluster => &[Method::GET],
             Route::Diagnostics | Route::Ogc(_) | Route::Tiles(_) | Route::Map(_) => &[Method::GET],
             Route::ArcGis(_) => &[Method::GET, Method::POST],
-            // A fence itself is defined and removed; the list, its events and failures are read.
+            // A fence itself is defined and removed; the list is read, and many fences are
+            // defined by posting to it; a fence's events and failures are read.
             Route::Fences(rest) if rest.len() > 1 && !rest[1..].contains('/') => {
                 &[Method::GET, Method::PUT, Method::DELETE]
+            }
+            Route::Fences(rest) if rest.trim_matches('/').is_empty() => {
+                &[Method::GET, Method::POST]
             }
             Route::Fences(_) => &[Method::GET],
             Route::NotFound => &[],
