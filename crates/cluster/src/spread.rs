@@ -3,6 +3,7 @@
 //! over NATS (`Cluster::ask`) for the whole answer or for their part, and merges the parts.
 //! A node that fails to answer is left out and the query routed again over the rest.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -103,6 +104,57 @@ pub struct Spread {
     cluster: Arc<Cluster>,
     /// `query_time_limit_ms`, for the questions other nodes ask (0: none).
     query_time_limit_ms: u64,
+    outstanding: Outstanding,
+}
+
+/// The questions this node has asked each other node and not yet had answered: the load it
+/// sees on them, by which it picks among a shard's holders (fewest outstanding first, as a
+/// least-request balancer does).
+#[derive(Default)]
+struct Outstanding(parking_lot::Mutex<HashMap<String, usize>>);
+
+impl Outstanding {
+    fn of(&self, node: &str) -> usize {
+        self.0.lock().get(node).copied().unwrap_or(0)
+    }
+
+    /// One more question to `node`, until the guard is dropped.
+    fn ask<'a>(&'a self, node: &'a str) -> Asking<'a> {
+        *self.0.lock().entry(node.to_string()).or_default() += 1;
+        Asking(self, node)
+    }
+}
+
+/// A question outstanding: counted off when dropped, answered or not.
+struct Asking<'a>(&'a Outstanding, &'a str);
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.0.lock().get_mut(self.1) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// Other nodes as `(node, shards, caught up)` in the order a shard's holder is picked from:
+/// caught-up nodes first, then the fewest questions outstanding (`load`), then by `turn`, so
+/// that nodes equally loaded share the questions.
+fn order_holders(
+    mut peers: Vec<(String, Vec<usize>, bool)>,
+    turn: usize,
+    load: impl Fn(&str) -> usize,
+) -> Vec<(String, Vec<usize>)> {
+    if !peers.is_empty() {
+        let n = peers.len();
+        peers.rotate_left(turn % n);
+    }
+    let mut keyed: Vec<_> = peers
+        .into_iter()
+        .map(|(n, s, caught_up)| ((!caught_up, load(&n)), (n, s)))
+        .collect();
+    // Stable: the rotation orders nodes of equal keys.
+    keyed.sort_by_key(|(k, _)| *k);
+    keyed.into_iter().map(|(_, p)| p).collect()
 }
 
 /// Why one node's part is missing.
@@ -145,6 +197,7 @@ impl Spread {
             features,
             cluster,
             query_time_limit_ms,
+            outstanding: Outstanding::default(),
         })
     }
 
@@ -240,7 +293,7 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
     let mut left_out: Vec<String> = Vec::new();
     let mut last_failure = String::new();
     for _ in 0..ATTEMPTS {
-        let mut peers: Vec<(String, Vec<usize>, bool)> = cluster
+        let peers: Vec<(String, Vec<usize>, bool)> = cluster
             .peers()
             .into_iter()
             .filter(|p| {
@@ -248,16 +301,12 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
             })
             .map(|p| (p.node, p.shards, p.caught_up))
             .collect();
-        if !peers.is_empty() {
-            let turn = ROTATION.fetch_add(1, Ordering::Relaxed) % peers.len();
-            peers.rotate_left(turn);
-        }
-        // A node still catching up answers with what it has applied (and waits for
-        // `X-Geoshard-After`): used when no caught-up node holds a shard.
-        peers.sort_by_key(|p| !p.2);
-        let peers = peers.into_iter().map(|(n, s, _)| (n, s));
+        // This node answers for what it holds. A node still catching up answers with what it
+        // has applied (and waits for `X-Geoshard-After`): used when no caught-up node holds a
+        // shard.
+        let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
         let mut nodes = vec![(me.clone(), placement.held())];
-        nodes.extend(peers);
+        nodes.extend(order_holders(peers, turn, |n| q.spread.outstanding.of(n)));
         let route = placement
             .route(request.region().as_ref(), &nodes)
             .map_err(|shard| {
@@ -445,6 +494,7 @@ async fn answer_from(
     let wait = limit.map_or(ASK_LIMIT, |(deadline, _)| {
         deadline.saturating_duration_since(Instant::now())
     });
+    let _asked = spread.outstanding.ask(node);
     let answer = cluster.ask(node, bytes, wait).await.map_err(|e| match e {
         AskError::TooLarge(n) => Failed::Api(ApiError::new(
             ErrorCode::PayloadTooLarge,
@@ -563,6 +613,49 @@ mod tests {
 
     /// A refusal of the request reaches the client of another node with the code this node's
     /// own answer would have had, and survives the wire; a refusal of the node has none.
+    #[test]
+    fn holders_are_picked_by_outstanding_questions_then_in_turn() {
+        let peers = |list: &[(&str, bool)]| -> Vec<(String, Vec<usize>, bool)> {
+            list.iter()
+                .map(|(n, c)| (n.to_string(), vec![0], *c))
+                .collect()
+        };
+        let names = |v: Vec<(String, Vec<usize>)>| -> Vec<String> {
+            v.into_iter().map(|(n, _)| n).collect()
+        };
+        let idle = |_: &str| 0;
+        // Equally loaded: each turn starts with the next node.
+        let all = peers(&[("a", true), ("b", true), ("c", true)]);
+        assert_eq!(names(order_holders(all.clone(), 0, idle)), ["a", "b", "c"]);
+        assert_eq!(names(order_holders(all.clone(), 1, idle)), ["b", "c", "a"]);
+        assert_eq!(names(order_holders(all.clone(), 5, idle)), ["c", "a", "b"]);
+        // The node with the fewest questions outstanding first, whatever the turn.
+        let load = |n: &str| match n {
+            "a" => 3,
+            "b" => 1,
+            _ => 2,
+        };
+        for turn in 0..3 {
+            assert_eq!(
+                names(order_holders(all.clone(), turn, load)),
+                ["b", "c", "a"]
+            );
+        }
+        // A node catching up comes last, however idle.
+        let some = peers(&[("a", false), ("b", true), ("c", true)]);
+        assert_eq!(names(order_holders(some, 0, idle)), ["b", "c", "a"]);
+        assert!(order_holders(Vec::new(), 3, idle).is_empty());
+        // Outstanding questions are counted while asked.
+        let out = Outstanding::default();
+        {
+            let _one = out.ask("a");
+            let _two = out.ask("a");
+            assert_eq!(out.of("a"), 2);
+        }
+        assert_eq!(out.of("a"), 0);
+        assert_eq!(out.of("b"), 0);
+    }
+
     #[test]
     fn refusals_map_as_the_node_answers_alone() {
         let errors = [
