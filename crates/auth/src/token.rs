@@ -9,6 +9,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use geoshard_core::time::now_ms;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
@@ -26,13 +27,6 @@ pub enum TokenRefusal {
     Credentials,
     /// Too many failures from this address or for this user.
     Throttled(u64),
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 impl Security {

@@ -297,12 +297,7 @@ impl Signer {
     }
 }
 
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use geoshard_core::time::now_ms;
 
 #[cfg(test)]
 mod tests {

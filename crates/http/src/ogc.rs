@@ -762,7 +762,10 @@ async fn items(app: &Arc<App>, ctx: &Ctx, id: &str) -> Result<Resp, ApiError> {
     let head = Arc::new(|matched: usize, returned: usize| {
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(b"{\"type\":\"FeatureCollection\",\"timeStamp\":");
-        let _ = serde_json::to_writer(&mut out, &crate::time::format_datetime(now_ms()));
+        let _ = serde_json::to_writer(
+            &mut out,
+            &crate::time::format_datetime(crate::time::now_ms() as i64),
+        );
         out.extend_from_slice(
             format!(",\"numberMatched\":{matched},\"numberReturned\":{returned},\"features\":[")
                 .as_bytes(),
@@ -876,13 +879,6 @@ fn geojson_bytes(body: Vec<u8>) -> Resp {
         hyper::header::HeaderValue::from_static("application/geo+json"),
     );
     r
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// A geoQueryService feature as an OGC item: `type`, `id`, `geometry`, `properties`.
