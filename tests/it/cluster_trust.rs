@@ -5,7 +5,6 @@
 //!
 //! Needs Debian's `nats-server`, as the other cluster tests.
 
-use crate::clients::root;
 use crate::cluster::{Nats, SECRET, free_port, nats_binary, sequence, wait_ready};
 use crate::common;
 
@@ -356,22 +355,15 @@ async fn direct_question(addr: &str) -> (u16, bool) {
 fn cluster_page(server: &ChildServer) {
     let chromium = crate::map::need_chromium();
     crate::map::setup_clients();
-    let out = Command::new("node")
-        .arg(root().join("tests/clients/node/cluster_page.js"))
-        .arg(format!("http://{}", server.addr))
-        .args([ADMIN.0, ADMIN.1])
-        .arg(&chromium)
-        .current_dir(root().join("tests/clients"))
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let page = crate::map::page_script(
+        "cluster_page.js",
+        &[
+            format!("http://{}", server.addr),
+            ADMIN.0.to_string(),
+            ADMIN.1.to_string(),
+            chromium.display().to_string(),
+        ],
     );
-    let page: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
     assert_eq!(page["state"], "ready", "{page}");
     assert_eq!(page["consoleErrors"], serde_json::json!([]), "{page}");
     let summary = page["summary"].as_str().unwrap();

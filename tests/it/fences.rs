@@ -26,6 +26,17 @@ fn mover(id: i64, kind: &str, p: (f64, f64)) -> Value {
     json!({"id": id, "kind": kind, "geometry": {"type": "Point", "coordinates": [p.0, p.1]}})
 }
 
+/// Write mover 1 of `kind` at `at` (created or replaced).
+fn move_to(c: &mut Client, kind: &str, at: (f64, f64)) {
+    let r = put(
+        c,
+        "/movers/1.json",
+        "&collection=movers",
+        &mover(1, kind, at),
+    );
+    assert!(r.status == 201 || r.status == 204, "{}", r.text());
+}
+
 /// The URIs of events, in order.
 fn uris_of(events: &[(u64, Value)]) -> Vec<&str> {
     events
@@ -668,13 +679,7 @@ fn an_area_can_be_another_layers_feature_and_a_where_filters() {
         ("truck", (12.0, 10.0)), // out: exit
     ];
     for (kind, at) in moves {
-        let r = put(
-            &mut c,
-            "/movers/1.json",
-            "&collection=movers",
-            &mover(1, kind, at),
-        );
-        assert!(r.status == 201 || r.status == 204, "{}", r.text());
+        move_to(&mut c, kind, at);
     }
     let events = read_events(
         srv.addr,
@@ -709,13 +714,7 @@ fn roaming_fences_say_when_rows_meet_and_part() {
     assert_eq!(r.status, 201, "{}", r.text());
     // 0.005 degrees of latitude is about 553 m; 0.02 about 2.2 km.
     for at in [(5.0, 5.02), (5.0, 5.005), (5.0, 5.004), (5.0, 4.98)] {
-        let r = put(
-            &mut c,
-            "/movers/1.json",
-            "&collection=movers",
-            &mover(1, "truck", at),
-        );
-        assert!(r.status == 201 || r.status == 204);
+        move_to(&mut c, "truck", at);
     }
     let events = read_events(
         srv.addr,
@@ -968,13 +967,7 @@ fn webhooks_are_signed_retried_and_failures_listed() {
     // The delivery task starts within a second of the fence.
     std::thread::sleep(Duration::from_millis(1500));
     for at in [(0.5, 0.5), (2.0, 2.0)] {
-        let r = put(
-            &mut c,
-            "/movers/1.json",
-            "&collection=movers",
-            &mover(1, "truck", at),
-        );
-        assert!(r.status == 201 || r.status == 204);
+        move_to(&mut c, "truck", at);
     }
     wait_for("two delivered events", || {
         hook.posts
@@ -1290,13 +1283,7 @@ fn fences_are_defined_in_bulk() {
 
     // The fences defined in bulk make events: "a" now lies at x 20..21.
     for at in [(20.5, 0.5), (2.5, 0.5)] {
-        let r = put(
-            &mut c,
-            "/movers/1.json",
-            "&collection=movers",
-            &mover(1, "truck", at),
-        );
-        assert!(r.status == 201 || r.status == 204, "{}", r.text());
+        move_to(&mut c, "truck", at);
     }
     for (fence, want) in [("a", ["enter", "exit"]), ("b", ["enter", "exit"])] {
         let path = format!("/v1/fences/{fence}/events?after=0");
@@ -1322,13 +1309,7 @@ fn a_reader_past_retention_is_told_what_was_trimmed() {
     assert_eq!(put_fence(&mut c, "yard", &area).status, 201);
     for i in 0..6 {
         let at = if i % 2 == 0 { (0.5, 0.5) } else { (2.0, 0.5) };
-        let r = put(
-            &mut c,
-            "/movers/1.json",
-            "&collection=movers",
-            &mover(1, "truck", at),
-        );
-        assert!(r.status == 201 || r.status == 204, "{}", r.text());
+        move_to(&mut c, "truck", at);
     }
     let mut s = TcpStream::connect(srv.addr).unwrap();
     write!(

@@ -128,6 +128,27 @@ pub(crate) fn setup_clients() {
     );
 }
 
+/// Run a browser script of `tests/clients/node` with `args`: the JSON summary it prints last,
+/// which must not be a fatal error.
+pub(crate) fn page_script(script: &str, args: &[String]) -> Value {
+    let out = Command::new("node")
+        .arg(root().join("tests/clients/node").join(script))
+        .args(args)
+        .current_dir(root().join("tests/clients"))
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(summary.get("fatal").is_none(), "{summary}");
+    summary
+}
+
 /// The counties of the source file containing a point, by name.
 fn counties_at(lon: f64, lat: f64) -> Vec<String> {
     use geo::Contains;
@@ -201,9 +222,9 @@ fn a_real_browser_draws_the_layers_and_finds_denver() {
     let shot = artifacts.join("map-page.png");
     let _ = std::fs::remove_file(&shot);
 
-    let out = Command::new("node")
-        .arg(root().join("tests/clients/node/map_page.js"))
-        .args([
+    let summary = page_script(
+        "map_page.js",
+        &[
             // The credentials in the page's URL too, as a user may type them (the
             // page's requests failed, since fetch refuses URLs that carry credentials).
             format!("http://{}:{}@{}", GEO.0, GEO.1, srv.addr),
@@ -212,21 +233,10 @@ fn a_real_browser_draws_the_layers_and_finds_denver() {
             format!("8/{}/{}", DENVER.1, DENVER.0),
             DENVER.0.to_string(),
             DENVER.1.to_string(),
-        ])
-        .arg(&shot)
-        .arg(&chromium)
-        .current_dir(root().join("tests/clients"))
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+            shot.display().to_string(),
+            chromium.display().to_string(),
+        ],
     );
-    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    assert!(summary.get("fatal").is_none(), "{summary}");
     assert_eq!(summary["state"], "ready", "{summary}");
     assert_eq!(summary["consoleErrors"], serde_json::json!([]), "{summary}");
     assert_eq!(summary["failed"], serde_json::json!([]), "{summary}");
@@ -396,30 +406,19 @@ fn the_map_shows_fences_and_their_live_events() {
     let artifacts = root().join("target/test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let shot = artifacts.join("map-fences.png");
-    let out = Command::new("node")
-        .arg(root().join("tests/clients/node/map_fences.js"))
-        .args([
+    let summary = page_script(
+        "map_fences.js",
+        &[
             format!("http://{}", srv.addr),
             GEO.0.to_string(),
             GEO.1.to_string(),
             format!("9/{}/{}", DENVER.1, -105.1),
             serde_json::to_string(&writes).unwrap(),
             expected.len().to_string(),
-        ])
-        .arg(&shot)
-        .arg(&chromium)
-        .current_dir(root().join("tests/clients"))
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+            shot.display().to_string(),
+            chromium.display().to_string(),
+        ],
     );
-    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    assert!(summary.get("fatal").is_none(), "{summary}");
     assert_eq!(summary["consoleErrors"], serde_json::json!([]), "{summary}");
     assert_eq!(summary["failed"], serde_json::json!([]), "{summary}");
     assert_eq!(

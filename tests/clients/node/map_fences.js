@@ -3,28 +3,13 @@
 // waits for the page to list `want` events. Prints a JSON summary of what the page listed and
 // drew; the Rust test decides what is right.
 'use strict';
-const { chromium } = require('playwright-core');
+const { openBrowser } = require('./browser');
 
 const [url, user, password, view, writesJson, want, screenshot, executable] = process.argv.slice(2);
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: executable || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--use-angle=swiftshader', '--enable-unsafe-swiftshader', '--ignore-gpu-blocklist'],
-  });
+  const { browser, page, consoleErrors, failed } = await openBrowser(user, password, executable);
   try {
-    const context = await browser.newContext({
-      httpCredentials: { username: user, password },
-      viewport: { width: 1200, height: 800 },
-    });
-    const page = await context.newPage();
-    const consoleErrors = [];
-    page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
-    page.on('pageerror', (e) => consoleErrors.push(String(e)));
-    const failed = [];
-    context.on('response', (r) => {
-      if (r.status() >= 400 && r.status() !== 401) failed.push(`${r.status()} ${r.url()}`);
-    });
     await page.goto(`${url}/`);
     await page.waitForFunction(() => ['ready', 'failed'].includes(document.body.dataset.state),
       null, { timeout: 60000 });

@@ -3,32 +3,19 @@
 // point, waits for the properties panel's answer and saves a screenshot. Prints a JSON summary
 // of what it saw; the Rust test decides what is right.
 'use strict';
-const { chromium } = require('playwright-core');
+const { openBrowser } = require('./browser');
 
 const [url, user, password, view, lon, lat, screenshot, executable] = process.argv.slice(2);
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: executable || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--use-angle=swiftshader', '--enable-unsafe-swiftshader', '--ignore-gpu-blocklist'],
-  });
+  const { browser, context, page, consoleErrors, failed } = await openBrowser(user, password, executable);
   try {
-    const context = await browser.newContext({
-      httpCredentials: { username: user, password },
-      viewport: { width: 1200, height: 800 },
-    });
-    const page = await context.newPage();
-    const consoleErrors = [];
-    page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
-    page.on('pageerror', (e) => consoleErrors.push(String(e)));
     // Every answer by status (the 401 challenges before credentials are sent are expected).
     const statuses = {};
-    const failed = [];
     let tiles = 0;
     let baseTiles = 0;
     context.on('response', (r) => {
       statuses[r.status()] = (statuses[r.status()] || 0) + 1;
-      if (r.status() >= 400 && r.status() !== 401) failed.push(`${r.status()} ${r.url()}`);
       if (r.status() === 200 && r.url().includes('/tiles/')) tiles += 1;
       if (r.status() === 200 && r.url().includes('/map/base/')) baseTiles += 1;
     });
