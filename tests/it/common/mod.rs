@@ -345,6 +345,9 @@ impl Client {
     }
 
     /// Send a request, negotiating Digest when challenged (and once more on `stale=true`).
+    /// A connection that closes without an answer is tried once more on a new one, with a
+    /// new `Authorization`: the server may have read the first, and a Digest answer it has
+    /// seen is a replay.
     pub fn request(
         &mut self,
         method: &str,
@@ -352,7 +355,8 @@ impl Client {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Response {
-        for _ in 0..3 {
+        let (mut challenges, mut dropped) = (0, 0);
+        while challenges < 3 {
             let auth = self.authorization(method, target);
             let mut all: Vec<(String, String)> = headers
                 .iter()
@@ -361,7 +365,12 @@ impl Client {
             if let Some(a) = auth {
                 all.push(("Authorization".into(), a));
             }
-            let resp = self.send(method, target, &all, body);
+            let wire = self.wire(method, target, &all, body);
+            let Some(resp) = self.send_once(&wire, method == "HEAD") else {
+                dropped += 1;
+                assert!(dropped < 2, "server closed the connection twice");
+                continue;
+            };
             if resp.status == 401
                 && let Auth::Digest(..) = self.auth
             {
@@ -377,6 +386,7 @@ impl Client {
                 };
                 if retry {
                     self.challenge = digest;
+                    challenges += 1;
                     continue;
                 }
             }
@@ -394,6 +404,17 @@ impl Client {
         headers: &[(String, String)],
         body: &[u8],
     ) -> Response {
+        let wire = self.wire(method, target, headers, body);
+        self.send_raw(&wire, method == "HEAD")
+    }
+
+    fn wire(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Vec<u8> {
         let mut head = format!("{method} {target} HTTP/1.1\r\n");
         if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
             head.push_str(&format!("Host: {}\r\n", self.addr));
@@ -404,27 +425,35 @@ impl Client {
         head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
         let mut wire = head.into_bytes();
         wire.extend_from_slice(body);
-        self.send_raw(&wire, method == "HEAD")
+        wire
     }
 
-    /// Write raw bytes and read one response. Reconnects once if the server had closed.
+    /// Write raw bytes and read one response. Resends the same bytes once if the server had
+    /// closed the connection.
     pub fn send_raw(&mut self, wire: &[u8], head_request: bool) -> Response {
-        for attempt in 0..2 {
-            let conn = self.connection();
-            if conn.get_mut().write_all(wire).is_ok()
-                && let Some(r) = read_response(conn, head_request)
-            {
-                if r.header("connection")
-                    .is_some_and(|c| c.eq_ignore_ascii_case("close"))
-                {
-                    self.conn = None;
-                }
-                return r;
-            }
-            self.conn = None;
-            assert_eq!(attempt, 0, "server closed the connection twice");
+        match self.send_once(wire, head_request) {
+            Some(r) => r,
+            None => self
+                .send_once(wire, head_request)
+                .expect("server closed the connection twice"),
         }
-        unreachable!()
+    }
+
+    /// One try: `None` when the connection closed without an answer (and is then dropped).
+    fn send_once(&mut self, wire: &[u8], head_request: bool) -> Option<Response> {
+        let conn = self.connection();
+        if conn.get_mut().write_all(wire).is_ok()
+            && let Some(r) = read_response(conn, head_request)
+        {
+            if r.header("connection")
+                .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+            {
+                self.conn = None;
+            }
+            return Some(r);
+        }
+        self.conn = None;
+        None
     }
 }
 
