@@ -655,6 +655,8 @@ fn nodes_holding_some_shards_answer_every_query_as_one_node_does() {
         );
     }
 
+    documents_are_kept_by_their_shards_holders(&nodes, &single, after);
+
     let every = || queries().into_iter().chain(more_queries());
     let mut reference = single.client(GEO);
     let check = |nodes: &[&ChildServer], when: &str, reference: &mut Client| {
@@ -747,6 +749,96 @@ fn nodes_holding_some_shards_answer_every_query_as_one_node_does() {
     assert!(report.contains("shards: h3 r2 / 6 shards"), "{report}");
     assert!(report.contains("shard 0\tp0, p2"), "{report}");
     assert!(report.contains("shard 4\tp1, p2"), "{report}");
+}
+
+/// The nodes that give document `uri` from their own store, read through every node after
+/// `after`: each read's content must be `want`'s.
+fn keepers(nodes: &[ChildServer], uri: &str, after: u64, want: &[u8]) -> Vec<String> {
+    let mut kept = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let r = n.client(GEO).request(
+            "GET",
+            &format!("/v1/documents?uri={}", enc(uri)),
+            &[("X-Geoshard-After", &after.to_string())],
+            b"",
+        );
+        assert_eq!(r.status, 200, "{uri} through p{i}: {}", r.text());
+        assert_eq!(r.body, want, "{uri} through p{i}");
+        let by = r.header("x-geoshard-kept-by").expect("kept-by").to_string();
+        if by == format!("p{i}") {
+            kept.push(by);
+        }
+    }
+    kept
+}
+
+/// Partitioned storage: a node keeps whole only the documents of the shards it holds, and a
+/// stub of the others; a read by URI through any node gives the same document, from a node
+/// that keeps it; a document whose geometry moves is kept by its new shard's holders alone.
+fn documents_are_kept_by_their_shards_holders(
+    nodes: &[ChildServer],
+    single: &ChildServer,
+    after: u64,
+) {
+    // Places are points: each is kept whole by the two nodes holding its shard, exactly.
+    let mut reference = single.client(GEO);
+    for id in (1..144_000).step_by(4_801) {
+        let uri = format!("/Places/0/{id}.json");
+        let want = reference.get(&format!("/v1/documents?uri={}", enc(&uri)));
+        assert_eq!(want.status, 200, "{uri}: {}", want.text());
+        let kept = keepers(nodes, &uri, after, &want.body);
+        assert_eq!(kept.len(), 2, "{uri} kept by {kept:?}");
+    }
+    // A document moved from shard to shard: read through every node after each write, kept
+    // by two nodes each time, and by other nodes once its shard's holders change.
+    let mut admin = nodes[2].client(ADMIN);
+    let mut seen: Vec<Vec<String>> = Vec::new();
+    let places = [
+        (2.35, 48.85),
+        (-74.0, 40.7),
+        (139.7, 35.7),
+        (-46.6, -23.5),
+        (151.2, -33.9),
+        (37.6, 55.8),
+        (-99.1, 19.4),
+        (28.0, -26.2),
+        (77.2, 28.6),
+        (-122.4, 37.8),
+    ];
+    for (step, (x, y)) in places.iter().enumerate() {
+        let body = json!({"name": "mover", "step": step,
+            "geometry": {"type": "Point", "coordinates": [x, y]}})
+        .to_string();
+        let r = admin.put_json("/v1/documents?uri=/moved.json", &body);
+        assert!(r.status == 201 || r.status == 204, "{}", r.text());
+        let kept = keepers(nodes, "/moved.json", sequence(&r), body.as_bytes());
+        assert_eq!(kept.len(), 2, "step {step}: kept by {kept:?}");
+        if !seen.contains(&kept) {
+            seen.push(kept);
+        }
+    }
+    assert!(
+        seen.len() >= 2,
+        "the document never changed holders: {seen:?}"
+    );
+    // A reader without read permission learns nothing through a node that keeps a stub.
+    let r = admin.request(
+        "PUT",
+        "/v1/documents?uri=/private.json&perm:admin=read&perm:admin=update",
+        &[("Content-Type", "application/json")],
+        br#"{"geometry": {"type": "Point", "coordinates": [2.35, 48.85]}}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let seq = sequence(&r).to_string();
+    for n in nodes {
+        let r = n.client(GEO_READER).request(
+            "GET",
+            "/v1/documents?uri=/private.json",
+            &[("X-Geoshard-After", &seq)],
+            b"",
+        );
+        assert_eq!(r.status, 404, "{}", r.text());
+    }
 }
 
 /// A number in a `cluster status` report: the digits after `prefix`.
@@ -1377,6 +1469,7 @@ fn questions_are_bounded_and_long_answers_arrive_in_chunks() {
             replicas: 3,
             partition: String::new(),
             shards: Vec::new(),
+            keeps_all: true,
             snapshot_entries: 0,
             access: Default::default(),
             secret: Some(geoshard::secret::Secret::new(SECRET)),

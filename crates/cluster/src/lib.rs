@@ -85,6 +85,9 @@ pub struct ClusterSettings {
     pub partition: String,
     /// The shards this node holds.
     pub shards: Vec<usize>,
+    /// Whether its store keeps every document's content (else stubs of other shards'):
+    /// only such a node's snapshot serves any node.
+    pub keeps_all: bool,
     /// Log entries between snapshots (0: none taken, the log keeps every entry).
     pub snapshot_entries: u64,
     /// Credentials and TLS for NATS.
@@ -924,6 +927,7 @@ async fn heartbeat(inner: Arc<Inner>) {
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 partition: inner.settings.partition.clone(),
                 shards: inner.settings.shards.clone(),
+                keeps_all: inner.settings.keeps_all,
                 snapshot_entries: inner.settings.snapshot_entries,
                 ask: inner.direct.address.lock().clone(),
                 mac: None,

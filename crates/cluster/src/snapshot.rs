@@ -7,8 +7,9 @@
 //! that both the snapshot before this one and every live node have applied: a node down for
 //! less than a snapshot's interval still finds the entries it needs, and a node that does not
 //! (new, or gone longer) installs the snapshot before it opens its store (`prepare`) and
-//! follows the log from there. Every node's store holds every document, so any node's copy
-//! serves any node.
+//! follows the log from there. Only a node whose store keeps every document's content takes
+//! them, so any snapshot serves any node; a cluster of nodes that each keep some shards'
+//! documents only (`cluster_shards` with `hold`) takes none, and its log keeps every entry.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -278,7 +279,7 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
 fn taker(peers: &[super::NodeRecord]) -> Option<&str> {
     peers
         .iter()
-        .filter(|p| p.caught_up && p.snapshot_entries > 0)
+        .filter(|p| p.caught_up && p.snapshot_entries > 0 && p.keeps_all)
         .map(|p| p.node.as_str())
         .min()
 }
@@ -369,6 +370,7 @@ mod tests {
             version: String::new(),
             partition: String::new(),
             shards: Vec::new(),
+            keeps_all: true,
             snapshot_entries,
             ask: String::new(),
             mac: None,

@@ -45,6 +45,17 @@ pub struct Question {
     sample: bool,
     /// Which round of a page spread in two this part answers.
     round: Round,
+    /// Not a query: the stored document of this URI, which this node keeps.
+    document: Option<String>,
+}
+
+/// A document as one node gives it to another that keeps only its stub.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Kept {
+    format: u8,
+    permissions: [u8; 4],
+    collections: Vec<String>,
+    content: Vec<u8>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -53,6 +64,8 @@ pub enum Reply {
     Part(Partial),
     /// A refusal, with its message.
     Refused(Refusal, String),
+    /// The document asked for; `None`: absent or not readable by the caller.
+    Document(Option<Kept>),
 }
 
 /// Why a node refused a question, which decides what the asking node does.
@@ -488,6 +501,7 @@ async fn answer_from(
         body: body.to_vec(),
         sample: request.query.spread,
         round,
+        document: None,
     };
     let bytes = postcard::to_stdvec(&question)
         .map_err(|e| Failed::Api(ApiError::new(ErrorCode::Internal, e.to_string())))?;
@@ -577,6 +591,11 @@ pub async fn answer_question(spread: &Spread, q: Question) -> Reply {
     }
     let caller = Caller::new(q.user, RoleSet::from_bits(q.roles));
     let features = spread.features.clone();
+    if let Some(uri) = q.document {
+        return tokio::task::spawn_blocking(move || kept(&features, &caller, &uri))
+            .await
+            .unwrap_or_else(|_| Reply::Refused(Refusal::Unable, "the read failed".into()));
+    }
     let max_vertices = features.settings().max_query_vertices;
     let (shards, sample, round) = (q.shards, q.sample, q.round);
     let failed = || Reply::Refused(Refusal::Unable, "the query failed".into());
@@ -605,6 +624,114 @@ pub async fn answer_question(spread: &Spread, q: Question) -> Reply {
     cpu::run_cpu_intensive(move || answer(&features, &caller, &request, shards, limit, &round))
         .await
         .unwrap_or_else(failed)
+}
+
+/// This node's stored document `uri`, as `caller` may read it.
+fn kept(features: &Features, caller: &Caller, uri: &str) -> Reply {
+    use crate::store::Lookup;
+    match features.store().lookup(caller, uri) {
+        Ok(Lookup::Here(doc)) => Reply::Document(Some(Kept {
+            format: doc.format as u8,
+            permissions: doc.permissions.to_bytes(),
+            collections: doc.collections,
+            content: doc.content.to_vec(),
+        })),
+        Ok(Lookup::Absent) => Reply::Document(None),
+        // Moved away since the asker looked: it asks again, of the holders it now sees.
+        Ok(Lookup::Elsewhere { .. }) => {
+            Reply::Refused(Refusal::Unable, format!("{uri} is not kept here"))
+        }
+        Err(e) => Reply::Refused(Refusal::Unable, e.to_string()),
+    }
+}
+
+/// A document whose content this node does not keep, read from a node that does: a holder
+/// of one of `shards`, the least loaded first, after log entry `after`. With the node that
+/// gave it.
+pub async fn document(
+    spread: &Spread,
+    caller: &Caller,
+    after: u64,
+    uri: &str,
+    shards: &[u16],
+) -> Result<Option<(crate::store::Document, String)>, ApiError> {
+    use crate::store::{Document, Format};
+    let cluster = &spread.cluster;
+    let me = cluster.node().to_string();
+    // The holder answers as of at least what this node has applied, where it found the stub.
+    let after = after.max(cluster.visible());
+    let question = Question {
+        user: caller.name().to_string(),
+        roles: caller.roles().bits(),
+        after,
+        shards: None,
+        body: Vec::new(),
+        sample: false,
+        round: Round::One,
+        document: Some(uri.to_string()),
+    };
+    let bytes = postcard::to_stdvec(&question)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+    let partition = spread
+        .features
+        .placement()
+        .map(|p| p.partition().to_string());
+    let mut last_failure = String::new();
+    let mut left_out: Vec<String> = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let holders: Vec<(String, Vec<usize>, bool)> = cluster
+            .peers()
+            .into_iter()
+            .filter(|p| {
+                p.node != me
+                    && Some(&p.partition) == partition.as_ref()
+                    && !left_out.contains(&p.node)
+                    && p.shards.iter().any(|s| shards.contains(&(*s as u16)))
+            })
+            .map(|p| (p.node, p.shards, p.caught_up))
+            .collect();
+        let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
+        let Some((node, _)) = order_holders(holders, turn, |n| spread.outstanding.of(n))
+            .into_iter()
+            .next()
+        else {
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "no live node keeps {uri} (the holders of shards {shards:?}){last_failure}"
+                ),
+            ));
+        };
+        let asked = spread.outstanding.ask(&node);
+        let answer = cluster.ask(&node, bytes.clone(), ASK_LIMIT).await;
+        drop(asked);
+        let why = match answer {
+            Ok(answer) => match postcard::from_bytes::<Reply>(&answer) {
+                Ok(Reply::Document(None)) => return Ok(None),
+                Ok(Reply::Document(Some(k))) => {
+                    let doc = Document {
+                        uri: uri.to_string(),
+                        format: Format::from_u8(k.format).unwrap_or(Format::Binary),
+                        collections: k.collections,
+                        permissions: geoshard_core::acl::Permissions::from_bytes(k.permissions),
+                        content: Bytes::from(k.content),
+                    };
+                    return Ok(Some((doc, node)));
+                }
+                Ok(Reply::Refused(_, message)) => message,
+                Ok(_) => "an answer of the wrong kind".to_string(),
+                Err(e) => format!("an unreadable answer: {e}"),
+            },
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(node = %node, why = %why, "a node left out of a document read");
+        last_failure = format!(" (node {node}: {why})");
+        left_out.push(node);
+    }
+    Err(ApiError::new(
+        ErrorCode::Unavailable,
+        format!("the nodes keeping {uri} did not answer{last_failure}"),
+    ))
 }
 
 #[cfg(test)]
@@ -709,11 +836,18 @@ mod tests {
                 rows: vec![(vec![geoshard_features::query::Key::Str("a".into())], 4)],
                 skipped: 9,
             },
+            document: Some("/a.json".into()),
         };
         let back: Question = postcard::from_bytes(&postcard::to_stdvec(&q).unwrap()).unwrap();
         assert_eq!(
-            (back.user, back.roles, back.after, back.shards),
-            ("u".into(), 5, 7, Some(vec![0, 3]))
+            (
+                back.user,
+                back.roles,
+                back.after,
+                back.shards,
+                back.document
+            ),
+            ("u".into(), 5, 7, Some(vec![0, 3]), Some("/a.json".into()))
         );
         let Round::Rows { rows, skipped } = back.round else {
             panic!("{:?}", back.round)
@@ -729,5 +863,20 @@ mod tests {
             postcard::from_bytes::<Reply>(&bytes).unwrap(),
             Reply::Part(Partial::Count(12))
         ));
+        let kept = Reply::Document(Some(Kept {
+            format: 0,
+            permissions: [1, 2, 3, 4],
+            collections: vec!["c".into()],
+            content: b"{}".to_vec(),
+        }));
+        let Reply::Document(Some(k)) =
+            postcard::from_bytes::<Reply>(&postcard::to_stdvec(&kept).unwrap()).unwrap()
+        else {
+            panic!("not a document")
+        };
+        assert_eq!(
+            (k.permissions, k.collections, k.content),
+            ([1, 2, 3, 4], vec!["c".to_string()], b"{}".to_vec())
+        );
     }
 }

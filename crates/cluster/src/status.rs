@@ -29,6 +29,10 @@ pub struct NodeRecord {
     /// The shards it holds.
     #[serde(default)]
     pub shards: Vec<usize>,
+    /// Whether its store keeps every document's content (records before partitioned
+    /// storage did).
+    #[serde(default = "yes")]
+    pub keeps_all: bool,
     /// Its `cluster_snapshot_entries` (0: it takes no snapshots).
     #[serde(default)]
     pub snapshot_entries: u64,
@@ -38,6 +42,10 @@ pub struct NodeRecord {
     /// The MAC of the record without it, under the cluster's key (none without a secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl NodeRecord {
@@ -453,6 +461,7 @@ mod tests {
             version: "1".into(),
             partition: "h3 r3 / 4 shards".into(),
             shards: shards.to_vec(),
+            keeps_all: false,
             snapshot_entries: 0,
             ask: String::new(),
             mac: None,

@@ -17,7 +17,13 @@ impl Features {
             .values()
             .filter(|v| v.template.applies_to(&doc.collections))
             .collect();
-        if let (false, Some(json)) = (feeds.is_empty(), parse_json(doc)) {
+        let placed = self.placement.as_deref();
+        let json = match (feeds.is_empty(), placed) {
+            (true, None) => None,
+            _ => parse_json(doc),
+        };
+        let mut elsewhere = None;
+        if let Some(json) = json {
             for view in feeds {
                 let e = extract(
                     &json,
@@ -29,10 +35,16 @@ impl Features {
                 )?;
                 per_view.push((view.def.key().clone(), e));
             }
+            if let Some(p) = placed
+                && per_view.iter().all(|(_, e)| e.rows.is_empty())
+            {
+                elsewhere = p.home(&json);
+            }
         }
         Ok(PreparedRows {
             generation: catalog.generation,
             per_view,
+            elsewhere,
         })
     }
 
@@ -58,6 +70,7 @@ impl Features {
                     PreparedRows {
                         generation: catalog.generation,
                         per_view: Vec::new(),
+                        elsewhere: None,
                     }
                 });
                 Some(&made)
@@ -450,6 +463,7 @@ impl CommitHook for FeatureHook {
             .collect();
         Ok(Checked {
             warnings,
+            elsewhere: rows.elsewhere.clone(),
             prepared: Some(Arc::new(rows)),
         })
     }

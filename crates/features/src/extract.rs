@@ -199,6 +199,9 @@ pub(crate) fn unless_panics<T>(
 pub(crate) struct PreparedRows {
     pub(crate) generation: u64,
     pub(crate) per_view: Vec<(ViewKey, Extracted)>,
+    /// On a node holding some shards: the shards whose holders keep the document, when this
+    /// node neither holds a row of it nor is its home (`Placement::home`).
+    pub(crate) elsewhere: Option<Vec<u16>>,
 }
 
 pub(crate) fn readers_of(doc: &Document) -> RoleSet {

@@ -367,6 +367,11 @@ impl Features {
         self.placement.as_deref()
     }
 
+    /// The store the views are made from.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
     fn placement_signature(&self) -> &str {
         self.placement.as_deref().map_or("", |p| p.signature())
     }

@@ -92,6 +92,49 @@ impl Placement {
         false
     }
 
+    /// Where a document's content is kept: `None` here, else the shards whose holders keep
+    /// it. Every GeoJSON geometry anywhere in the document counts, whatever the templates
+    /// read, with the shards `holds` would give a row of it (its primary shard and its box's
+    /// cover): a row any template makes of the document is then held only where its content
+    /// is, and a view built again from the stored documents finds every row it holds. A
+    /// document with no geometry is kept everywhere, as its rows are held.
+    pub fn home(&self, doc: &serde_json::Value) -> Option<Vec<u16>> {
+        let mut home = ShardSet::default();
+        let mut found = false;
+        let mut stack = vec![doc];
+        while let Some(v) = stack.pop() {
+            match v {
+                serde_json::Value::Object(o) => {
+                    if o.get("type").is_some_and(serde_json::Value::is_string)
+                        && let Ok(g) = crate::spatial::parse_geojson(v)
+                        && let Some(b) = crate::spatial::predicate::bbox_of(&g)
+                    {
+                        found = true;
+                        let bytes;
+                        let r = match &g {
+                            geo::Geometry::Point(p) => GeometryRef::Point(p.x(), p.y()),
+                            _ => {
+                                bytes = serde_json::to_vec(v).unwrap_or_default();
+                                GeometryRef::Json(&bytes)
+                            }
+                        };
+                        home.insert(self.primary_of(Some(r), 0));
+                        for s in self.partitioner.shards_for_bbox(&b).iter() {
+                            home.insert(s);
+                        }
+                    }
+                    stack.extend(o.values());
+                }
+                serde_json::Value::Array(a) => stack.extend(a.iter()),
+                _ => {}
+            }
+        }
+        if !found || home.iter().any(|s| self.held.contains(s)) {
+            return None;
+        }
+        Some(home.iter().map(|s| s as u16).collect())
+    }
+
     /// The shard whose node answers for a row with geometry `g` and `OBJECTID` `id`.
     pub(crate) fn primary_of(&self, g: Option<GeometryRef<'_>>, id: i64) -> usize {
         let n = self.partitioner.shards() as u64;
@@ -174,6 +217,7 @@ fn hash_bytes(b: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_point_is_held_by_its_shard_alone_and_a_null_everywhere() {
@@ -225,5 +269,67 @@ mod tests {
         ));
         // Shards 4 and 5 live on b and c only.
         assert_eq!(p.route(None, &nodes[..1]), Err(4));
+    }
+
+    /// A document is kept by every node that holds a row any template could make of it (a
+    /// geometry at any path, whole), so it is never kept nowhere; and a document without
+    /// geometry is kept everywhere.
+    #[test]
+    fn a_document_is_kept_wherever_a_row_of_it_is_held() {
+        let nodes: Vec<Placement> = (0..6)
+            .map(|s| Placement::new(2, 6, &[s]).unwrap())
+            .collect();
+        let mut seen_stub = 0;
+        for i in 0..500 {
+            let (x, y) = (
+                -170.0 + (i as f64 * 13.37) % 340.0,
+                -70.0 + (i as f64 * 7.1) % 140.0,
+            );
+            let (x2, y2) = ((x + 97.0) % 170.0, (y + 31.0) % 80.0);
+            let point = json!({"type": "Point", "coordinates": [x, y]});
+            let square = json!({"type": "Polygon", "coordinates": [[
+                [x2, y2], [x2 + 3.0, y2], [x2 + 3.0, y2 + 2.0], [x2, y2 + 2.0], [x2, y2]]]});
+            let doc = json!({"type": "Feature", "geometry": point,
+                "properties": {"name": i, "area": {"shape": square}}});
+            // The rows a template could make: each geometry alone, at its own path.
+            let rows = [&doc["geometry"], &doc["properties"]["area"]["shape"]];
+            for n in &nodes {
+                let holds_a_row = rows.iter().any(|g| {
+                    let geo = crate::spatial::parse_geojson(g).unwrap();
+                    let b = crate::spatial::predicate::bbox_of(&geo).unwrap();
+                    let bytes = serde_json::to_vec(g).unwrap();
+                    let r = match geo {
+                        geo::Geometry::Point(p) => GeometryRef::Point(p.x(), p.y()),
+                        _ => GeometryRef::Json(&bytes),
+                    };
+                    n.holds([Some((r, b))])
+                });
+                let home = n.home(&doc);
+                if holds_a_row {
+                    assert_eq!(home, None, "doc {i} on {:?}", n.held());
+                }
+                if let Some(shards) = home {
+                    seen_stub += 1;
+                    // The shards named are those of the nodes that keep it.
+                    for s in shards {
+                        assert_eq!(nodes[s as usize].home(&doc), None, "doc {i} shard {s}");
+                    }
+                }
+            }
+            assert!(
+                nodes.iter().any(|n| n.home(&doc).is_none()),
+                "doc {i} kept nowhere"
+            );
+            // A point's document is kept by its shard's node alone.
+            let only_point = json!({"geometry": point, "properties": {"name": i}});
+            let keepers: Vec<usize> = (0..6)
+                .filter(|&s| nodes[s].home(&only_point).is_none())
+                .collect();
+            let shard = nodes[0].primary_of(Some(GeometryRef::Point(x, y)), 0);
+            assert_eq!(keepers, [shard], "point doc {i}");
+        }
+        assert!(seen_stub > 100, "{seen_stub} stubs");
+        let plain = json!({"name": "no geometry", "type": "Feature", "geometry": null});
+        assert!(nodes.iter().all(|n| n.home(&plain).is_none()));
     }
 }

@@ -8,7 +8,7 @@ use super::response::{self, Resp};
 use super::{App, BoxError, read_body, require_any};
 use crate::acl::{Capability, Permissions, Role};
 use crate::error::{ApiError, ErrorCode};
-use crate::store::{Document, Format, Op, PutDocument, content};
+use crate::store::{Document, Format, Lookup, Op, PutDocument, content};
 
 /// Bodies above this are checked off the async threads.
 const INLINE_CHECK_BYTES: usize = 256 * 1024;
@@ -237,27 +237,67 @@ pub(super) async fn get(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
     let lookup = uris.clone();
     // The documents of one answer hold at most max_body_bytes between them.
     let max_bytes = app.config.max_body_bytes;
-    let docs = tokio::task::spawn_blocking(move || -> Result<Vec<_>, ApiError> {
+    let too_large = move || {
+        ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "the documents asked for hold more than max_body_bytes ({max_bytes}) \
+                 between them: ask for fewer at a time"
+            ),
+        )
+    };
+    let several = uris.len() > 1;
+    let (found, mut total) = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
         let mut total = 0u64;
-        let mut docs = Vec::with_capacity(lookup.len());
+        let mut found = Vec::with_capacity(lookup.len());
         for uri in &lookup {
-            let doc = store.get(&caller, uri)?;
-            total += doc.as_ref().map_or(0, |d| d.content.len() as u64);
-            if total > max_bytes && lookup.len() > 1 {
-                return Err(ApiError::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!(
-                        "the documents asked for hold more than max_body_bytes ({max_bytes}) \
-                         between them: ask for fewer at a time"
-                    ),
-                ));
+            let doc = store.lookup(&caller, uri)?;
+            if let Lookup::Here(d) = &doc {
+                total += d.content.len() as u64;
             }
-            docs.push(doc);
+            if total > max_bytes && several {
+                return Err(too_large());
+            }
+            found.push(doc);
         }
-        Ok(docs)
+        Ok((found, total))
     })
     .await
     .map_err(|_| ApiError::new(ErrorCode::Internal, "document read failed"))??;
+    // A cluster node holding some shards keeps only a stub of the others' documents: their
+    // content comes from a node that keeps it.
+    let mut docs = Vec::with_capacity(found.len());
+    let mut kept_by = app.cluster.get().map(|c| c.node().to_string());
+    for (uri, doc) in uris.iter().zip(found) {
+        docs.push(match doc {
+            Lookup::Here(d) => Some(d),
+            Lookup::Absent => None,
+            Lookup::Elsewhere { shards } => {
+                let Some(spread) = app.spread() else {
+                    return Err(ApiError::new(
+                        ErrorCode::Unavailable,
+                        format!("{uri} is kept by the holders of shards {shards:?}, not here"),
+                    ));
+                };
+                let doc = crate::cluster::spread::document(
+                    spread,
+                    &ctx.caller,
+                    ctx.after(),
+                    uri,
+                    &shards,
+                )
+                .await?;
+                total += doc.as_ref().map_or(0, |d| d.0.content.len() as u64);
+                if total > max_bytes && several {
+                    return Err(too_large());
+                }
+                doc.map(|(d, node)| {
+                    kept_by = Some(node);
+                    d
+                })
+            }
+        });
+    }
     let with_content = categories.contains(&"content");
     let metadata: Vec<&str> = categories
         .iter()
@@ -284,6 +324,10 @@ pub(super) async fn get(app: &App, ctx: &Ctx) -> Result<Resp, ApiError> {
                 "vnd.marklogic.document-format",
                 HeaderValue::from_static(doc.format.name()),
             );
+            // In a cluster: the node whose store gave the content.
+            if let Some(v) = kept_by.and_then(|n| HeaderValue::from_str(&n).ok()) {
+                r.headers_mut().insert(super::names::KEPT_BY, v);
+            }
             return Ok(r);
         }
     }

@@ -33,6 +33,39 @@ pub enum StartError {
     },
 }
 
+/// The file in the data directory naming the shards whose documents the store keeps whole
+/// (a node holding some shards keeps only stubs of the others').
+const KEPT_SHARDS: &str = "kept-shards";
+
+/// Refuse a placement that needs documents this store kept only stubs of: `hold` may narrow
+/// from one start to the next, not widen (that needs the documents copied to the node, so
+/// start it from an empty data directory). Records what later writes keep.
+fn keep_shards(
+    dir: &std::path::Path,
+    placement: &crate::features::placement::Placement,
+) -> Result<(), String> {
+    let file = dir.join(KEPT_SHARDS);
+    let held = placement.held();
+    let line = format!("{}: {:?}", placement.partition(), held);
+    if let Ok(kept) = std::fs::read_to_string(&file) {
+        let kept = kept.trim();
+        let covered = kept
+            .strip_prefix(placement.partition())
+            .and_then(|rest| rest.strip_prefix(": "))
+            .and_then(|list| serde_json::from_str::<Vec<usize>>(list).ok())
+            .is_some_and(|k| held.iter().all(|s| k.contains(s)));
+        if !covered && kept != line {
+            return Err(format!(
+                "this data directory keeps the documents of {kept} only, and {line} needs \
+                 others: start the node from an empty data directory, which copies them from \
+                 the cluster's log"
+            ));
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    std::fs::write(&file, format!("{line}\n")).map_err(|e| format!("{}: {e}", file.display()))
+}
+
 /// Open the store in the configured data directory, the users, the views and the flows; a
 /// project named by `config` is deployed (outside a cluster, which deploys through its log).
 pub fn open(config: Config) -> Result<Arc<App>, StartError> {
@@ -74,10 +107,11 @@ pub fn open(config: Config) -> Result<Arc<App>, StartError> {
             } else {
                 config.hold.clone()
             };
-            Some(
+            let placement =
                 crate::features::placement::Placement::new(config.cluster_resolution, n, &hold)
-                    .map_err(StartError::Placement)?,
-            )
+                    .map_err(StartError::Placement)?;
+            keep_shards(&config.data_dir, &placement).map_err(StartError::Placement)?;
+            Some(placement)
         }
     };
     let features = Features::open_placed(store.clone(), config.feature_settings(), placement)?;

@@ -161,6 +161,7 @@ pub fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
         replicas: config.cluster_replicas,
         partition: String::new(),
         shards: Vec::new(),
+        keeps_all: true,
         snapshot_entries: config.cluster_snapshot_entries,
         access: crate::cluster::NatsAccess {
             user: a.user.clone(),
@@ -190,6 +191,10 @@ async fn join_cluster(app: &Arc<App>) -> Result<(), StartError> {
             .placement()
             .map_or(String::new(), |p| p.partition().to_string()),
         shards: app.features.placement().map_or(Vec::new(), |p| p.held()),
+        keeps_all: app
+            .features
+            .placement()
+            .is_none_or(|p| p.held().len() == p.shards()),
         ..cluster_settings(&app.config)
     };
     let weak = Arc::downgrade(app);

@@ -13,6 +13,8 @@
 //!          version 3: the dictionary's id (u32 LE), the content's size (LEB128), then its
 //!          lean zstd frame (no magic, dictionary id, size or checksum: `compress`), to the
 //!          end of the value
+//!          version 4 (a stub): the content is kept by other nodes of a cluster; a u16 LE
+//!          count, then the shards (u16 LE each) whose holders keep it
 //! ```
 //!
 //! The header stays plain in both, so a scan can pass over a document on its header alone.
@@ -25,6 +27,7 @@ use crate::acl::Permissions;
 const VERSION: u8 = 1;
 const VERSION_COMPRESSED: u8 = 2;
 const VERSION_LEAN: u8 = 3;
+const VERSION_ELSEWHERE: u8 = 4;
 
 /// The stored bytes of `doc`, its content compressed with dictionary `dictionary` when that
 /// makes it smaller (0: no dictionary).
@@ -58,6 +61,47 @@ pub fn encode(doc: &Document, dictionary: u32) -> Vec<u8> {
     }
     out.extend_from_slice(&doc.content);
     out
+}
+
+/// A stub of `doc`: its header, and the shards whose holders keep its content.
+pub fn encode_elsewhere(doc: &Document, home: &[u16]) -> Vec<u8> {
+    let mut out = encode(
+        &Document {
+            uri: String::new(),
+            format: doc.format,
+            collections: doc.collections.clone(),
+            permissions: doc.permissions,
+            content: Bytes::new(),
+        },
+        0,
+    );
+    out[0] = VERSION_ELSEWHERE;
+    let count = u16::try_from(home.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&count.to_le_bytes());
+    for s in home.iter().take(count as usize) {
+        out.extend_from_slice(&s.to_le_bytes());
+    }
+    out
+}
+
+/// Whether stored bytes are a stub (the content kept by other nodes).
+pub fn is_elsewhere(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&VERSION_ELSEWHERE)
+}
+
+/// The shards whose holders keep a stub's content (empty for a malformed one).
+pub(crate) fn home_of(uri: &str, bytes: &[u8]) -> Result<Vec<u16>, StoreError> {
+    let (_, _, _, start) = decode_meta(uri, bytes)?;
+    let rest = &bytes[start..];
+    let count = rest
+        .get(..2)
+        .map_or(0, |c| u16::from_le_bytes([c[0], c[1]]) as usize);
+    Ok(rest
+        .get(2..2 + 2 * count)
+        .unwrap_or_default()
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect())
 }
 
 fn corrupt(uri: &str, what: &str) -> StoreError {
@@ -104,7 +148,11 @@ impl<'a> Iterator for Names<'a> {
 }
 
 fn header_ok(bytes: &[u8]) -> bool {
-    bytes.len() >= 8 && matches!(bytes[0], VERSION | VERSION_COMPRESSED | VERSION_LEAN)
+    bytes.len() >= 8
+        && matches!(
+            bytes[0],
+            VERSION | VERSION_COMPRESSED | VERSION_LEAN | VERSION_ELSEWHERE
+        )
 }
 
 /// Decode the header only: format, permissions, collections, and where the content starts.
@@ -142,7 +190,7 @@ pub fn in_any_collection(bytes: &[u8], names: &[&str]) -> bool {
 /// The dictionary a stored value's content is compressed with; `None` for a plain one (or a
 /// malformed header).
 pub(crate) fn dictionary_of(bytes: &[u8]) -> Option<u32> {
-    if !header_ok(bytes) || bytes[0] == VERSION {
+    if !header_ok(bytes) || matches!(bytes[0], VERSION | VERSION_ELSEWHERE) {
         return None;
     }
     let mut names = Names::of(bytes);
@@ -153,7 +201,11 @@ pub(crate) fn dictionary_of(bytes: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(id.try_into().ok()?))
 }
 
+/// A document's stored bytes decoded; a stub is `StoreError::Elsewhere`.
 pub(crate) fn decode(uri: &str, bytes: &[u8]) -> Result<Document, StoreError> {
+    if is_elsewhere(bytes) {
+        return Err(StoreError::Elsewhere(home_of(uri, bytes)?));
+    }
     let (format, permissions, collections, start) = decode_meta(uri, bytes)?;
     Ok(Document {
         uri: uri.to_string(),
@@ -212,6 +264,38 @@ mod tests {
         };
         let bytes = encode(&doc, 0);
         assert_eq!(decode("/a/b.json", &bytes).unwrap(), doc);
+    }
+
+    #[test]
+    fn a_stub_keeps_the_header_and_the_keepers_shards() {
+        let mut permissions = Permissions::new();
+        permissions.grant(Role::GeoReader, Capability::Read);
+        let doc = Document {
+            uri: "/s.json".into(),
+            format: Format::Json,
+            collections: vec!["places".into()],
+            permissions,
+            content: Bytes::from_static(b"{\"geometry\":{}}"),
+        };
+        let bytes = encode_elsewhere(&doc, &[2, 5]);
+        assert!(is_elsewhere(&bytes) && !is_elsewhere(&encode(&doc, 0)));
+        let (format, perms, colls, _) = decode_meta("/s.json", &bytes).unwrap();
+        assert_eq!(
+            (format, perms, colls),
+            (doc.format, permissions, doc.collections)
+        );
+        assert_eq!(home_of("/s.json", &bytes).unwrap(), [2, 5]);
+        assert!(matches!(
+            decode("/s.json", &bytes),
+            Err(StoreError::Elsewhere(s)) if s == [2, 5]
+        ));
+        assert!(in_any_collection(&bytes, &["places"]));
+        assert_eq!(dictionary_of(&bytes), None);
+        // Cut anywhere, a stub is an error or fewer shards, never a panic.
+        for n in 0..bytes.len() {
+            let _ = home_of("/s.json", &bytes[..n]);
+            let _ = decode("/s.json", &bytes[..n]);
+        }
     }
 
     #[test]

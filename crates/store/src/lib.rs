@@ -468,18 +468,49 @@ impl Store {
             .map_err(|_| StoreError::ShuttingDown)?
     }
 
-    /// A document, if it exists and `caller` may read it. Unreadable is the same as absent.
+    /// A document, if it exists here and `caller` may read it. Unreadable is the same as
+    /// absent, and so is a document whose content other nodes keep (see [`Store::lookup`]).
     pub fn get(&self, caller: &Caller, uri: &str) -> Result<Option<Document>, StoreError> {
+        match self.lookup(caller, uri)? {
+            Lookup::Here(doc) => Ok(Some(doc)),
+            Lookup::Absent | Lookup::Elsewhere { .. } => Ok(None),
+        }
+    }
+
+    /// A document, if it exists and `caller` may read it: here, or kept by other nodes.
+    pub fn lookup(&self, caller: &Caller, uri: &str) -> Result<Lookup, StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
         let table = txn.open_table(DOCUMENTS).map_err(storage)?;
         let Some(value) = table.get(uri).map_err(storage)? else {
-            return Ok(None);
+            return Ok(Lookup::Absent);
         };
-        let doc = codec::decode(uri, value.value())?;
-        if !caller.may(&doc.permissions, Capability::Read) {
-            return Ok(None);
+        let bytes = value.value();
+        if codec::is_elsewhere(bytes) {
+            let (_, permissions, _, _) = codec::decode_meta(uri, bytes)?;
+            if !caller.may(&permissions, Capability::Read) {
+                return Ok(Lookup::Absent);
+            }
+            return Ok(Lookup::Elsewhere {
+                shards: codec::home_of(uri, bytes)?,
+            });
         }
-        Ok(Some(doc))
+        let doc = codec::decode(uri, bytes)?;
+        if !caller.may(&doc.permissions, Capability::Read) {
+            return Ok(Lookup::Absent);
+        }
+        Ok(Lookup::Here(doc))
+    }
+
+    /// How many documents this store keeps a stub of, their content kept by other nodes.
+    pub fn stub_count(&self) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
+        let mut n = 0;
+        for entry in table.iter().map_err(storage)? {
+            let (_, v) = entry.map_err(storage)?;
+            n += u64::from(codec::is_elsewhere(v.value()));
+        }
+        Ok(n)
     }
 
     /// Every document, in URI order, for the service's own rebuilds (no permission filter:
@@ -501,7 +532,8 @@ impl Store {
         self.scan_where(|stored| codec::in_any_collection(stored, collections), f)
     }
 
-    /// The documents whose stored bytes `keep` takes, decoded, in URI order.
+    /// The documents whose stored bytes `keep` takes, decoded, in URI order; stubs (content
+    /// kept by other nodes) are passed over.
     pub fn scan_where(
         &self,
         keep: impl Fn(&[u8]) -> bool,
@@ -511,7 +543,7 @@ impl Store {
         let table = txn.open_table(DOCUMENTS).map_err(storage)?;
         for entry in table.iter().map_err(storage)? {
             let (k, v) = entry.map_err(storage)?;
-            if keep(v.value()) {
+            if !codec::is_elsewhere(v.value()) && keep(v.value()) {
                 f(codec::decode(k.value(), v.value())?)?;
             }
         }

@@ -179,7 +179,9 @@ fn copy_documents(
         let encoded: Vec<(String, Vec<u8>)> = chunk
             .into_par_iter()
             .map(|(uri, stored)| {
-                if id != 0 && codec::dictionary_of(&stored) == Some(id) {
+                if codec::is_elsewhere(&stored)
+                    || (id != 0 && codec::dictionary_of(&stored) == Some(id))
+                {
                     return Ok((uri, stored));
                 }
                 let doc = codec::decode(&uri, &stored)?;
@@ -213,7 +215,9 @@ fn sample(
     let mut samples = Vec::with_capacity(SAMPLES.min(total as usize));
     for row in docs.iter().map_err(storage)?.step_by(step) {
         let (k, v) = row.map_err(storage)?;
-        samples.push(codec::decode(k.value(), v.value())?.content.to_vec());
+        if !codec::is_elsewhere(v.value()) {
+            samples.push(codec::decode(k.value(), v.value())?.content.to_vec());
+        }
     }
     Ok(samples)
 }

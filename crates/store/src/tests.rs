@@ -263,6 +263,7 @@ impl CommitHook for RuleHook {
         Ok(Checked {
             warnings: vec![format!("checked at {g}")],
             prepared: None,
+            elsewhere: None,
         })
     }
     fn committed(&self, _: &[Change]) -> Option<Settling> {

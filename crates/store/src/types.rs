@@ -82,6 +82,9 @@ pub enum StoreError {
     Open { path: String, message: String },
     /// A log entry that is not the next one this store applies (cluster mode): already
     /// applied, or past a gap. Nothing was written.
+    /// The document's content is kept by the holders of these shards, not by this node.
+    #[error("the document is kept by the holders of shards {0:?}")]
+    Elsewhere(Vec<u16>),
     #[error("log entry {got} is not the next to apply ({expected})")]
     Sequence { expected: u64, got: u64 },
     /// The replicated log could not take the write (cluster mode); it may or may not land.
@@ -109,6 +112,7 @@ impl From<StoreError> for ApiError {
             StoreError::Stopped(_) => ErrorCode::Unavailable,
             StoreError::Open { .. } => ErrorCode::Internal,
             StoreError::Sequence { .. } => ErrorCode::Internal,
+            StoreError::Elsewhere(_) => ErrorCode::Unavailable,
             StoreError::Log(_) => ErrorCode::Unavailable,
             StoreError::TooLarge { .. } => ErrorCode::PayloadTooLarge,
         };
@@ -147,7 +151,7 @@ pub enum Format {
 }
 
 impl Format {
-    pub(crate) fn from_u8(b: u8) -> Option<Format> {
+    pub fn from_u8(b: u8) -> Option<Format> {
         match b {
             0 => Some(Format::Json),
             1 => Some(Format::Xml),
@@ -264,6 +268,18 @@ pub struct Change {
     pub prepared: Option<Prepared>,
 }
 
+/// A document as [`crate::Store::lookup`] finds it for a caller.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Absent, or not readable by the caller.
+    Absent,
+    Here(Document),
+    /// Its content is kept by the holders of these shards (a cluster node holding some).
+    Elsewhere {
+        shards: Vec<u16>,
+    },
+}
+
 /// The hook's verdict on a document about to land.
 #[derive(Debug, Default)]
 pub struct Checked {
@@ -272,6 +288,9 @@ pub struct Checked {
     pub warnings: Vec<String>,
     /// Work done in the check that `committed` can use instead of doing it again.
     pub prepared: Option<Prepared>,
+    /// `Some`: this node does not keep the content (a cluster node holding some shards),
+    /// only the document's header and the shards whose holders keep it.
+    pub elsewhere: Option<Vec<u16>>,
 }
 
 /// A warning about one document of a write.

@@ -99,6 +99,8 @@ pub(crate) enum Planned {
         uri: String,
         doc: Option<Arc<Document>>,
         prepared: Option<Prepared>,
+        /// The shards whose holders keep the content, when this node keeps a stub.
+        elsewhere: Option<Vec<u16>>,
     },
     Record {
         table: Table,
@@ -544,6 +546,7 @@ impl Plan<'_, '_> {
             uri: doc.uri.clone(),
             doc: Some(Arc::new(doc)),
             prepared: checked.prepared,
+            elsewhere: checked.elsewhere,
         });
         Ok(())
     }
@@ -573,6 +576,7 @@ impl Plan<'_, '_> {
                     uri,
                     doc: None,
                     prepared: None,
+                    elsewhere: None,
                 });
             }
         }
@@ -653,6 +657,11 @@ pub(crate) fn apply_plan(
     // Compressing is the costly part of encoding: a batch's documents are encoded in
     // parallel, then inserted in order.
     let encode = |p: &Planned| match p {
+        Planned::Document {
+            doc: Some(d),
+            elsewhere: Some(home),
+            ..
+        } => Some(codec::encode_elsewhere(d, home)),
         Planned::Document { doc: Some(d), .. } => Some(codec::encode(d, dictionary)),
         _ => None,
     };
@@ -664,7 +673,9 @@ pub(crate) fn apply_plan(
     };
     for (p, bytes) in planned.into_iter().zip(encoded) {
         match p {
-            Planned::Document { uri, doc, prepared } => {
+            Planned::Document {
+                uri, doc, prepared, ..
+            } => {
                 match bytes {
                     Some(bytes) => {
                         docs.insert(uri.as_str(), bytes.as_slice())
