@@ -562,23 +562,35 @@ const HOLDS: [&str; 3] = ["0,1,2,3", "2,3,4,5", "4,5,0,1"];
 
 /// A node of cluster `name` holding the shards `HOLDS[i]` of six.
 fn placed_node(dir: &Path, nats: &Nats, i: usize, name: &str) -> ChildServer {
+    placed_node_holding(dir, nats, i, name, &format!("p{i}"), HOLDS[i], &[])
+}
+
+/// Node `node` of cluster `name` holding the shards `hold` of six, first reaching NATS server
+/// `first`, with `extra` settings.
+fn placed_node_holding(
+    dir: &Path,
+    nats: &Nats,
+    first: usize,
+    name: &str,
+    node: &str,
+    hold: &str,
+    extra: &[(&str, &str)],
+) -> ChildServer {
     if !dir.join("geoshard.redb").exists() {
         seed_users(dir);
     }
-    let urls = nats.urls(i);
-    let node = format!("p{i}");
-    let server = ChildServer::start(
-        dir,
-        &[
-            ("GEOSHARD_CLUSTER", urls.as_str()),
-            ("GEOSHARD_CLUSTER_SECRET", SECRET),
-            ("GEOSHARD_NODE", node.as_str()),
-            ("GEOSHARD_CLUSTER_NAME", name),
-            ("GEOSHARD_CLUSTER_SHARDS", "6"),
-            ("GEOSHARD_CLUSTER_RESOLUTION", "2"),
-            ("GEOSHARD_HOLD", HOLDS[i]),
-        ],
-    );
+    let urls = nats.urls(first % 3);
+    let mut env = vec![
+        ("GEOSHARD_CLUSTER", urls.as_str()),
+        ("GEOSHARD_CLUSTER_SECRET", SECRET),
+        ("GEOSHARD_NODE", node),
+        ("GEOSHARD_CLUSTER_NAME", name),
+        ("GEOSHARD_CLUSTER_SHARDS", "6"),
+        ("GEOSHARD_CLUSTER_RESOLUTION", "2"),
+        ("GEOSHARD_HOLD", hold),
+    ];
+    env.extend_from_slice(extra);
+    let server = ChildServer::start(dir, &env);
     wait_ready(&server);
     server
 }
@@ -1037,6 +1049,110 @@ fn new_and_long_gone_nodes_start_from_a_snapshot_of_a_shortened_log() {
         counties["count"],
         json!(file["features"].as_array().unwrap().len())
     );
+}
+
+/// Snapshots of nodes that keep some shards' documents: each group of nodes holding the same
+/// shards takes its own, the log is trimmed past them, and a new node starts from its
+/// group's snapshot (or one of a group keeping more), then keeps exactly its shards'
+/// documents and reads every other one from their holders.
+#[test]
+fn partitioned_nodes_snapshot_by_group_and_new_nodes_start_from_one() {
+    let nats = Nats::start("psnap");
+    let every = [("GEOSHARD_CLUSTER_SNAPSHOT_ENTRIES", "40")];
+    let dirs: Vec<TestDir> = (0..5).map(|i| temp_dir(&format!("psnap-{i}"))).collect();
+    let nodes: Vec<ChildServer> = (0..3)
+        .map(|i| {
+            placed_node_holding(
+                dirs[i].path(),
+                &nats,
+                i,
+                "psnap",
+                &format!("p{i}"),
+                HOLDS[i],
+                &every,
+            )
+        })
+        .collect();
+    let body = |n: u64| {
+        let (x, y) = ((n * 37 % 340) as f64 - 170.0, (n * 13 % 140) as f64 - 70.0);
+        json!({"n": n, "geometry": {"type": "Point", "coordinates": [x, y]}}).to_string()
+    };
+    let mut writer = nodes[0].client(ADMIN);
+    let mut put = |n: u64| -> u64 {
+        let r = writer.put_json(&format!("/v1/documents?uri=/psnap/{n}.json"), &body(n));
+        assert_eq!(r.status, 201, "{}", r.text());
+        sequence(&r)
+    };
+    let groups = [
+        "snapshot-0-1-2-3: log entry ",
+        "snapshot-2-3-4-5: log entry ",
+        "snapshot-0-1-4-5: log entry ",
+    ];
+    let (mut written, mut last, mut taken) = (0, 0, [0u64; 3]);
+    for round in 0..2 {
+        for _ in 0..120 {
+            last = put(written);
+            written += 1;
+        }
+        let report = status_until(
+            &nats,
+            "psnap",
+            &format!("snapshots of round {round}"),
+            &nodes[0],
+            |r| {
+                groups
+                    .iter()
+                    .zip(taken)
+                    .all(|(g, t)| reported(r, g).is_some_and(|s| s > t))
+            },
+        );
+        for (t, g) in taken.iter_mut().zip(groups) {
+            *t = reported(&report, g).unwrap();
+        }
+    }
+    // Every group has two snapshots: the log keeps only what follows the oldest group's
+    // previous one.
+    let report = status_until(&nats, "psnap", "entries dropped", &nodes[0], |r| {
+        reported(r, "(first ").is_some_and(|f| f > 40)
+    });
+    assert!(
+        !report.contains("snapshot: log entry"),
+        "no node keeps everything: {report}"
+    );
+
+    // A new node holding a group's shards starts from that group's snapshot; one holding two
+    // of a group's shards from the newest snapshot of a group that keeps them. The log no
+    // longer has the first documents: a new node keeps them only from a snapshot.
+    let p3 = placed_node_holding(dirs[3].path(), &nats, 0, "psnap", "p3", "0,1,2,3", &every);
+    let p4 = placed_node_holding(dirs[4].path(), &nats, 1, "psnap", "p4", "4,5", &every);
+    last = last.max(put(written));
+    written += 1;
+    let after = last.to_string();
+    let read = |server: &ChildServer, n: u64| -> String {
+        let r = server.client(GEO).request(
+            "GET",
+            &format!("/v1/documents?uri=/psnap/{n}.json"),
+            &[("X-Geoshard-After", &after)],
+            b"",
+        );
+        assert_eq!(r.status, 200, "{n}: {}", r.text());
+        assert_eq!(r.text(), body(n), "{n}");
+        r.header("x-geoshard-kept-by").unwrap().to_string()
+    };
+    let (mut p3_kept, mut p4_kept) = (0, 0);
+    for n in 0..written {
+        // p3 keeps what p0 keeps (the same shards).
+        let p0 = read(&nodes[0], n) == "p0";
+        let (p1, p2) = (read(&nodes[1], n) == "p1", read(&nodes[2], n) == "p2");
+        assert_eq!(read(&p3, n) == "p3", p0, "{n} on p3");
+        // p4 started from a snapshot of a group keeping more: it keeps at least its shards'.
+        let p4_keeps = read(&p4, n) == "p4";
+        assert!(p4_keeps || !(p1 && p2), "{n} on p4");
+        p3_kept += u64::from(p0);
+        p4_kept += u64::from(p1 && p2);
+    }
+    assert!(p3_kept > 0 && p3_kept < written, "{p3_kept} of {written}");
+    assert!(p4_kept > 0 && p4_kept < written, "{p4_kept} of {written}");
 }
 
 /// The last refusal a writer met, to say why writes stopped.

@@ -7,9 +7,14 @@
 //! that both the snapshot before this one and every live node have applied: a node down for
 //! less than a snapshot's interval still finds the entries it needs, and a node that does not
 //! (new, or gone longer) installs the snapshot before it opens its store (`prepare`) and
-//! follows the log from there. Only a node whose store keeps every document's content takes
-//! them, so any snapshot serves any node; a cluster of nodes that each keep some shards'
-//! documents only (`cluster_shards` with `hold`) takes none, and its log keeps every entry.
+//! follows the log from there.
+//!
+//! A node whose store keeps only some shards' documents whole (`cluster_shards` with `hold`)
+//! makes a snapshot that serves only nodes holding those shards, so snapshots are taken per
+//! *group*, the nodes keeping the same documents: object `store` for the nodes that keep
+//! every document, `store-0-1-2-3` for those holding shards 0 to 3, each group's taken by its
+//! caught-up node of the smallest name. The log keeps the entries after every group's latest
+//! snapshot, so a group whose nodes are all gone holds it back until one returns.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -23,7 +28,8 @@ use async_nats::jetstream::object_store::{InfoErrorKind, ObjectMetadata, ObjectS
 use super::{ClusterError, ClusterSettings, Inner, js_error};
 use crate::store::snapshot as copies;
 
-/// The object holding the latest snapshot, and its metadata key for the log entry.
+/// The object holding the latest snapshot of the nodes that keep every document, and its
+/// metadata key for the log entry.
 const OBJECT: &str = "store";
 const SEQUENCE: &str = "sequence";
 /// The metadata key of the snapshot's MAC, over its log entry and its SHA-256 digest.
@@ -39,6 +45,24 @@ impl ClusterSettings {
     pub fn snapshot_bucket(&self) -> String {
         format!("geoshard_{}_snapshots", self.name)
     }
+
+    /// The object of this node's group's snapshots.
+    pub(super) fn snapshot_object(&self) -> String {
+        group_object(self.keeps_all, &self.shards)
+    }
+}
+
+/// The snapshot object of the nodes keeping every document (`keeps_all`), else of those
+/// holding exactly `shards`.
+fn group_object(keeps_all: bool, shards: &[usize]) -> String {
+    if keeps_all {
+        return OBJECT.to_string();
+    }
+    let mut s = shards.to_vec();
+    s.sort_unstable();
+    s.dedup();
+    let names: Vec<String> = s.iter().map(usize::to_string).collect();
+    format!("{OBJECT}-{}", names.join("-"))
 }
 
 /// The snapshot bucket, made on first use (as `create_object_store` makes it).
@@ -65,9 +89,9 @@ pub(super) async fn bucket(
     js.get_object_store(&name).await.map_err(js_error)
 }
 
-/// The log entry the latest snapshot has applied; 0 when there is none.
-pub(super) async fn latest(objects: &ObjectStore) -> Result<u64, ClusterError> {
-    match objects.info(OBJECT).await {
+/// The log entry the latest snapshot in `object` has applied; 0 when there is none.
+pub(super) async fn latest(objects: &ObjectStore, object: &str) -> Result<u64, ClusterError> {
+    match objects.info(object).await {
         Ok(info) => info
             .metadata
             .get(SEQUENCE)
@@ -78,20 +102,77 @@ pub(super) async fn latest(objects: &ObjectStore) -> Result<u64, ClusterError> {
     }
 }
 
-/// The latest snapshot, for `geoshard cluster status`.
+/// Every group's latest snapshot: (object, log entry), in name order.
+async fn every_latest(objects: &ObjectStore) -> Result<Vec<(String, u64)>, ClusterError> {
+    use futures_util::StreamExt as _;
+    let mut list = objects.list().await.map_err(js_error)?;
+    let mut out = Vec::new();
+    while let Some(info) = list.next().await {
+        let info = info.map_err(js_error)?;
+        if info.deleted || !(info.name == OBJECT || info.name.starts_with("store-")) {
+            continue;
+        }
+        let seq = info.metadata.get(SEQUENCE).and_then(|s| s.parse().ok());
+        out.push((info.name, seq.unwrap_or(0)));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The snapshot a node of group `own` installs when the log starts at entry `first`: its
+/// group's, else the newest of a group keeping every document it needs (every document, or
+/// a superset of its shards); `None` when none reaches the log.
+fn pick(groups: &[(String, u64)], own: &str, first: u64) -> Option<(String, u64)> {
+    let shards = |name: &str| -> Option<Vec<usize>> {
+        if name == OBJECT {
+            return None;
+        }
+        name.strip_prefix("store-")?
+            .split('-')
+            .map(|s| s.parse().ok())
+            .collect()
+    };
+    let needed = shards(own);
+    let serves = |name: &str| match (&needed, shards(name)) {
+        (_, None) => name == OBJECT,
+        (None, Some(_)) => false,
+        (Some(need), Some(kept)) => need.iter().all(|s| kept.contains(s)),
+    };
+    let reaching = groups.iter().filter(|(_, seq)| seq + 1 >= first);
+    if let Some(g) = groups.iter().find(|(n, seq)| n == own && seq + 1 >= first) {
+        return Some(g.clone());
+    }
+    reaching
+        .filter(|(n, _)| serves(n))
+        .max_by_key(|(_, seq)| *seq)
+        .cloned()
+}
+
+/// The latest snapshots, for `geoshard cluster status`.
 pub(super) async fn describe(js: &jetstream::Context, settings: &ClusterSettings) -> String {
     let Ok(objects) = js.get_object_store(settings.snapshot_bucket()).await else {
         return "snapshot: none\n".to_string();
     };
-    match objects.info(OBJECT).await {
-        Ok(info) => format!(
-            "snapshot: log entry {}, {} bytes\n",
-            info.metadata.get(SEQUENCE).map_or("?", String::as_str),
-            info.size
-        ),
-        Err(e) if e.kind() == InfoErrorKind::NotFound => "snapshot: none\n".to_string(),
-        Err(e) => format!("snapshot: unknown ({e})\n"),
+    let mut out = String::new();
+    let names = match every_latest(&objects).await {
+        Ok(list) => list,
+        Err(e) => return format!("snapshot: unknown ({e})\n"),
+    };
+    for (name, _) in names {
+        match objects.info(&name).await {
+            Ok(info) => out.push_str(&format!(
+                "snapshot{}: log entry {}, {} bytes\n",
+                name.strip_prefix(OBJECT).unwrap_or(""),
+                info.metadata.get(SEQUENCE).map_or("?", String::as_str),
+                info.size
+            )),
+            Err(e) => out.push_str(&format!("snapshot {name}: unknown ({e})\n")),
+        }
     }
+    if out.is_empty() {
+        out.push_str("snapshot: none\n");
+    }
+    out
 }
 
 /// Before a node opens its store: when the log no longer holds the entries after the last
@@ -118,7 +199,9 @@ pub fn prepare(settings: &ClusterSettings, dir: &Path) -> Result<(), ClusterErro
             return Ok(());
         }
         let objects = bucket(&js, settings).await?;
-        let seq = latest(&objects).await?;
+        let own = settings.snapshot_object();
+        let (object, seq) = pick(&every_latest(&objects).await?, &own, first)
+            .unwrap_or((own.clone(), latest(&objects, &own).await?));
         if seq + 1 < first {
             return Err(ClusterError::JetStream(format!(
                 "the log starts at entry {first} and the latest snapshot holds entries up to \
@@ -138,7 +221,7 @@ pub fn prepare(settings: &ClusterSettings, dir: &Path) -> Result<(), ClusterErro
         // A snapshot replaced while it is read loses its chunks: read the newer one.
         let mut tries = 0;
         let signer = super::trust::Signer::new(settings.secret.as_ref());
-        while let Err(e) = download(&objects, &incoming, &signer).await {
+        while let Err(e) = download(&objects, &object, &incoming, &signer).await {
             tries += 1;
             if tries == DOWNLOADS {
                 return Err(e);
@@ -154,23 +237,30 @@ pub fn prepare(settings: &ClusterSettings, dir: &Path) -> Result<(), ClusterErro
 }
 
 /// What a snapshot's MAC is over: its log entry and its digest as the object store gives it
-/// (`SHA-256=` and the digest in padded base64url), which the download checks.
-fn snapshot_parts<'a>(seq: &'a str, digest: &'a str) -> [&'a [u8]; 3] {
-    [b"snapshot", seq.as_bytes(), digest.as_bytes()]
+/// (`SHA-256=` and the digest in padded base64url), which the download checks; and a group's
+/// object name, so that one group's snapshot put in another's place is refused.
+fn snapshot_parts<'a>(name: &'a str, seq: &'a str, digest: &'a str) -> Vec<&'a [u8]> {
+    let mut parts: Vec<&[u8]> = vec![b"snapshot", seq.as_bytes(), digest.as_bytes()];
+    if name != OBJECT {
+        parts.push(name.as_bytes());
+    }
+    parts
 }
 
 /// Download the latest snapshot to `path`, if it is signed with the cluster's key; an error
 /// when it stops coming for [`STALLED`].
 async fn download(
     objects: &ObjectStore,
+    name: &str,
     path: &Path,
     signer: &super::trust::Signer,
 ) -> Result<(), ClusterError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut object = objects.get(OBJECT).await.map_err(js_error)?;
+    let mut object = objects.get(name).await.map_err(js_error)?;
     let info = &object.info;
     let meta = |k: &str| info.metadata.get(k).map(String::as_str);
     let parts = snapshot_parts(
+        name,
         meta(SEQUENCE).unwrap_or(""),
         info.digest.as_deref().unwrap_or(""),
     );
@@ -219,7 +309,8 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
             continue;
         }
         let peers = inner.peers.lock().clone();
-        if taker(&peers) != Some(inner.settings.node.as_str()) {
+        let group = inner.settings.snapshot_object();
+        if taker(&peers, &group) != Some(inner.settings.node.as_str()) {
             continue;
         }
         if objects.is_none() {
@@ -233,9 +324,9 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
         }
         let Some(store) = &objects else { continue };
         let result = async {
-            let latest = latest(store).await?;
+            let latest = latest(store, &group).await?;
             if *inner.visible.borrow() >= latest + every {
-                take(&inner, store).await?;
+                take(&inner, store, &group).await?;
                 kept_snapshot = Some(latest);
             }
             // Trimmed at every check, not only after a snapshot: a node whose lease ends
@@ -244,7 +335,16 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
                 return Ok(());
             };
             let oldest = peers.iter().map(|p| p.applied).min().unwrap_or(0);
-            let keep_from = previous.min(oldest) + 1;
+            // Another group's nodes start from their own group's snapshot: the log keeps
+            // what follows the oldest of them.
+            let others = every_latest(store)
+                .await?
+                .into_iter()
+                .filter(|(name, _)| *name != group)
+                .map(|(_, seq)| seq)
+                .min()
+                .unwrap_or(u64::MAX);
+            let keep_from = previous.min(oldest).min(others) + 1;
             if keep_from > trimmed_to {
                 let stream = inner
                     .js
@@ -274,18 +374,19 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
     }
 }
 
-/// The node that takes the cluster's snapshots: of the caught-up live nodes that take them,
-/// the one with the smallest name (so one node, whatever the others' settings).
-fn taker(peers: &[super::NodeRecord]) -> Option<&str> {
+/// The node that takes the snapshots of group `group`: of its caught-up live nodes that take
+/// them, the one with the smallest name (so one node, whatever the others' settings).
+fn taker<'a>(peers: &'a [super::NodeRecord], group: &str) -> Option<&'a str> {
     peers
         .iter()
-        .filter(|p| p.caught_up && p.snapshot_entries > 0 && p.keeps_all)
+        .filter(|p| p.caught_up && p.snapshot_entries > 0)
+        .filter(|p| group_object(p.keeps_all, &p.shards) == group)
         .map(|p| p.node.as_str())
         .min()
 }
 
 /// Copy the store and put the copy in the bucket; the log entry it has applied.
-async fn take(inner: &Arc<Inner>, objects: &ObjectStore) -> Result<u64, ClusterError> {
+async fn take(inner: &Arc<Inner>, objects: &ObjectStore, group: &str) -> Result<u64, ClusterError> {
     let started = std::time::Instant::now();
     let path = inner.store.path().with_file_name("snapshot.redb.tmp");
     let store = inner.store.clone();
@@ -304,13 +405,16 @@ async fn take(inner: &Arc<Inner>, objects: &ObjectStore) -> Result<u64, ClusterE
         if inner.signer.on() {
             let digest = file_digest(&path).await?;
             let sequence = seq.to_string();
-            if let Some(mac) = inner.signer.sign(&snapshot_parts(&sequence, &digest)) {
+            if let Some(mac) = inner
+                .signer
+                .sign(&snapshot_parts(group, &sequence, &digest))
+            {
                 metadata.insert(MAC.to_string(), mac);
             }
         }
         let mut file = tokio::fs::File::open(&path).await.map_err(js_error)?;
         let meta = ObjectMetadata {
-            name: OBJECT.to_string(),
+            name: group.to_string(),
             description: Some(format!("geoshard's store as of log entry {seq}")),
             metadata,
             ..Default::default()
@@ -361,6 +465,15 @@ mod tests {
     use super::*;
 
     fn node(name: &str, caught_up: bool, snapshot_entries: u64) -> super::super::NodeRecord {
+        placed(name, caught_up, snapshot_entries, &[])
+    }
+
+    fn placed(
+        name: &str,
+        caught_up: bool,
+        snapshot_entries: u64,
+        shards: &[usize],
+    ) -> super::super::NodeRecord {
         super::super::NodeRecord {
             node: name.into(),
             http: String::new(),
@@ -369,8 +482,8 @@ mod tests {
             started: 0,
             version: String::new(),
             partition: String::new(),
-            shards: Vec::new(),
-            keeps_all: true,
+            shards: shards.to_vec(),
+            keeps_all: shards.is_empty(),
             snapshot_entries,
             ask: String::new(),
             mac: None,
@@ -385,8 +498,50 @@ mod tests {
             node("c", true, 100),
             node("d", true, 50),
         ];
-        assert_eq!(taker(&peers), Some("c"));
-        assert_eq!(taker(&peers[..2]), None);
+        assert_eq!(taker(&peers, OBJECT), Some("c"));
+        assert_eq!(taker(&peers[..2], OBJECT), None);
+        // Nodes keeping some shards' documents take their own group's, one per group.
+        let groups = [
+            placed("a", true, 100, &[0, 1, 2, 3]),
+            placed("b", true, 100, &[3, 2, 1, 0]),
+            placed("c", true, 100, &[2, 3, 4, 5]),
+            node("d", true, 100),
+        ];
+        assert_eq!(group_object(false, &[3, 2, 1, 0]), "store-0-1-2-3");
+        assert_eq!(taker(&groups, "store-0-1-2-3"), Some("a"));
+        assert_eq!(taker(&groups, "store-2-3-4-5"), Some("c"));
+        assert_eq!(taker(&groups, OBJECT), Some("d"));
+        assert_eq!(taker(&groups, "store-4-5"), None);
+        // A group's snapshot is signed over its name.
+        assert_ne!(
+            snapshot_parts("store-0-1", "7", "d"),
+            snapshot_parts("store-2-3", "7", "d")
+        );
+        assert_eq!(snapshot_parts(OBJECT, "7", "d").len(), 3);
+    }
+
+    #[test]
+    fn a_node_installs_its_groups_snapshot_or_one_that_keeps_more() {
+        let g = |list: &[(&str, u64)]| -> Vec<(String, u64)> {
+            list.iter().map(|(n, s)| (n.to_string(), *s)).collect()
+        };
+        let groups = g(&[
+            ("store", 50),
+            ("store-0-1-2-3", 90),
+            ("store-0-1-4-5", 120),
+            ("store-2-3-4-5", 80),
+        ]);
+        let at = |own: &str, first: u64| pick(&groups, own, first).map(|(n, _)| n);
+        // Its own group's, when it reaches the log.
+        assert_eq!(at("store-0-1-2-3", 60).as_deref(), Some("store-0-1-2-3"));
+        // Else the newest that keeps its shards: a superset, or every document.
+        assert_eq!(at("store-0-1", 100).as_deref(), Some("store-0-1-4-5"));
+        assert_eq!(at("store-0-1-2-3", 100), None);
+        assert_eq!(at("store-2-3", 60).as_deref(), Some("store-0-1-2-3"));
+        assert_eq!(at("store-9", 10).as_deref(), Some("store"));
+        // A node keeping every document takes only such a snapshot.
+        assert_eq!(at("store", 60), None);
+        assert_eq!(at("store", 40).as_deref(), Some("store"));
         // A record written before the setting was in the registry reads as taking none.
         let old: super::super::NodeRecord = serde_json::from_str(
             r#"{"node":"x","http":"","applied":1,"caught_up":true,"started":0,"version":"0"}"#,

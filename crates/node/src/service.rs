@@ -151,17 +151,25 @@ async fn open_app(config: Config) -> Result<Arc<App>, StartError> {
     Ok(app)
 }
 
-/// The cluster settings of `config`, before its shards are known.
+/// The cluster settings of `config`, before its placement is checked (`open`).
 pub fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
     let a = &config.cluster_access;
+    let n = config.cluster_shards;
+    let mut shards: Vec<usize> = if config.hold.is_empty() {
+        (0..n).collect()
+    } else {
+        config.hold.clone()
+    };
+    shards.sort_unstable();
+    shards.dedup();
     crate::cluster::ClusterSettings {
         url: config.cluster.clone().unwrap_or_default(),
         node: config.node.clone(),
         name: config.cluster_name.clone(),
         replicas: config.cluster_replicas,
         partition: String::new(),
-        shards: Vec::new(),
-        keeps_all: true,
+        keeps_all: n == 0 || shards.len() == n,
+        shards: if n == 0 { Vec::new() } else { shards },
         snapshot_entries: config.cluster_snapshot_entries,
         access: crate::cluster::NatsAccess {
             user: a.user.clone(),
