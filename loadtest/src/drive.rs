@@ -65,6 +65,9 @@ pub struct RunRecord {
     #[serde(default)]
     pub client_sched_batch: Option<bool>,
     pub note: Option<String>,
+    /// The first failed request's error, when any failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -252,6 +255,7 @@ struct Tally {
     checked: u64,
     mismatched: u64,
     first_mismatch: Option<String>,
+    first_error: Option<String>,
 }
 
 impl Tally {
@@ -316,6 +320,7 @@ pub async fn drive(
                 checked: 0,
                 mismatched: 0,
                 first_mismatch: None,
+                first_error: None,
             };
             tokio::time::sleep_until(start.into()).await;
             while !stop.load(Ordering::Relaxed) {
@@ -362,7 +367,12 @@ pub async fn drive(
                             }
                         }
                     }
-                    Err(_) => t.errors += 1,
+                    Err(e) => {
+                        t.errors += 1;
+                        if t.first_error.is_none() {
+                            t.first_error = Some(e.to_string());
+                        }
+                    }
                 }
             }
             t.flush();
@@ -383,6 +393,7 @@ pub async fn drive(
     }
     let mut hist = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds");
     let (mut errors, mut checked, mut mismatched, mut first) = (0, 0, 0, None);
+    let mut first_error = None;
     for task in tasks {
         if let Ok(t) = task.await {
             let _ = hist.add(&t.hist);
@@ -390,6 +401,7 @@ pub async fn drive(
             checked += t.checked;
             mismatched += t.mismatched;
             first = first.or(t.first_mismatch);
+            first_error = first_error.or(t.first_error);
         }
     }
     let seconds = spec.duration.as_secs_f64();
@@ -428,6 +440,7 @@ pub async fn drive(
         client_threads: None,
         client_sched_batch: None,
         note: None,
+        first_error,
     };
     Ok((record, first))
 }

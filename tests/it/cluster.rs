@@ -757,6 +757,46 @@ fn nodes_holding_some_shards_answer_every_query_as_one_node_does() {
     // Back, it catches up and answers as before; `cluster status` names each shard's holders.
     nodes.push(placed_node(dirs[2].path(), &nats, 2, "placed"));
     check(&[&nodes[2]], "node 2 back", &mut reference);
+    // A fourth node joins under queries through two others: it copies shards 1, 3 and 5
+    // from the log while they answer; no query fails or is wrong meanwhile, and once caught
+    // up it answers every query as one node.
+    let expected: Vec<(Value, Value)> = every()
+        .map(|(_, body)| {
+            let want = answer(&mut reference, 0, &body);
+            (body, want)
+        })
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let readers: Vec<_> = nodes[..2]
+        .iter()
+        .map(|n| {
+            let (addr, expected, stop) = (
+                Arc::new(std::sync::Mutex::new(n.addr)),
+                expected.clone(),
+                stop.clone(),
+            );
+            std::thread::spawn(move || query_reader(addr, expected, stop, started))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let joined_dir = temp_dir("placed-3");
+    let joined = placed_node_holding(joined_dir.path(), &nats, 0, "placed", "p3", "1,3,5", &[]);
+    let took = started.elapsed();
+    let copied =
+        crate::cluster_trust::counter(&joined, "geoshard_cluster_copied_bytes_total", "from=log");
+    assert!(copied > 1e6, "{copied} bytes copied from the log");
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        let (ok, failed, wrong) = r.join().unwrap();
+        assert!(failed.is_empty(), "failed during the join: {failed:?}");
+        assert!(wrong.is_empty(), "wrong during the join: {wrong:?}");
+        assert!(ok.len() > 20, "{} answers in {took:?}", ok.len());
+    }
+    check(&[&joined], "node 3 joined", &mut reference);
+    drop(joined);
+
     let (report, _) = status(&nats, "placed");
     assert!(report.contains("shards: h3 r2 / 6 shards"), "{report}");
     assert!(report.contains("shard 0\tp0, p2"), "{report}");
@@ -1125,6 +1165,17 @@ fn partitioned_nodes_snapshot_by_group_and_new_nodes_start_from_one() {
     // longer has the first documents: a new node keeps them only from a snapshot.
     let p3 = placed_node_holding(dirs[3].path(), &nats, 0, "psnap", "p3", "0,1,2,3", &every);
     let p4 = placed_node_holding(dirs[4].path(), &nats, 1, "psnap", "p4", "4,5", &every);
+    for (n, server) in [("p3", &p3), ("p4", &p4)] {
+        let copied = crate::cluster_trust::counter(
+            server,
+            "geoshard_cluster_copied_bytes_total",
+            "from=snapshot",
+        );
+        assert!(
+            copied > 1000.0,
+            "{n}: {copied} bytes copied from a snapshot"
+        );
+    }
     last = last.max(put(written));
     written += 1;
     let after = last.to_string();

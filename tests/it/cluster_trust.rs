@@ -77,7 +77,7 @@ fn node(dir: &Path, nats: &Nats, i: usize, name: &str, secret: &str) -> ChildSer
 
 /// A sample of a node's `/metrics` (admin's page) with `label` (`kind=entry`, or empty for
 /// none), 0 when absent.
-fn counter(server: &ChildServer, name: &str, label: &str) -> f64 {
+pub(crate) fn counter(server: &ChildServer, name: &str, label: &str) -> f64 {
     let text = server.client(ADMIN).get("/metrics").text();
     let lines = text.lines().map(|l| Ok(l.to_string()));
     prometheus_parse::Scrape::parse(lines)

@@ -759,6 +759,12 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
         let message = message.map_err(js_error)?;
         let seq = message.info().map_err(js_error)?.stream_sequence;
         let kib = (message.message.payload.len() / 1024 + 1).min(IN_FLIGHT_KIB) as u32;
+        if !inner.caught_up.load(Ordering::Acquire) {
+            let n = message.message.payload.len() as u64;
+            geoshard_core::metrics::record(|m| {
+                m.cluster_copied.with_label_values(&["log"]).inc_by(n)
+            });
+        }
         let Ok(permit) = room.clone().acquire_many_owned(kib).await else {
             break Ok(());
         };

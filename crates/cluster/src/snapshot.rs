@@ -287,6 +287,11 @@ async fn download(
             return file.flush().await.map_err(js_error);
         }
         file.write_all(&buf[..n]).await.map_err(js_error)?;
+        geoshard_core::metrics::record(|m| {
+            m.cluster_copied
+                .with_label_values(&["snapshot"])
+                .inc_by(n as u64)
+        });
     }
 }
 

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use geoshard_core::acl::{Caller, RoleSet};
 use geoshard_core::cpu;
 use geoshard_core::error::{ApiError, ErrorCode};
-use geoshard_features::placement::Route;
+use geoshard_features::placement::{Placement, Route};
 use geoshard_features::query::{Partial, Round};
 use geoshard_features::{FeatureError, FeatureRequest, Features};
 use geoshard_spatial::pip::BBox;
@@ -170,6 +170,19 @@ fn order_holders(
     keyed.into_iter().map(|(_, p)| p).collect()
 }
 
+/// A query's route over `nodes`, the first `ready` of them this node and the caught-up
+/// peers: over those alone when they hold every shard between them, else over all.
+fn route_ready<N: Clone>(
+    placement: &Placement,
+    region: Option<&BBox>,
+    nodes: &[(N, Vec<usize>)],
+    ready: usize,
+) -> Result<Route<N>, usize> {
+    placement
+        .route(region, &nodes[..ready.min(nodes.len())])
+        .or_else(|_| placement.route(region, nodes))
+}
+
 /// Why one node's part is missing.
 enum Failed {
     /// The node did not answer: route again without it.
@@ -315,13 +328,14 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
             .map(|p| (p.node, p.shards, p.caught_up))
             .collect();
         // This node answers for what it holds. A node still catching up answers with what it
-        // has applied (and waits for `X-Geoshard-After`): used when no caught-up node holds a
-        // shard.
+        // has applied (and waits for `X-Geoshard-After`): used only when the caught-up nodes
+        // do not hold every shard between them, even where it alone would hold a query's
+        // whole cover (a node that joins may hold shards no other node holds together).
         let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
+        let caught_up = peers.iter().filter(|p| p.2).count();
         let mut nodes = vec![(me.clone(), placement.held())];
         nodes.extend(order_holders(peers, turn, |n| q.spread.outstanding.of(n)));
-        let route = placement
-            .route(request.region().as_ref(), &nodes)
+        let route = route_ready(placement, request.region().as_ref(), &nodes, 1 + caught_up)
             .map_err(|shard| {
                 ApiError::new(
                     ErrorCode::Unavailable,
@@ -821,6 +835,51 @@ mod tests {
             );
         }
         assert_eq!(Refusal::Unable.code(), None);
+    }
+
+    /// A node catching up is not asked while the caught-up nodes hold every shard, even for
+    /// a box whose cover it alone holds whole.
+    #[test]
+    fn a_node_catching_up_is_asked_only_for_what_no_caught_up_node_holds() {
+        let p = Placement::new(2, 6, &[0, 1, 2, 3]).unwrap();
+        let nodes = vec![
+            ("me", vec![0, 1, 2, 3]),
+            ("b", vec![2, 3, 4, 5]),
+            ("c", vec![0, 1, 4, 5]),
+            ("joining", vec![1, 3, 5]),
+        ];
+        let only =
+            |i: usize, b: &BBox| matches!(p.route(Some(b), &nodes[i..=i]), Ok(Route::One(_)));
+        // A box only the joining node's shards cover.
+        let mut found = None;
+        'search: for i in 0..72 {
+            for j in 0..30 {
+                for size in [2.0, 6.0, 15.0] {
+                    let (x, y) = (-180.0 + i as f64 * 5.0, -75.0 + j as f64 * 5.0);
+                    let b = [x, y, (x + size).min(180.0), (y + size).min(85.0)];
+                    if only(3, &b) && !(0..3).any(|k| only(k, &b)) {
+                        found = Some(b);
+                        break 'search;
+                    }
+                }
+            }
+        }
+        let b = found.expect("a box covered by shards 1, 3 and 5 together only");
+        assert!(matches!(
+            p.route(Some(&b), &nodes),
+            Ok(Route::One("joining"))
+        ));
+        match route_ready(&p, Some(&b), &nodes, 3) {
+            Ok(Route::Spread(parts)) => {
+                assert!(parts.iter().all(|(n, _)| *n != "joining"), "{parts:?}")
+            }
+            r => panic!("{r:?}"),
+        }
+        // When the others do not hold every shard, it is asked.
+        assert!(matches!(
+            route_ready(&p, None, &[nodes[0].clone(), nodes[2].clone()], 1),
+            Ok(Route::Spread(parts)) if parts.len() == 2
+        ));
     }
 
     #[test]

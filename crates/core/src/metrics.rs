@@ -56,6 +56,7 @@ pub struct Metrics {
     pub cluster_nodes: IntGauge,
     pub cluster_shards_held: IntGauge,
     pub cluster_shards_under_replicated: IntGauge,
+    pub cluster_copied: IntCounterVec,
     pub fence_events: IntCounter,
     pub fence_delivered: IntCounterVec,
     pub fence_retried: IntCounter,
@@ -198,6 +199,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "Cluster mode with shards: shards with fewer live, caught-up holders than \
              cluster_shard_replicas",
         ),
+        cluster_copied: counter_vec(
+            "cluster_copied_bytes_total",
+            "Cluster mode: bytes this node copied to catch up (a node that joins or returns), \
+             from a snapshot or from log entries applied before it was caught up",
+            &["from"],
+        ),
         fence_events: counter(
             "fence_events_total",
             "Geofence events made by committed writes",
@@ -251,6 +258,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         r.register(Box::new(m.cluster_nodes.clone())),
         r.register(Box::new(m.cluster_shards_held.clone())),
         r.register(Box::new(m.cluster_shards_under_replicated.clone())),
+        r.register(Box::new(m.cluster_copied.clone())),
         r.register(Box::new(m.fence_events.clone())),
         r.register(Box::new(m.fence_delivered.clone())),
         r.register(Box::new(m.fence_retried.clone())),

@@ -130,7 +130,9 @@ pub async fn serve(
 /// The service opened on `config`: in a cluster, prepared from a snapshot when its log
 /// needs it, then joined.
 async fn open_app(config: Config) -> Result<Arc<App>, StartError> {
-    // A node whose log no longer holds what its store needs starts from the latest snapshot.
+    // A node whose log no longer holds what its store needs starts from the latest snapshot
+    // (its bytes counted in the metrics).
+    geoshard_core::metrics::set_enabled(config.metrics);
     if config.cluster.is_some() {
         let settings = cluster_settings(&config);
         let dir = config.data_dir.clone();

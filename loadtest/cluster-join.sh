@@ -1,0 +1,76 @@
+#!/bin/bash
+# A node joins under query load. Three NATS servers and three nodes holding four of six shards
+# each (every shard on two nodes), counties and places-1m loaded (loadtest/placed.sh). Queries
+# run in back-to-back windows of WINDOW seconds, pip-counties and envelope in turn, spread
+# over the nodes, every answer of CHECKED a window checked against the dataset. After BEFORE
+# windows a fourth node starts on an empty data directory holding shards 1, 3 and 5: it copies
+# them (the log, or a snapshot of a group keeping them) while the others answer, then is
+# caught up and takes queries too, for AFTER more windows.
+#
+# Results: $work/windows.jsonl, loadtest/reports/NAME.md and NAME.svg (cluster-join-report.py).
+# Needs nats-server (scripts/setup-system.sh). Usage: loadtest/cluster-join.sh NAME
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source loadtest/nats.sh
+source loadtest/placed.sh
+name=${1:?usage: loadtest/cluster-join.sh NAME}
+WINDOW=${WINDOW:-3}
+BEFORE=${BEFORE:-6}
+AFTER=${AFTER:-6}
+CONNS=${CONNS:-8}
+work=${TMPDIR:-/tmp}/geoshard-cluster-join
+rm -rf "$work"
+mkdir -p "$work" loadtest/reports
+cargo build --release -q -p geoshard -p geoshard-loadtest
+bin=$PWD/target/release/geoshard
+lt=$PWD/target/release/geoshard-loadtest
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
+  wait 2> /dev/null || true
+}
+trap cleanup EXIT
+
+start_nats 14430 join
+start_placed join
+
+t0=$(date +%s.%N)
+now() { python3 -c "import time; print(f'{time.time() - $t0:.2f}')"; }
+n=0
+# window PHASE ADDR...: one window of queries through the addresses given; its record with
+# its phase and start time appended to windows.jsonl.
+window() {
+  local phase=$1 w a start
+  shift
+  w=$([ $((n % 2)) -eq 0 ] && echo pip-counties || echo envelope)
+  local also=()
+  for a in "${@:2}"; do also+=(--also "$a"); done
+  start=$(now)
+  "$lt" run --workload "$w" --addr "$1" "${also[@]}" --user bench --password bench \
+    --duration "$WINDOW" --warmup 0 --connections "$CONNS" --checked 200 \
+    --out "$work/run.jsonl" > /dev/null
+  tail -1 "$work/run.jsonl" | python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+r.update(phase='$phase', start=$start, window=$n)
+print(json.dumps(r))" >> "$work/windows.jsonl"
+  n=$((n + 1))
+}
+
+for _ in $(seq "$BEFORE"); do window before "${addr[1]}" "${addr[2]}" "${addr[3]}"; done
+joined=$(now)
+holds4="1,3,5"
+node4_env=(GEOSHARD_CLUSTER_NAME=join)
+start_node "$work/node4" node4_env node4 "$holds4"
+addr[4]=$node_addr
+until curl -sf "http://${addr[4]}/ready" > /dev/null; do
+  window joining "${addr[1]}" "${addr[2]}" "${addr[3]}"
+done
+caught=$(now)
+for _ in $(seq "$AFTER"); do window after "${addr[1]}" "${addr[2]}" "${addr[3]}" "${addr[4]}"; done
+"$bin" cluster status --cluster "$urls" --name join > "$work/status-after"
+du -sb "$work"/node{1,2,3,4} "$work/single" > "$work/du"
+python3 loadtest/cluster-join-report.py "$work" "$joined" "$caught" "$name" \
+  "loadtest/cluster-join.sh $name" > "loadtest/reports/$name.md"
+cat "loadtest/reports/$name.md"
