@@ -5,7 +5,8 @@
 # over the nodes, every answer of CHECKED a window checked against the dataset. After BEFORE
 # windows a fourth node starts on an empty data directory holding shards 1, 3 and 5: it copies
 # them (the log, or a snapshot of a group keeping them) while the others answer, then is
-# caught up and takes queries too, for AFTER more windows.
+# caught up and takes queries too, for AFTER more windows. CATCH_UP: its
+# cluster_catch_up_bytes (0: as fast as it can).
 #
 # Results: $work/windows.jsonl, loadtest/reports/NAME.md and NAME.svg (cluster-join-report.py).
 # Needs nats-server (scripts/setup-system.sh). Usage: loadtest/cluster-join.sh NAME
@@ -18,6 +19,7 @@ WINDOW=${WINDOW:-3}
 BEFORE=${BEFORE:-6}
 AFTER=${AFTER:-6}
 CONNS=${CONNS:-8}
+CATCH_UP=${CATCH_UP:-0}
 work=${TMPDIR:-/tmp}/geoshard-cluster-join
 rm -rf "$work"
 mkdir -p "$work" loadtest/reports
@@ -61,7 +63,7 @@ print(json.dumps(r))" >> "$work/windows.jsonl"
 for _ in $(seq "$BEFORE"); do window before "${addr[1]}" "${addr[2]}" "${addr[3]}"; done
 joined=$(now)
 holds4="1,3,5"
-node4_env=(GEOSHARD_CLUSTER_NAME=join)
+node4_env=(GEOSHARD_CLUSTER_NAME=join GEOSHARD_CLUSTER_CATCH_UP_BYTES="$CATCH_UP")
 start_node "$work/node4" node4_env node4 "$holds4"
 addr[4]=$node_addr
 until curl -sf "http://${addr[4]}/ready" > /dev/null; do
@@ -72,5 +74,5 @@ for _ in $(seq "$AFTER"); do window after "${addr[1]}" "${addr[2]}" "${addr[3]}"
 "$bin" cluster status --cluster "$urls" --name join > "$work/status-after"
 du -sb "$work"/node{1,2,3,4} "$work/single" > "$work/du"
 python3 loadtest/cluster-join-report.py "$work" "$joined" "$caught" "$name" \
-  "loadtest/cluster-join.sh $name" > "loadtest/reports/$name.md"
+  "CATCH_UP=$CATCH_UP loadtest/cluster-join.sh $name" > "loadtest/reports/$name.md"
 cat "loadtest/reports/$name.md"

@@ -1637,6 +1637,7 @@ fn questions_are_bounded_and_long_answers_arrive_in_chunks() {
             partition: String::new(),
             shards: Vec::new(),
             keeps_all: true,
+            catch_up_bytes: 0,
             snapshot_entries: 0,
             access: Default::default(),
             secret: Some(geoshard::secret::Secret::new(SECRET)),

@@ -88,6 +88,8 @@ pub struct ClusterSettings {
     /// Whether its store keeps every document's content (else stubs of other shards'):
     /// only such a node's snapshot serves any node.
     pub keeps_all: bool,
+    /// Log bytes a second applied while catching up (0: no limit).
+    pub catch_up_bytes: u64,
     /// Log entries between snapshots (0: none taken, the log keeps every entry).
     pub snapshot_entries: u64,
     /// Credentials and TLS for NATS.
@@ -684,6 +686,33 @@ async fn follow(inner: Arc<Inner>) {
     }
 }
 
+/// Bytes at most `rate` a second, on average since the first: `take` waits until that holds.
+struct Pace {
+    rate: u64,
+    since: Option<tokio::time::Instant>,
+    taken: u64,
+}
+
+impl Pace {
+    fn new(rate: u64) -> Pace {
+        Pace {
+            rate,
+            since: None,
+            taken: 0,
+        }
+    }
+
+    async fn take(&mut self, bytes: u64) {
+        if self.rate == 0 {
+            return;
+        }
+        let since = *self.since.get_or_insert_with(tokio::time::Instant::now);
+        self.taken += bytes;
+        let due = since + Duration::from_secs_f64(self.taken as f64 / self.rate as f64);
+        tokio::time::sleep_until(due).await;
+    }
+}
+
 async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
     let start = inner.store.applied() + 1;
     // Entries the store applied after the last follower stopped taking outcomes are applied
@@ -729,6 +758,7 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
     tracing::info!(from = start, last, "following the log");
     let (tx, rx) = mpsc::channel::<Pending>(4096);
     let room = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_KIB));
+    let mut catching_up = Pace::new(inner.settings.catch_up_bytes);
     let (stop, mut stopped) = watch::channel(false);
     let finisher = tokio::spawn(finish(inner.clone(), rx, stop, last));
     // A consumer whose server went away can go quiet instead of failing: when the log holds
@@ -764,6 +794,7 @@ async fn follow_once(inner: &Arc<Inner>) -> Result<(), ClusterError> {
             geoshard_core::metrics::record(|m| {
                 m.cluster_copied.with_label_values(&["log"]).inc_by(n)
             });
+            catching_up.take(n).await;
         }
         let Ok(permit) = room.clone().acquire_many_owned(kib).await else {
             break Ok(());

@@ -166,6 +166,9 @@ pub struct Config {
     /// Log entries after which the cluster's store is copied into a snapshot again, and the
     /// entries the snapshots before it cover dropped from the log; 0: never.
     pub cluster_snapshot_entries: u64,
+    /// Log bytes a second a node applies while it catches up (it joined, or returned), so
+    /// that the other work of its machine keeps its latency; 0: as fast as it can.
+    pub cluster_catch_up_bytes: u64,
     /// The cluster's shards, H3 cells at `cluster_resolution` mapped to numbers; 0: every
     /// node holds every row (and answers every query alone).
     pub cluster_shards: usize,
@@ -299,6 +302,7 @@ impl Default for Config {
             cluster_name: "geoshard".to_string(),
             cluster_replicas: 3,
             cluster_snapshot_entries: 100_000,
+            cluster_catch_up_bytes: 0,
             cluster_shards: 0,
             cluster_resolution: 3,
             hold: Vec::new(),
@@ -376,6 +380,7 @@ pub const KEYS: &[&str] = &[
     "cluster_name",
     "cluster_replicas",
     "cluster_snapshot_entries",
+    "cluster_catch_up_bytes",
     "cluster_shards",
     "cluster_resolution",
     "hold",
@@ -672,6 +677,7 @@ impl Config {
                 self.cluster_replicas = n
             }
             "cluster_snapshot_entries" => self.cluster_snapshot_entries = parse(key, text)?,
+            "cluster_catch_up_bytes" => self.cluster_catch_up_bytes = parse(key, text)?,
             "cluster_shards" => {
                 let n: usize = parse(key, text)?;
                 if n > crate::spatial::partition::MAX_SHARDS {
@@ -966,6 +972,7 @@ mod tests {
             ("cluster_name", "test"),
             ("cluster_replicas", "1"),
             ("cluster_snapshot_entries", "50"),
+            ("cluster_catch_up_bytes", "4000000"),
             ("cluster_shards", "8"),
             ("cluster_resolution", "2"),
             ("hold", "1, 5,7"),
@@ -1009,6 +1016,7 @@ mod tests {
         );
         assert_eq!((c.cluster_shards, c.cluster_resolution), (8, 2));
         assert_eq!(c.cluster_snapshot_entries, 50);
+        assert_eq!(c.cluster_catch_up_bytes, 4_000_000);
         assert_eq!(c.hold, [1, 5, 7]);
         assert_eq!(c.cluster_shard_replicas, 3);
         assert!(!c.cluster_direct);

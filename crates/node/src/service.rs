@@ -173,6 +173,7 @@ pub fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
         keeps_all: n == 0 || shards.len() == n,
         shards: if n == 0 { Vec::new() } else { shards },
         snapshot_entries: config.cluster_snapshot_entries,
+        catch_up_bytes: config.cluster_catch_up_bytes,
         access: crate::cluster::NatsAccess {
             user: a.user.clone(),
             password: a.password.clone(),
