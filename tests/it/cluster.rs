@@ -797,6 +797,38 @@ fn nodes_holding_some_shards_answer_every_query_as_one_node_does() {
     check(&[&joined], "node 3 joined", &mut reference);
     drop(joined);
 
+    // Node 2 restarts holding shard 2 as well: it copies shard 2's documents in from their
+    // holders before it answers for it, then answers every query as one node and keeps them
+    // whole (a place of shard 2 is then kept by three nodes).
+    nodes.pop().unwrap().kill();
+    nodes.push(placed_node_holding(
+        dirs[2].path(),
+        &nats,
+        2,
+        "placed",
+        "p2",
+        "4,5,0,1,2",
+        &[],
+    ));
+    let copied = crate::cluster_trust::counter(
+        &nodes[2],
+        "geoshard_cluster_copied_bytes_total",
+        "from=holders",
+    );
+    assert!(copied > 1e5, "{copied} bytes copied from the holders");
+    check(&[&nodes[2]], "node 2 took shard 2", &mut reference);
+    let mut by_three = 0;
+    for id in (1..144_000).step_by(4_801) {
+        let uri = format!("/Places/0/{id}.json");
+        let want = reference
+            .get(&format!("/v1/documents?uri={}", enc(&uri)))
+            .body;
+        let kept = keepers(&nodes, &uri, after, &want);
+        assert!(kept.len() >= 2, "{uri} kept by {kept:?}");
+        by_three += usize::from(kept.len() == 3);
+    }
+    assert!(by_three > 0, "no sampled place is in shard 2");
+
     let (report, _) = status(&nats, "placed");
     assert!(report.contains("shards: h3 r2 / 6 shards"), "{report}");
     assert!(report.contains("shard 0\tp0, p2"), "{report}");

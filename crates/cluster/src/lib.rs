@@ -183,6 +183,8 @@ struct Inner {
     unsettled: watch::Sender<std::collections::BTreeSet<u64>>,
     /// Set once the node has applied what the log held when it started following.
     caught_up: AtomicBool,
+    /// Copying in the documents of shards taken: not caught up yet.
+    filling: AtomicBool,
     max_payload: usize,
     reload: Reloader,
     /// The node's HTTP address, for the registry (known once it listens).
@@ -256,9 +258,21 @@ impl Cluster {
         self.inner.log_last.load(Ordering::Relaxed)
     }
 
-    /// Whether the node has applied what the log held when it started.
+    /// Whether the node has applied what the log held when it started, and copied in the
+    /// documents of the shards it took (see [`Cluster::set_filling`]).
     pub fn caught_up(&self) -> bool {
+        self.log_caught_up() && !self.inner.filling.load(Ordering::Acquire)
+    }
+
+    /// Whether the node has applied what the log held when it started.
+    pub fn log_caught_up(&self) -> bool {
         self.inner.caught_up.load(Ordering::Acquire)
+    }
+
+    /// While a node copies in the documents of shards it took (it kept only stubs of them),
+    /// it is not caught up: the others do not ask it for those shards.
+    pub fn set_filling(&self, on: bool) {
+        self.inner.filling.store(on, Ordering::Release);
     }
 
     /// The cluster as this node sees it: the live nodes, and each shard's holders measured
@@ -502,6 +516,7 @@ async fn connect(
         visible,
         unsettled: watch::channel(Default::default()).0,
         caught_up: AtomicBool::new(false),
+        filling: AtomicBool::new(false),
         max_payload,
         reload,
         http: Mutex::new(String::new()),
@@ -959,7 +974,8 @@ async fn heartbeat(inner: Arc<Inner>) {
                 node: inner.settings.node.clone(),
                 http: inner.http.lock().clone(),
                 applied: *inner.visible.borrow(),
-                caught_up: inner.caught_up.load(Ordering::Acquire),
+                caught_up: inner.caught_up.load(Ordering::Acquire)
+                    && !inner.filling.load(Ordering::Acquire),
                 started,
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 partition: inner.settings.partition.clone(),

@@ -27,6 +27,8 @@ const ASK_LIMIT: Duration = Duration::from_secs(30);
 const ATTEMPTS: usize = 3;
 /// Requests up to this size are read on the thread that has them, as the HTTP handler does.
 const INLINE_BYTES: usize = 64 * 1024;
+/// Documents a node copies in from a holder in one question, when it takes shards.
+const FILL_BATCH: usize = 64;
 /// Parts of up to this many rows in all are merged on the thread that has them.
 const INLINE_ROWS: usize = 512;
 
@@ -45,8 +47,8 @@ pub struct Question {
     sample: bool,
     /// Which round of a page spread in two this part answers.
     round: Round,
-    /// Not a query: the stored document of this URI, which this node keeps.
-    document: Option<String>,
+    /// Not a query: the stored documents of these URIs, which this node keeps.
+    documents: Vec<String>,
 }
 
 /// A document as one node gives it to another that keeps only its stub.
@@ -64,8 +66,8 @@ pub enum Reply {
     Part(Partial),
     /// A refusal, with its message.
     Refused(Refusal, String),
-    /// The document asked for; `None`: absent or not readable by the caller.
-    Document(Option<Kept>),
+    /// The documents asked for, in order; `None`: absent or not readable by the caller.
+    Documents(Vec<Option<Kept>>),
 }
 
 /// Why a node refused a question, which decides what the asking node does.
@@ -118,6 +120,9 @@ pub struct Spread {
     /// `query_time_limit_ms`, for the questions other nodes ask (0: none).
     query_time_limit_ms: u64,
     outstanding: Outstanding,
+    /// Shards this node took and is still copying the documents of (`fill`): it does not
+    /// answer for them yet.
+    filling: parking_lot::RwLock<Vec<usize>>,
 }
 
 /// The questions this node has asked each other node and not yet had answered: the load it
@@ -224,7 +229,83 @@ impl Spread {
             cluster,
             query_time_limit_ms,
             outstanding: Outstanding::default(),
+            filling: parking_lot::RwLock::new(Vec::new()),
         })
+    }
+
+    /// Copy in the documents of `shards`, which this node took while it kept only stubs of
+    /// them (its `hold` widened): from their holders, in batches, once it has applied the
+    /// log. Meanwhile it is not caught up and does not answer for those shards; `done` runs
+    /// once every document is in. A failed batch is asked again, of another holder.
+    pub fn fill(
+        self: Arc<Self>,
+        shards: Vec<usize>,
+        done: impl FnOnce() + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        *self.filling.write() = shards.clone();
+        self.cluster.set_filling(true);
+        async move { self.filling_loop(shards, done).await }
+    }
+
+    async fn filling_loop(&self, shards: Vec<usize>, done: impl FnOnce() + Send) {
+        loop {
+            match self.fill_once(&shards).await {
+                Ok(n) => {
+                    tracing::info!(?shards, documents = n, "the shards taken are copied in");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "copying in the shards taken; trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        self.filling.write().clear();
+        self.cluster.set_filling(false);
+        done();
+    }
+
+    async fn fill_once(&self, shards: &[usize]) -> Result<usize, String> {
+        while !self.cluster.log_caught_up() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let wanted: Vec<u16> = shards.iter().map(|&s| s as u16).collect();
+        let store = self.features.store().clone();
+        let stubs = tokio::task::spawn_blocking(move || store.stubs_in(&wanted))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        // Grouped by one shard each of whose holders keeps them all.
+        let mut groups: std::collections::BTreeMap<u16, Vec<String>> = Default::default();
+        for (uri, home) in stubs {
+            groups.entry(home[0]).or_default().push(uri);
+        }
+        let mut copied = 0;
+        for (shard, uris) in groups {
+            for chunk in uris.chunks(FILL_BATCH) {
+                let (docs, _) = documents(self, &Caller::system(), 0, chunk, &[shard])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let docs: Vec<_> = docs
+                    .into_iter()
+                    .flatten()
+                    .map(|d| (d.uri, d.format, d.content))
+                    .collect();
+                let bytes: usize = docs.iter().map(|d| d.0.len() + d.2.len()).sum();
+                copied += docs.len();
+                self.features
+                    .store()
+                    .fill(docs)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                geoshard_core::metrics::record(|m| {
+                    m.cluster_copied
+                        .with_label_values(&["holders"])
+                        .inc_by(bytes as u64)
+                });
+            }
+        }
+        Ok(copied)
     }
 
     /// The deadline of a question answered now, and the limit it comes from.
@@ -333,7 +414,13 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
         // whole cover (a node that joins may hold shards no other node holds together).
         let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
         let caught_up = peers.iter().filter(|p| p.2).count();
-        let mut nodes = vec![(me.clone(), placement.held())];
+        let filling = q.spread.filling.read().clone();
+        let mine: Vec<usize> = placement
+            .held()
+            .into_iter()
+            .filter(|s| !filling.contains(s))
+            .collect();
+        let mut nodes = vec![(me.clone(), mine)];
         nodes.extend(order_holders(peers, turn, |n| q.spread.outstanding.of(n)));
         let route = route_ready(placement, request.region().as_ref(), &nodes, 1 + caught_up)
             .map_err(|shard| {
@@ -515,7 +602,7 @@ async fn answer_from(
         body: body.to_vec(),
         sample: request.query.spread,
         round,
-        document: None,
+        documents: Vec::new(),
     };
     let bytes = postcard::to_stdvec(&question)
         .map_err(|e| Failed::Api(ApiError::new(ErrorCode::Internal, e.to_string())))?;
@@ -605,8 +692,9 @@ pub async fn answer_question(spread: &Spread, q: Question) -> Reply {
     }
     let caller = Caller::new(q.user, RoleSet::from_bits(q.roles));
     let features = spread.features.clone();
-    if let Some(uri) = q.document {
-        return tokio::task::spawn_blocking(move || kept(&features, &caller, &uri))
+    if !q.documents.is_empty() {
+        let uris = q.documents;
+        return tokio::task::spawn_blocking(move || kept(&features, &caller, &uris))
             .await
             .unwrap_or_else(|_| Reply::Refused(Refusal::Unable, "the read failed".into()));
     }
@@ -640,23 +728,27 @@ pub async fn answer_question(spread: &Spread, q: Question) -> Reply {
         .unwrap_or_else(failed)
 }
 
-/// This node's stored document `uri`, as `caller` may read it.
-fn kept(features: &Features, caller: &Caller, uri: &str) -> Reply {
+/// This node's stored documents `uris`, as `caller` may read them; refused if one is not
+/// kept here (moved away since the asker looked: it asks again, of the holders it now sees).
+fn kept(features: &Features, caller: &Caller, uris: &[String]) -> Reply {
     use crate::store::Lookup;
-    match features.store().lookup(caller, uri) {
-        Ok(Lookup::Here(doc)) => Reply::Document(Some(Kept {
-            format: doc.format as u8,
-            permissions: doc.permissions.to_bytes(),
-            collections: doc.collections,
-            content: doc.content.to_vec(),
-        })),
-        Ok(Lookup::Absent) => Reply::Document(None),
-        // Moved away since the asker looked: it asks again, of the holders it now sees.
-        Ok(Lookup::Elsewhere { .. }) => {
-            Reply::Refused(Refusal::Unable, format!("{uri} is not kept here"))
-        }
-        Err(e) => Reply::Refused(Refusal::Unable, e.to_string()),
+    let mut out = Vec::with_capacity(uris.len());
+    for uri in uris {
+        out.push(match features.store().lookup(caller, uri) {
+            Ok(Lookup::Here(doc)) => Some(Kept {
+                format: doc.format as u8,
+                permissions: doc.permissions.to_bytes(),
+                collections: doc.collections,
+                content: doc.content.to_vec(),
+            }),
+            Ok(Lookup::Absent) => None,
+            Ok(Lookup::Elsewhere { .. }) => {
+                return Reply::Refused(Refusal::Unable, format!("{uri} is not kept here"));
+            }
+            Err(e) => return Reply::Refused(Refusal::Unable, e.to_string()),
+        });
     }
+    Reply::Documents(out)
 }
 
 /// A document whose content this node does not keep, read from a node that does: a holder
@@ -669,10 +761,25 @@ pub async fn document(
     uri: &str,
     shards: &[u16],
 ) -> Result<Option<(crate::store::Document, String)>, ApiError> {
+    let (mut docs, node) = documents(spread, caller, after, &[uri.to_string()], shards).await?;
+    Ok(docs.pop().flatten().map(|d| (d, node)))
+}
+
+/// Documents whose content this node does not keep, read from one node that keeps them all:
+/// a holder of one of `shards`, caught up and least loaded first, after log entry `after`
+/// (and what this node has applied). `None` for one absent or unreadable by `caller`; with
+/// the node that gave them.
+pub async fn documents(
+    spread: &Spread,
+    caller: &Caller,
+    after: u64,
+    uris: &[String],
+    shards: &[u16],
+) -> Result<(Vec<Option<crate::store::Document>>, String), ApiError> {
     use crate::store::{Document, Format};
     let cluster = &spread.cluster;
     let me = cluster.node().to_string();
-    // The holder answers as of at least what this node has applied, where it found the stub.
+    // The holder answers as of at least what this node has applied, where it found the stubs.
     let after = after.max(cluster.visible());
     let question = Question {
         user: caller.name().to_string(),
@@ -682,7 +789,7 @@ pub async fn document(
         body: Vec::new(),
         sample: false,
         round: Round::One,
-        document: Some(uri.to_string()),
+        documents: uris.to_vec(),
     };
     let bytes = postcard::to_stdvec(&question)
         .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
@@ -690,6 +797,10 @@ pub async fn document(
         .features
         .placement()
         .map(|p| p.partition().to_string());
+    let what = || match uris {
+        [one] => one.clone(),
+        _ => format!("{} documents", uris.len()),
+    };
     let mut last_failure = String::new();
     let mut left_out: Vec<String> = Vec::new();
     for _ in 0..ATTEMPTS {
@@ -712,7 +823,8 @@ pub async fn document(
             return Err(ApiError::new(
                 ErrorCode::Unavailable,
                 format!(
-                    "no live node keeps {uri} (the holders of shards {shards:?}){last_failure}"
+                    "no live node keeps {} (the holders of shards {shards:?}){last_failure}",
+                    what()
                 ),
             ));
         };
@@ -721,16 +833,23 @@ pub async fn document(
         drop(asked);
         let why = match answer {
             Ok(answer) => match postcard::from_bytes::<Reply>(&answer) {
-                Ok(Reply::Document(None)) => return Ok(None),
-                Ok(Reply::Document(Some(k))) => {
-                    let doc = Document {
-                        uri: uri.to_string(),
-                        format: Format::from_u8(k.format).unwrap_or(Format::Binary),
-                        collections: k.collections,
-                        permissions: geoshard_core::acl::Permissions::from_bytes(k.permissions),
-                        content: Bytes::from(k.content),
-                    };
-                    return Ok(Some((doc, node)));
+                Ok(Reply::Documents(kept)) if kept.len() == uris.len() => {
+                    let docs = kept
+                        .into_iter()
+                        .zip(uris)
+                        .map(|(k, uri)| {
+                            k.map(|k| Document {
+                                uri: uri.clone(),
+                                format: Format::from_u8(k.format).unwrap_or(Format::Binary),
+                                collections: k.collections,
+                                permissions: geoshard_core::acl::Permissions::from_bytes(
+                                    k.permissions,
+                                ),
+                                content: Bytes::from(k.content),
+                            })
+                        })
+                        .collect();
+                    return Ok((docs, node));
                 }
                 Ok(Reply::Refused(_, message)) => message,
                 Ok(_) => "an answer of the wrong kind".to_string(),
@@ -744,7 +863,7 @@ pub async fn document(
     }
     Err(ApiError::new(
         ErrorCode::Unavailable,
-        format!("the nodes keeping {uri} did not answer{last_failure}"),
+        format!("the nodes keeping {} did not answer{last_failure}", what()),
     ))
 }
 
@@ -895,7 +1014,7 @@ mod tests {
                 rows: vec![(vec![geoshard_features::query::Key::Str("a".into())], 4)],
                 skipped: 9,
             },
-            document: Some("/a.json".into()),
+            documents: vec!["/a.json".into()],
         };
         let back: Question = postcard::from_bytes(&postcard::to_stdvec(&q).unwrap()).unwrap();
         assert_eq!(
@@ -904,9 +1023,15 @@ mod tests {
                 back.roles,
                 back.after,
                 back.shards,
-                back.document
+                back.documents
             ),
-            ("u".into(), 5, 7, Some(vec![0, 3]), Some("/a.json".into()))
+            (
+                "u".into(),
+                5,
+                7,
+                Some(vec![0, 3]),
+                vec!["/a.json".to_string()]
+            )
         );
         let Round::Rows { rows, skipped } = back.round else {
             panic!("{:?}", back.round)
@@ -922,17 +1047,22 @@ mod tests {
             postcard::from_bytes::<Reply>(&bytes).unwrap(),
             Reply::Part(Partial::Count(12))
         ));
-        let kept = Reply::Document(Some(Kept {
-            format: 0,
-            permissions: [1, 2, 3, 4],
-            collections: vec!["c".into()],
-            content: b"{}".to_vec(),
-        }));
-        let Reply::Document(Some(k)) =
+        let kept = Reply::Documents(vec![
+            None,
+            Some(Kept {
+                format: 0,
+                permissions: [1, 2, 3, 4],
+                collections: vec!["c".into()],
+                content: b"{}".to_vec(),
+            }),
+        ]);
+        let Reply::Documents(mut got) =
             postcard::from_bytes::<Reply>(&postcard::to_stdvec(&kept).unwrap()).unwrap()
         else {
-            panic!("not a document")
+            panic!("not documents")
         };
+        let k = got.pop().flatten().unwrap();
+        assert!(got[0].is_none());
         assert_eq!(
             (k.permissions, k.collections, k.content),
             ([1, 2, 3, 4], vec!["c".to_string()], b"{}".to_vec())

@@ -201,8 +201,9 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ),
         cluster_copied: counter_vec(
             "cluster_copied_bytes_total",
-            "Cluster mode: bytes this node copied to catch up (a node that joins or returns), \
-             from a snapshot or from log entries applied before it was caught up",
+            "Cluster mode: bytes this node copied to catch up (a node that joins, returns or \
+             takes shards): from a snapshot, log entries applied before it was caught up, or \
+             documents copied in from the holders of shards it took",
             &["from"],
         ),
         fence_events: counter(

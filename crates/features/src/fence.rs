@@ -1107,6 +1107,10 @@ impl Features {
         // Each (document, view)'s row as the batch's earlier changes left it.
         let mut overlay: HashMap<(&str, ViewKey), Option<Seen>> = HashMap::new();
         for c in changes {
+            // A copy of a document this node lacked moves nothing.
+            if c.quiet {
+                continue;
+            }
             if touches_fences(c) {
                 let spec = c
                     .doc

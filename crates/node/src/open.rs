@@ -37,33 +37,46 @@ pub enum StartError {
 /// (a node holding some shards keeps only stubs of the others').
 const KEPT_SHARDS: &str = "kept-shards";
 
-/// Refuse a placement that needs documents this store kept only stubs of: `hold` may narrow
-/// from one start to the next, not widen (that needs the documents copied to the node, so
-/// start it from an empty data directory). Records what later writes keep.
-fn keep_shards(
+/// The shards of `placement` whose documents the store in `dir` keeps only stubs of: those
+/// its `hold` took since the store last kept them whole (`kept-shards`). A node that took
+/// shards copies their documents in from their holders (`Spread::fill`) before it answers
+/// for them. A placement of another partition (shard count or resolution) is refused.
+pub(crate) fn taken_shards(
+    dir: &std::path::Path,
+    placement: &crate::features::placement::Placement,
+) -> Result<Vec<usize>, String> {
+    let Ok(kept) = std::fs::read_to_string(dir.join(KEPT_SHARDS)) else {
+        return Ok(Vec::new());
+    };
+    let kept = kept.trim();
+    let list = kept
+        .strip_prefix(placement.partition())
+        .and_then(|rest| rest.strip_prefix(": "))
+        .and_then(|list| serde_json::from_str::<Vec<usize>>(list).ok())
+        .ok_or_else(|| {
+            format!(
+                "this data directory keeps the documents of {kept}, not of {}: start the node \
+                 from an empty data directory",
+                placement.partition()
+            )
+        })?;
+    Ok(placement
+        .held()
+        .into_iter()
+        .filter(|s| !list.contains(s))
+        .collect())
+}
+
+/// Record that the store in `dir` keeps the documents of `placement`'s shards whole (and what
+/// later writes keep).
+pub(crate) fn record_kept(
     dir: &std::path::Path,
     placement: &crate::features::placement::Placement,
 ) -> Result<(), String> {
     let file = dir.join(KEPT_SHARDS);
-    let held = placement.held();
-    let line = format!("{}: {:?}", placement.partition(), held);
-    if let Ok(kept) = std::fs::read_to_string(&file) {
-        let kept = kept.trim();
-        let covered = kept
-            .strip_prefix(placement.partition())
-            .and_then(|rest| rest.strip_prefix(": "))
-            .and_then(|list| serde_json::from_str::<Vec<usize>>(list).ok())
-            .is_some_and(|k| held.iter().all(|s| k.contains(s)));
-        if !covered && kept != line {
-            return Err(format!(
-                "this data directory keeps the documents of {kept} only, and {line} needs \
-                 others: start the node from an empty data directory, which copies them from \
-                 the cluster's log"
-            ));
-        }
-    }
+    let line = format!("{}: {:?}\n", placement.partition(), placement.held());
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    std::fs::write(&file, format!("{line}\n")).map_err(|e| format!("{}: {e}", file.display()))
+    std::fs::write(&file, line).map_err(|e| format!("{}: {e}", file.display()))
 }
 
 /// Open the store in the configured data directory, the users, the views and the flows; a
@@ -110,7 +123,18 @@ pub fn open(config: Config) -> Result<Arc<App>, StartError> {
             let placement =
                 crate::features::placement::Placement::new(config.cluster_resolution, n, &hold)
                     .map_err(StartError::Placement)?;
-            keep_shards(&config.data_dir, &placement).map_err(StartError::Placement)?;
+            // Shards taken are recorded once their documents are copied in from their holders
+            // (`service::join_cluster`), which only a cluster has.
+            let taken =
+                taken_shards(&config.data_dir, &placement).map_err(StartError::Placement)?;
+            if taken.is_empty() {
+                record_kept(&config.data_dir, &placement).map_err(StartError::Placement)?;
+            } else if config.cluster.is_none() {
+                return Err(StartError::Placement(format!(
+                    "this data directory keeps only stubs of the documents of shards {taken:?}, \
+                     and outside a cluster no node can copy them in"
+                )));
+            }
             Some(placement)
         }
     };

@@ -245,6 +245,23 @@ async fn join_cluster(app: &Arc<App>) -> Result<(), StartError> {
     );
     if let Some(spread) = spread.map(Arc::new) {
         cluster.answer_asks(crate::cluster::spread::answerer(Arc::downgrade(&spread)));
+        // Shards this node took since its store last kept them whole: their documents are
+        // copied in from their holders before it answers for them.
+        if let Some(placement) = app.features.placement() {
+            let dir = app.config.data_dir.clone();
+            let taken =
+                crate::open::taken_shards(&dir, placement).map_err(StartError::Placement)?;
+            if !taken.is_empty() {
+                let features = app.features.clone();
+                tokio::spawn(spread.clone().fill(taken, move || {
+                    if let Some(p) = features.placement()
+                        && let Err(e) = crate::open::record_kept(&dir, p)
+                    {
+                        tracing::error!(error = %e, "recording the shards kept");
+                    }
+                }));
+            }
+        }
         let _ = app.spread.set(spread);
     }
     let _ = app.cluster.set(cluster);

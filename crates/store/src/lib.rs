@@ -89,6 +89,8 @@ struct WriteRequest {
     ops: Vec<Op>,
     /// The early checks of `ops`, by index (empty when none were made).
     prechecked: Vec<Option<Prechecked>>,
+    /// A copy of documents kept as stubs (`Store::fill`), not a write of the log's.
+    fill: bool,
     reply: oneshot::Sender<Result<Written, StoreError>>,
 }
 
@@ -368,6 +370,7 @@ impl Store {
             seq: Some(seq),
             ops,
             prechecked: Vec::new(),
+            fill: false,
             reply,
         };
         self.queue
@@ -403,6 +406,7 @@ impl Store {
             seq: None,
             ops,
             prechecked,
+            fill: false,
             reply,
         };
         self.queue
@@ -458,6 +462,7 @@ impl Store {
             seq: None,
             ops,
             prechecked: Vec::new(),
+            fill: false,
             reply,
         };
         self.queue
@@ -499,6 +504,58 @@ impl Store {
             return Ok(Lookup::Absent);
         }
         Ok(Lookup::Here(doc))
+    }
+
+    /// Copy in the content of documents this store keeps a stub of (a node that takes new
+    /// shards, from their holders): each lands only if it is still a stub, with the stub's
+    /// permissions and collections, and decides no geofence events. Not a write of the log's.
+    pub async fn fill(&self, docs: Vec<(String, Format, Bytes)>) -> Result<Written, StoreError> {
+        let ops = docs
+            .into_iter()
+            .map(|(uri, format, content)| {
+                Op::PutDocument(PutDocument {
+                    uri,
+                    content,
+                    format,
+                    collections: None,
+                    permissions: None,
+                    default_permissions: crate::acl::Permissions::new(),
+                })
+            })
+            .collect();
+        let (reply, answer) = oneshot::channel();
+        let req = WriteRequest {
+            caller: Caller::system(),
+            seq: None,
+            ops,
+            prechecked: Vec::new(),
+            fill: true,
+            reply,
+        };
+        self.queue
+            .send(Message::Write(req))
+            .await
+            .map_err(|_| StoreError::ShuttingDown)?;
+        answer.await.map_err(|_| StoreError::ShuttingDown)?
+    }
+
+    /// The documents this store keeps a stub of whose content the holders of any of `shards`
+    /// keep: (URI, those shards).
+    pub fn stubs_in(&self, shards: &[u16]) -> Result<Vec<(String, Vec<u16>)>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(storage)? {
+            let (k, v) = entry.map_err(storage)?;
+            if codec::is_elsewhere(v.value()) {
+                let home = codec::home_of(k.value(), v.value())?;
+                let wanted: Vec<u16> = home.into_iter().filter(|s| shards.contains(s)).collect();
+                if !wanted.is_empty() {
+                    out.push((k.value().to_string(), wanted));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// How many documents this store keeps a stub of, their content kept by other nodes.

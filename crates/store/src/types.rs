@@ -266,6 +266,9 @@ pub struct Change {
     pub doc: Option<Arc<Document>>,
     /// What [`CommitHook::check`] prepared for this document, if anything.
     pub prepared: Option<Prepared>,
+    /// A copy of a document this node kept a stub of ([`crate::Store::fill`]), not a write:
+    /// it decides no records (no geofence events).
+    pub quiet: bool,
 }
 
 /// A document as [`crate::Store::lookup`] finds it for a caller.

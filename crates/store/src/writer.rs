@@ -224,11 +224,30 @@ fn write_batch(
                 // A refused entry is applied too: every node refuses it alike.
                 last = seq;
             }
+            // A fill copies only the documents still kept as a stub: one written or deleted
+            // since it was asked for is as the log left it.
+            let ops = if req.fill {
+                let mut kept = Vec::with_capacity(ops.len());
+                for op in ops {
+                    if let Op::PutDocument(p) = &op
+                        && let Some(v) = docs.get(p.uri.as_str()).map_err(storage)?
+                        && codec::is_elsewhere(v.value())
+                    {
+                        kept.push(op);
+                    }
+                }
+                kept
+            } else {
+                ops
+            };
             let answer = match plan_request(&docs, &req.caller, ops, checks) {
                 Err(e) => Err(e),
                 Ok((planned, written)) => {
                     let dictionary = writer.dictionary.load(Ordering::Acquire);
                     apply_plan(&txn, &mut docs, planned, dictionary, &mut changes)?;
+                    for c in &mut changes[first..] {
+                        c.quiet = req.fill;
+                    }
                     Ok(written)
                 }
             };
@@ -685,7 +704,12 @@ pub(crate) fn apply_plan(
                         docs.remove(uri.as_str()).map_err(storage)?;
                     }
                 }
-                changes.push(Change { uri, doc, prepared });
+                changes.push(Change {
+                    uri,
+                    doc,
+                    prepared,
+                    quiet: false,
+                });
             }
             Planned::Record { table, key, value } => {
                 let mut t = txn.open_table(table.definition()).map_err(storage)?;
