@@ -1314,7 +1314,8 @@ fn status(nats: &Nats, name: &str) -> (String, bool) {
 /// replicas are current (asked again while a restarted server catches up): a server is killed
 /// only in a healthy cluster, as an operator would.
 fn log_leader(nats: &Nats, name: &str) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // A restarted server catching up takes longer on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (report, _) = status(nats, name);
         let line = report
