@@ -414,12 +414,13 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
         // whole cover (a node that joins may hold shards no other node holds together).
         let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
         let caught_up = peers.iter().filter(|p| p.2).count();
-        let filling = q.spread.filling.read().clone();
-        let mine: Vec<usize> = placement
-            .held()
-            .into_iter()
-            .filter(|s| !filling.contains(s))
-            .collect();
+        let mut mine = placement.held();
+        {
+            let filling = q.spread.filling.read();
+            if !filling.is_empty() {
+                mine.retain(|s| !filling.contains(s));
+            }
+        }
         let mut nodes = vec![(me.clone(), mine)];
         nodes.extend(order_holders(peers, turn, |n| q.spread.outstanding.of(n)));
         let route = route_ready(placement, request.region().as_ref(), &nodes, 1 + caught_up)

@@ -558,18 +558,6 @@ impl Store {
         Ok(out)
     }
 
-    /// How many documents this store keeps a stub of, their content kept by other nodes.
-    pub fn stub_count(&self) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(DOCUMENTS).map_err(storage)?;
-        let mut n = 0;
-        for entry in table.iter().map_err(storage)? {
-            let (_, v) = entry.map_err(storage)?;
-            n += u64::from(codec::is_elsewhere(v.value()));
-        }
-        Ok(n)
-    }
-
     /// Every document, in URI order, for the service's own rebuilds (no permission filter:
     /// derived indexes keep each document's permissions and check them at query time).
     pub fn scan_documents(
