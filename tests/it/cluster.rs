@@ -210,7 +210,7 @@ pub(crate) fn sequence(r: &Response) -> u64 {
         .unwrap()
 }
 
-fn load(addr: std::net::SocketAddr, service: &str, file: &Path) {
+pub(crate) fn load(addr: std::net::SocketAddr, service: &str, file: &Path) {
     let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
         .args(["load", "--quiet", "--service", service, "--url"])
         .arg(format!("http://{addr}"))
@@ -227,12 +227,12 @@ fn load(addr: std::net::SocketAddr, service: &str, file: &Path) {
     );
 }
 
-fn real(name: &str) -> PathBuf {
+pub(crate) fn real(name: &str) -> PathBuf {
     data_dir().join("real").join(name)
 }
 
 /// A geoQueryService answer without its clock.
-fn answer(c: &mut Client, after: u64, body: &Value) -> Value {
+pub(crate) fn answer(c: &mut Client, after: u64, body: &Value) -> Value {
     let r = c.request(
         "POST",
         "/v1/resources/geoQueryService",
@@ -251,7 +251,7 @@ fn answer(c: &mut Client, after: u64, body: &Value) -> Value {
 }
 
 /// The number of rows of a CSV file, and of features of a GeoJSON file: the oracle's counts.
-fn csv_rows(path: &Path) -> u64 {
+pub(crate) fn csv_rows(path: &Path) -> u64 {
     std::fs::read_to_string(path).unwrap().lines().count() as u64 - 1
 }
 
@@ -597,7 +597,7 @@ fn placed_node_holding(
 
 /// A query's answer through a placed node: retried while the node does not yet know a
 /// holder of some shard (the registry is read every 2 s), then 200.
-fn placed_answer(c: &mut Client, after: u64, body: &Value) -> Value {
+pub(crate) fn placed_answer(c: &mut Client, after: u64, body: &Value) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let r = c.request(
@@ -619,7 +619,7 @@ fn placed_answer(c: &mut Client, after: u64, body: &Value) -> Value {
 }
 
 /// Rows of a layer in a node's views, from its metrics.
-fn layer_rows(server: &ChildServer, service: &str) -> u64 {
+pub(crate) fn layer_rows(server: &ChildServer, service: &str) -> u64 {
     let text = server.client(ADMIN).get("/metrics").text();
     let prefix = format!("geoshard_layer_features{{layer=\"0\",service=\"{service}\"}} ");
     text.lines()
@@ -1297,7 +1297,7 @@ fn writer(
 }
 
 /// `geoshard cluster status` of cluster `name`: its report, and whether it ran.
-fn status(nats: &Nats, name: &str) -> (String, bool) {
+pub(crate) fn status(nats: &Nats, name: &str) -> (String, bool) {
     let out = Command::new(env!("CARGO_BIN_EXE_geoshard"))
         .args(["cluster", "status", "--name", name, "--cluster"])
         .arg(nats.urls(0))
@@ -1384,7 +1384,7 @@ fn fault_node(
 /// Queries of the counties through `addr` until told to stop, each answer compared with
 /// `expected`: when each right answer came (seconds from the start), the failures, and the
 /// wrong answers.
-fn query_reader(
+pub(crate) fn query_reader(
     addr: Arc<std::sync::Mutex<std::net::SocketAddr>>,
     expected: Vec<(Value, Value)>,
     stop: Arc<AtomicBool>,
@@ -1675,6 +1675,7 @@ fn questions_are_bounded_and_long_answers_arrive_in_chunks() {
             access: Default::default(),
             secret: Some(geoshard::secret::Secret::new(SECRET)),
             listen: None,
+            auto: false,
         };
         Cluster::start(settings, store, Box::new(|_: geoshard::cluster::Reload| {})).unwrap()
     };

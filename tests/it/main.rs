@@ -11,6 +11,7 @@ mod authz;
 mod clients;
 mod clients_contract;
 mod cluster;
+mod cluster_auto;
 mod cluster_trust;
 mod crash;
 mod demo;

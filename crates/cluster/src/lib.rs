@@ -20,6 +20,7 @@ use geoshard_store as store;
 
 mod ask;
 mod direct;
+pub mod place;
 mod snapshot;
 pub mod spread;
 mod status;
@@ -100,6 +101,9 @@ pub struct ClusterSettings {
     /// Where the node listens for other nodes' questions over direct connections; `None`:
     /// they ask over NATS.
     pub listen: Option<std::net::SocketAddr>,
+    /// Whether the shards are placed automatically over the live nodes (`shards` are then
+    /// only where this node starts: what its store keeps whole).
+    pub auto: bool,
 }
 
 impl ClusterSettings {
@@ -185,6 +189,13 @@ struct Inner {
     caught_up: AtomicBool,
     /// Copying in the documents of shards taken: not caught up yet.
     filling: AtomicBool,
+    /// The shards this node answers for, as its registry record says; and those it is
+    /// taking (placed automatically, they move while it runs).
+    serving: Mutex<Vec<usize>>,
+    taking: Mutex<Vec<usize>>,
+    letting_go: Mutex<Vec<usize>>,
+    /// Whether its store keeps every document whole (then its snapshots serve any node).
+    keeps_all: AtomicBool,
     max_payload: usize,
     reload: Reloader,
     /// The node's HTTP address, for the registry (known once it listens).
@@ -267,6 +278,24 @@ impl Cluster {
     /// Whether the node has applied what the log held when it started.
     pub fn log_caught_up(&self) -> bool {
         self.inner.caught_up.load(Ordering::Acquire)
+    }
+
+    /// The shards this node answers for.
+    pub fn serving(&self) -> Vec<usize> {
+        self.inner.serving.lock().clone()
+    }
+
+    /// Shards placed automatically: the ones this node answers for, and those it is taking.
+    /// `keeps_all`: whether its store now keeps every document whole.
+    pub fn set_shards(&self, serving: Vec<usize>, taking: Vec<usize>, keeps_all: bool) {
+        *self.inner.serving.lock() = serving;
+        *self.inner.taking.lock() = taking;
+        self.inner.keeps_all.store(keeps_all, Ordering::Release);
+    }
+
+    /// The shards this node no longer answers for and still holds a moment.
+    pub fn set_letting_go(&self, shards: Vec<usize>) {
+        *self.inner.letting_go.lock() = shards;
     }
 
     /// While a node copies in the documents of shards it took (it kept only stubs of them),
@@ -502,6 +531,7 @@ async fn connect(
     }
     let signer = trust::Signer::new(settings.secret.as_ref());
     status::check_secret(&js, &settings, &signer).await?;
+    let (serving, keeps_all) = (settings.shards.clone(), settings.keeps_all);
     Ok(Arc::new(Inner {
         signer,
         refused: Mutex::new(Default::default()),
@@ -517,6 +547,10 @@ async fn connect(
         unsettled: watch::channel(Default::default()).0,
         caught_up: AtomicBool::new(false),
         filling: AtomicBool::new(false),
+        serving: Mutex::new(serving),
+        taking: Mutex::new(Vec::new()),
+        letting_go: Mutex::new(Vec::new()),
+        keeps_all: AtomicBool::new(keeps_all),
         max_payload,
         reload,
         http: Mutex::new(String::new()),
@@ -979,10 +1013,13 @@ async fn heartbeat(inner: Arc<Inner>) {
                 started,
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 partition: inner.settings.partition.clone(),
-                shards: inner.settings.shards.clone(),
-                keeps_all: inner.settings.keeps_all,
+                shards: inner.serving.lock().clone(),
+                keeps_all: inner.keeps_all.load(Ordering::Acquire),
                 snapshot_entries: inner.settings.snapshot_entries,
                 ask: inner.direct.address.lock().clone(),
+                auto: inner.settings.auto,
+                taking: inner.taking.lock().clone(),
+                letting_go: inner.letting_go.lock().clone(),
                 mac: None,
             };
             let bytes = record.signed_bytes(&inner.signer);

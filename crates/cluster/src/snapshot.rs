@@ -314,7 +314,11 @@ pub(super) async fn snapshots(inner: Arc<Inner>) {
             continue;
         }
         let peers = inner.peers.lock().clone();
-        let group = inner.settings.snapshot_object();
+        // Shards placed automatically move: the group is the one the node serves now.
+        let group = group_object(
+            inner.keeps_all.load(Ordering::Acquire),
+            &inner.serving.lock(),
+        );
         if taker(&peers, &group) != Some(inner.settings.node.as_str()) {
             continue;
         }
@@ -491,6 +495,9 @@ mod tests {
             keeps_all: shards.is_empty(),
             snapshot_entries,
             ask: String::new(),
+            auto: false,
+            taking: Vec::new(),
+            letting_go: Vec::new(),
             mac: None,
         }
     }

@@ -115,8 +115,8 @@ fn refusal(e: &FeatureError) -> Reply {
 /// Queries routed over a cluster whose nodes hold some shards each: this node's views and
 /// its membership.
 pub struct Spread {
-    features: Arc<Features>,
-    cluster: Arc<Cluster>,
+    pub(crate) features: Arc<Features>,
+    pub(crate) cluster: Arc<Cluster>,
     /// `query_time_limit_ms`, for the questions other nodes ask (0: none).
     query_time_limit_ms: u64,
     outstanding: Outstanding,
@@ -265,7 +265,7 @@ impl Spread {
         done();
     }
 
-    async fn fill_once(&self, shards: &[usize]) -> Result<usize, String> {
+    pub(crate) async fn fill_once(&self, shards: &[usize]) -> Result<usize, String> {
         while !self.cluster.log_caught_up() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -414,7 +414,7 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
         // whole cover (a node that joins may hold shards no other node holds together).
         let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
         let caught_up = peers.iter().filter(|p| p.2).count();
-        let mut mine = placement.held();
+        let mut mine = cluster.serving();
         {
             let filling = q.spread.filling.read();
             if !filling.is_empty() {
@@ -423,7 +423,7 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
         }
         let mut nodes = vec![(me.clone(), mine)];
         nodes.extend(order_holders(peers, turn, |n| q.spread.outstanding.of(n)));
-        let route = route_ready(placement, request.region().as_ref(), &nodes, 1 + caught_up)
+        let route = route_ready(&placement, request.region().as_ref(), &nodes, 1 + caught_up)
             .map_err(|shard| {
                 ApiError::new(
                     ErrorCode::Unavailable,

@@ -39,6 +39,17 @@ pub struct NodeRecord {
     /// Where it listens for questions over direct connections (empty: over NATS only).
     #[serde(default)]
     pub ask: String,
+    /// Whether its shards are placed automatically (`cluster_placement = "auto"`): it is one
+    /// of the nodes the shards are spread over.
+    #[serde(default)]
+    pub auto: bool,
+    /// Shards it is taking: copying their documents in, not answering for them yet.
+    #[serde(default)]
+    pub taking: Vec<usize>,
+    /// Shards it no longer answers for and still holds for a moment, so that questions routed
+    /// before the others saw that are answered whole.
+    #[serde(default)]
+    pub letting_go: Vec<usize>,
     /// The MAC of the record without it, under the cluster's key (none without a secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
@@ -315,7 +326,10 @@ fn holders<'a>(nodes: &'a [NodeRecord], partition: &str, serving: bool) -> Vec<V
         .map(|s| {
             nodes
                 .iter()
-                .filter(|n| n.partition == partition && n.shards.contains(&s))
+                .filter(|n| {
+                    n.partition == partition
+                        && (n.shards.contains(&s) || (!serving && n.taking.contains(&s)))
+                })
                 .filter(|n| n.caught_up || !serving)
                 .map(|n| n.node.as_str())
                 .collect()
@@ -353,6 +367,12 @@ pub struct NodeState {
     pub version: String,
     /// The shards it holds; `None`: every row.
     pub shards: Option<Vec<usize>>,
+    /// Shards moving to it: their documents are being copied in, and it does not answer for
+    /// them yet.
+    pub taking: Vec<usize>,
+    /// Shards moving away from it: it no longer answers for them, and holds them a moment
+    /// longer.
+    pub letting_go: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -372,7 +392,7 @@ pub struct ShardHolders {
     pub shard: usize,
     /// Live nodes holding it that serve queries.
     pub serving: Vec<String>,
-    /// Live nodes holding it still catching up.
+    /// Live nodes holding it still catching up, or taking it.
     pub catching_up: Vec<String>,
 }
 
@@ -401,6 +421,8 @@ pub(super) fn overview(
             started: n.started,
             version: n.version.clone(),
             shards: (!n.partition.is_empty()).then(|| n.shards.clone()),
+            taking: n.taking.clone(),
+            letting_go: n.letting_go.clone(),
         })
         .collect();
     let partition = nodes.iter().map(|n| &n.partition).find(|p| !p.is_empty());
@@ -464,6 +486,9 @@ mod tests {
             keeps_all: false,
             snapshot_entries: 0,
             ask: String::new(),
+            auto: false,
+            taking: Vec::new(),
+            letting_go: Vec::new(),
             mac: None,
         }
     }

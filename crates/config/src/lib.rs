@@ -176,6 +176,10 @@ pub struct Config {
     pub cluster_resolution: u8,
     /// The cluster shards this node holds (their rows only are in its views); empty: all.
     pub hold: Vec<usize>,
+    /// `cluster_placement = "auto"`: the shards are spread over the live nodes placed so,
+    /// `cluster_shard_replicas` holders each, and move when nodes join or are gone past
+    /// their lease (`hold` must then be empty). `"hold"` (the default): each node's `hold`.
+    pub cluster_auto_placement: bool,
     /// Live, caught-up holders each cluster shard should have (R); a shard with fewer is
     /// reported under-replicated (`GET /v1/cluster`, `/metrics`).
     pub cluster_shard_replicas: usize,
@@ -306,6 +310,7 @@ impl Default for Config {
             cluster_shards: 0,
             cluster_resolution: 3,
             hold: Vec::new(),
+            cluster_auto_placement: false,
             cluster_shard_replicas: 2,
             cluster_access: ClusterAccess::default(),
             cluster_direct: true,
@@ -384,6 +389,7 @@ pub const KEYS: &[&str] = &[
     "cluster_shards",
     "cluster_resolution",
     "hold",
+    "cluster_placement",
     "cluster_shard_replicas",
     "cluster_direct",
     "cluster_listen",
@@ -699,6 +705,18 @@ impl Config {
                     t => Some(socket_addr(key, t)?),
                 }
             }
+            "cluster_placement" => {
+                self.cluster_auto_placement = match text.trim() {
+                    "auto" => true,
+                    "hold" => false,
+                    _ => {
+                        return Err(ConfigError::BadValue {
+                            key: key.to_string(),
+                            message: "must be \"hold\" or \"auto\"".to_string(),
+                        });
+                    }
+                }
+            }
             "cluster_shard_replicas" => {
                 self.cluster_shard_replicas = positive(key, parse(key, text)?)?
             }
@@ -976,6 +994,7 @@ mod tests {
             ("cluster_shards", "8"),
             ("cluster_resolution", "2"),
             ("hold", "1, 5,7"),
+            ("cluster_placement", "auto"),
             ("cluster_shard_replicas", "3"),
             ("cluster_direct", "off"),
             ("cluster_listen", "127.0.0.1:7000"),
@@ -1018,6 +1037,10 @@ mod tests {
         assert_eq!(c.cluster_snapshot_entries, 50);
         assert_eq!(c.cluster_catch_up_bytes, 4_000_000);
         assert_eq!(c.hold, [1, 5, 7]);
+        assert!(c.cluster_auto_placement);
+        assert!(c.set("cluster_placement", "somewhere").is_err());
+        c.set("cluster_placement", "hold").unwrap();
+        assert!(!c.cluster_auto_placement);
         assert_eq!(c.cluster_shard_replicas, 3);
         assert!(!c.cluster_direct);
         assert_eq!(

@@ -17,7 +17,8 @@ impl Features {
             .values()
             .filter(|v| v.template.applies_to(&doc.collections))
             .collect();
-        let placed = self.placement.as_deref();
+        let placement = self.placement();
+        let placed = placement.as_deref();
         let json = match (feeds.is_empty(), placed) {
             (true, None) => None,
             _ => parse_json(doc),
@@ -31,7 +32,7 @@ impl Features {
                     &view.def,
                     &view.paths,
                     self.settings.max_document_vertices,
-                    self.placement.as_deref(),
+                    placed,
                 )?;
                 per_view.push((view.def.key().clone(), e));
             }
@@ -275,6 +276,47 @@ impl Features {
             release_freed_memory();
         }
         None
+    }
+
+    /// Hold the shards of `placement` from now on (a cluster node whose shards moved): writes
+    /// are checked under it at once, and rows checked under the old one are made again. With
+    /// `rebuild`, every view is built again from the store in the background, and the
+    /// receiver resolves once the new views are in place (at once when there are none). A
+    /// placement that only narrows needs no build: the rows of the shards let go stay, current,
+    /// until their documents are written again.
+    pub fn set_placement(
+        self: &Arc<Self>,
+        placement: placement::Placement,
+        rebuild: bool,
+    ) -> Option<geoshard_core::oneshot::Receiver<()>> {
+        let _starting = self.starting_rebuild.lock();
+        self.finish_rebuild();
+        let next = {
+            let _applying = self.applying.lock();
+            *self.placement.write() = Some(Arc::new(placement));
+            let mut catalog = self.catalog.write();
+            catalog.generation += 1;
+            Catalog {
+                generation: catalog.generation + 1,
+                templates: catalog.templates.clone(),
+                descriptors: catalog.descriptors.clone(),
+                views: crate::FastMap::default(),
+            }
+        };
+        if !rebuild {
+            return None;
+        }
+        let keys: Vec<ViewKey> = next
+            .templates
+            .values()
+            .flat_map(|t| t.views.iter().map(|v| v.key().clone()))
+            .collect();
+        if keys.is_empty() {
+            let (done, settled) = geoshard_core::oneshot::channel();
+            let _ = done.send(());
+            return Some(settled);
+        }
+        self.start_background_build(next, keys)
     }
 
     /// Run [`Features::build_in_background`] on a thread of its own, recorded as the running

@@ -107,10 +107,12 @@ impl Rows {
     }
 
     /// Each view with its spatial indexes bulk-loaded.
+    /// `placement`: the signature of the placement the rows were extracted under.
     fn finish(
         self,
         features: &Features,
         targets: Vec<BuildTarget>,
+        placement: &str,
     ) -> Result<Vec<(ViewKey, Arc<ViewState>)>, StoreError> {
         if self.skipped + self.without_geometry > 0 {
             tracing::warn!(
@@ -132,7 +134,7 @@ impl Rows {
             }
             out.push((
                 def.key().clone(),
-                features.view_state(template, data, paths, items)?,
+                features.view_state(template, data, paths, items, placement.to_string())?,
             ));
         }
         Ok(out)
@@ -194,7 +196,7 @@ impl BulkViews {
             docs,
             &self.targets,
             f.settings.max_document_vertices,
-            f.placement.as_deref(),
+            f.placement().as_deref(),
         );
         self.rows
             .add(&self.targets, batch, &mut self.features.diagnostics.lock());
@@ -203,7 +205,8 @@ impl BulkViews {
     /// Put the views in place of the catalog's, with empty spatial indexes: they are for
     /// [`Features::save_views`], not for queries.
     pub fn finish_for_saving(self) -> Result<(), StoreError> {
-        let built = self.rows.finish(&self.features, self.targets)?;
+        let placement = self.features.placement_signature();
+        let built = self.rows.finish(&self.features, self.targets, &placement)?;
         let _applying = self.features.applying.lock();
         let mut catalog = self.features.catalog.write();
         catalog.views.extend(built);
@@ -231,7 +234,8 @@ impl Features {
             }
         }
         let max_vertices = self.settings.max_document_vertices;
-        let placement = self.placement.as_deref();
+        let placed = self.placement();
+        let placement = placed.as_deref();
         // Three stages overlap: one thread reads the store, this one extracts each batch's rows
         // (on rayon: the pool of the caller, which a background build keeps to itself), and
         // one adds them to the views in the store's order (so slots are as a sequential build
@@ -275,7 +279,7 @@ impl Features {
                 (Err(panic), _) | (_, Err(panic)) => std::panic::resume_unwind(panic),
             }
         })?;
-        rows.finish(self, targets)
+        rows.finish(self, targets, placement.map_or("", |p| p.signature()))
     }
 
     /// A view from its rows: each geometry path's index bulk-loaded from `items`.
@@ -285,13 +289,14 @@ impl Features {
         data: ViewData,
         paths: BTreeMap<String, Path>,
         mut items: IndexItems,
+        placement: String,
     ) -> Result<Arc<ViewState>, StoreError> {
         let mut indexes = BTreeMap::new();
         for path in paths.keys() {
             let engine = self.index(items.remove(path).unwrap_or_default())?;
             indexes.insert(path.clone(), engine);
         }
-        Ok(Self::state_of(template, data, paths, indexes))
+        Ok(Self::state_of(template, data, paths, indexes, placement))
     }
 
     /// An index bulk-loaded with `items`.
@@ -310,8 +315,10 @@ impl Features {
         data: ViewData,
         paths: BTreeMap<String, Path>,
         indexes: BTreeMap<String, Arc<Engine>>,
+        placement: String,
     ) -> Arc<ViewState> {
         Arc::new(ViewState {
+            placement,
             def: data.def.clone(),
             template,
             data: RwLock::new(data),

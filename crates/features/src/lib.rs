@@ -124,6 +124,9 @@ pub struct ViewState {
     pub paths: BTreeMap<String, Path>,
     /// Geometry path -> index over the rows' geometries at that path.
     pub indexes: RwLock<BTreeMap<String, Arc<Engine>>>,
+    /// The signature of the placement its rows were built under, which a save records: a
+    /// view built before the node took shards lacks their rows.
+    pub placement: String,
 }
 
 #[derive(Default)]
@@ -186,7 +189,7 @@ pub struct Features {
     starting_rebuild: parking_lot::Mutex<()>,
     /// In a cluster whose nodes hold some shards each: this node's (rows of other shards are
     /// left out of its views).
-    placement: Option<Arc<placement::Placement>>,
+    placement: RwLock<Option<Arc<placement::Placement>>>,
     /// Map tiles kept once made; writes drop those they meet.
     tiles: tile_cache::TileCache,
     /// The geofences as committed.
@@ -256,7 +259,7 @@ impl Features {
     ) -> Result<Arc<Features>, StoreError> {
         let features = Arc::new(Features {
             tiles: tile_cache::TileCache::new(settings.encoded_tile_cache_bytes),
-            placement: placement.map(Arc::new),
+            placement: RwLock::new(placement.map(Arc::new)),
             store,
             settings,
             catalog: RwLock::new(Catalog::default()),
@@ -363,8 +366,8 @@ impl Features {
         &self.settings
     }
 
-    pub fn placement(&self) -> Option<&placement::Placement> {
-        self.placement.as_deref()
+    pub fn placement(&self) -> Option<Arc<placement::Placement>> {
+        self.placement.read().clone()
     }
 
     /// The store the views are made from.
@@ -372,8 +375,11 @@ impl Features {
         &self.store
     }
 
-    fn placement_signature(&self) -> &str {
-        self.placement.as_deref().map_or("", |p| p.signature())
+    fn placement_signature(&self) -> String {
+        self.placement
+            .read()
+            .as_deref()
+            .map_or(String::new(), |p| p.signature().to_string())
     }
 
     /// Record a template or descriptor found in the store (already validated when written).

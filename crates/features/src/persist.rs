@@ -162,7 +162,7 @@ impl Features {
                 &def,
                 &paths,
                 self.settings.max_document_vertices,
-                self.placement_signature(),
+                &self.placement_signature(),
             );
             let reading = std::time::Instant::now();
             let index = |items| self.index(items).map_err(|e| e.to_string());
@@ -225,7 +225,13 @@ impl Features {
             }
             drop(diagnostics);
             let unchecked = l.unchecked;
-            let state = Self::state_of(template, l.data, paths, l.indexes);
+            let state = Self::state_of(
+                template,
+                l.data,
+                paths,
+                l.indexes,
+                self.placement_signature(),
+            );
             if !unchecked.is_empty() {
                 self.unverified.lock().push((key.clone(), unchecked));
                 self.untrusted
@@ -550,7 +556,7 @@ impl Features {
             &view.def,
             &view.paths,
             self.settings.max_document_vertices,
-            self.placement_signature(),
+            &view.placement,
         );
         // The store must never meet a full disk: every piece of the file must leave it the
         // space it keeps.

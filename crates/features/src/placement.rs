@@ -21,6 +21,7 @@ use crate::spatial::pip::BBox;
 /// The shards a node holds, of a cluster's `shards`.
 #[derive(Debug)]
 pub struct Placement {
+    resolution: u8,
     partitioner: Partitioner,
     held: ShardSet,
     signature: String,
@@ -30,6 +31,24 @@ pub struct Placement {
 impl Placement {
     /// `held` must be numbers below `shards`; `resolution` is the cells' H3 resolution.
     pub fn new(resolution: u8, shards: usize, held: &[usize]) -> Result<Placement, String> {
+        if held.is_empty() {
+            return Err("a node must hold at least one shard".into());
+        }
+        Self::holding(resolution, shards, held)
+    }
+
+    /// The same partition holding `held` instead (none: a node placed automatically that has
+    /// no shard yet keeps a stub of every document with a geometry).
+    pub fn new_held(&self, held: &[usize]) -> Result<Placement, String> {
+        Self::holding(self.resolution, self.shards(), held)
+    }
+
+    /// A node of this partition that holds no shard yet.
+    pub fn none(resolution: u8, shards: usize) -> Result<Placement, String> {
+        Self::holding(resolution, shards, &[])
+    }
+
+    fn holding(resolution: u8, shards: usize, held: &[usize]) -> Result<Placement, String> {
         let partitioner = Partitioner::new(resolution, shards)?;
         let mut set = ShardSet::default();
         for &s in held {
@@ -40,11 +59,9 @@ impl Placement {
             }
             set.insert(s);
         }
-        if held.is_empty() {
-            return Err("a node must hold at least one shard".into());
-        }
         let list: Vec<usize> = set.iter().collect();
         Ok(Placement {
+            resolution,
             partitioner,
             held: set,
             signature: format!("placement r{resolution} of {shards} holding {list:?}"),

@@ -67,6 +67,13 @@ pub(crate) fn taken_shards(
         .collect())
 }
 
+/// The shards the store in `dir` keeps whole, as last recorded; `None` when nothing is.
+pub(crate) fn recorded_kept(dir: &std::path::Path) -> Option<Vec<usize>> {
+    let kept = std::fs::read_to_string(dir.join(KEPT_SHARDS)).ok()?;
+    let (_, list) = kept.trim().rsplit_once(": ")?;
+    serde_json::from_str(list).ok()
+}
+
 /// Record that the store in `dir` keeps the documents of `placement`'s shards whole (and what
 /// later writes keep).
 pub(crate) fn record_kept(
@@ -113,7 +120,35 @@ pub fn open(config: Config) -> Result<Arc<App>, StartError> {
         },
     )?;
     let placement = match config.cluster_shards {
+        0 if config.cluster_auto_placement => {
+            return Err(StartError::Placement(
+                "cluster_placement = \"auto\" needs cluster_shards".into(),
+            ));
+        }
         0 => None,
+        _ if config.cluster_auto_placement && !config.hold.is_empty() => {
+            return Err(StartError::Placement(
+                "with cluster_placement = \"auto\" the shards are placed for the node: leave \
+                 hold empty"
+                    .into(),
+            ));
+        }
+        // Placed automatically: the node starts with what its store keeps whole (nothing
+        // when new), and moves toward its share once it has joined (`cluster::place`).
+        n if config.cluster_auto_placement => {
+            let none = crate::features::placement::Placement::none(config.cluster_resolution, n)
+                .map_err(StartError::Placement)?;
+            let kept = recorded_kept(&config.data_dir).unwrap_or_default();
+            // The same check as a `hold`'s: a store of another partition is refused.
+            taken_shards(
+                &config.data_dir,
+                &none.new_held(&kept).map_err(StartError::Placement)?,
+            )
+            .map_err(StartError::Placement)?;
+            let placement = none.new_held(&kept).map_err(StartError::Placement)?;
+            record_kept(&config.data_dir, &placement).map_err(StartError::Placement)?;
+            Some(placement)
+        }
         n => {
             let hold: Vec<usize> = if config.hold.is_empty() {
                 (0..n).collect()

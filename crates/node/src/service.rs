@@ -157,7 +157,9 @@ async fn open_app(config: Config) -> Result<Arc<App>, StartError> {
 pub fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
     let a = &config.cluster_access;
     let n = config.cluster_shards;
-    let mut shards: Vec<usize> = if config.hold.is_empty() {
+    let mut shards: Vec<usize> = if config.cluster_auto_placement {
+        crate::open::recorded_kept(&config.data_dir).unwrap_or_default()
+    } else if config.hold.is_empty() {
         (0..n).collect()
     } else {
         config.hold.clone()
@@ -185,6 +187,7 @@ pub fn cluster_settings(config: &Config) -> crate::cluster::ClusterSettings {
             key: a.key.clone(),
         },
         secret: a.secret.clone(),
+        auto: config.cluster_auto_placement,
         listen: config.cluster_direct.then(|| {
             config
                 .cluster_listen
@@ -250,17 +253,30 @@ async fn join_cluster(app: &Arc<App>) -> Result<(), StartError> {
         if let Some(placement) = app.features.placement() {
             let dir = app.config.data_dir.clone();
             let taken =
-                crate::open::taken_shards(&dir, placement).map_err(StartError::Placement)?;
+                crate::open::taken_shards(&dir, &placement).map_err(StartError::Placement)?;
             if !taken.is_empty() {
                 let features = app.features.clone();
                 tokio::spawn(spread.clone().fill(taken, move || {
                     if let Some(p) = features.placement()
-                        && let Err(e) = crate::open::record_kept(&dir, p)
+                        && let Err(e) = crate::open::record_kept(&dir, &p)
                     {
                         tracing::error!(error = %e, "recording the shards kept");
                     }
                 }));
             }
+        }
+        // Placed automatically: the node moves toward its share of the shards.
+        if app.config.cluster_auto_placement {
+            let dir = app.config.data_dir.clone();
+            tokio::spawn(crate::cluster::place::place(
+                spread.clone(),
+                app.config.cluster_shard_replicas,
+                move |p| {
+                    if let Err(e) = crate::open::record_kept(&dir, p) {
+                        tracing::error!(error = %e, "recording the shards kept");
+                    }
+                },
+            ));
         }
         let _ = app.spread.set(spread);
     }
