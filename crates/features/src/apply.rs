@@ -108,7 +108,7 @@ impl Features {
             // Rows switch atomically for attribute queries; the spatial indexes follow. A
             // dead slot is reused only after every index has dropped it.
             let (old, new) = {
-                let mut data = view.data.write();
+                let mut data = view.write_rows();
                 let old = data.kill_rows(&uri);
                 let new = data.add_rows(&uri, readers, new_rows);
                 (old, new)
@@ -124,7 +124,7 @@ impl Features {
                     }
                 }
             }
-            view.data.write().release(&old);
+            view.write_rows().release(&old);
             for b in touched.into_iter().flatten() {
                 self.tiles.changed(key, b);
             }

@@ -129,6 +129,26 @@ pub struct ViewState {
     pub placement: String,
 }
 
+impl ViewState {
+    /// The rows, for writing.
+    fn write_rows(&self) -> parking_lot::RwLockWriteGuard<'_, ViewData> {
+        write_between_readers(&self.data)
+    }
+}
+
+/// `lock` for writing, waiting a moment at a time. A query holds its view's rows for reading
+/// while its spatial search runs on rayon, and a rayon thread waiting there may take up
+/// another query of the same view, which reads them again. A writer waiting as parking_lot's
+/// do (blocking new readers) would then wait for that query's outer one, and the inner one
+/// for it, forever; this writer steps aside every 2 ms and lets the readers through.
+fn write_between_readers<T>(lock: &RwLock<T>) -> parking_lot::RwLockWriteGuard<'_, T> {
+    loop {
+        if let Some(guard) = lock.try_write_for(std::time::Duration::from_millis(2)) {
+            return guard;
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Catalog {
     /// Changes when the catalog is replaced, so that rows prepared against an older one are

@@ -118,3 +118,34 @@ fn a_panic_reading_a_document_is_a_refusal() {
         Err(vertices)
     );
 }
+
+/// A reader that reads again while a writer waits (a query whose rayon thread takes up
+/// another query of the same view) is not stopped by the writer: the writer steps aside,
+/// the second read goes through, and the writer has the lock once both readers are done.
+#[test]
+fn a_waiting_writer_lets_a_reader_read_again() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let lock = Arc::new(RwLock::new(0u32));
+    let outer = lock.read();
+    let writer = {
+        let lock = lock.clone();
+        std::thread::spawn(move || *write_between_readers(&lock) += 1)
+    };
+    // The writer is waiting now, or soon.
+    std::thread::sleep(Duration::from_millis(50));
+    let (done, read_again) = mpsc::channel();
+    let reader = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            let inner = lock.read();
+            let _ = done.send(*inner);
+        })
+    };
+    let seen = read_again.recv_timeout(Duration::from_secs(5));
+    assert_eq!(seen, Ok(0), "the second read waited for the writer");
+    reader.join().unwrap();
+    drop(outer);
+    writer.join().unwrap();
+    assert_eq!(*lock.read(), 1);
+}
