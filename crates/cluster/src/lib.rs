@@ -89,7 +89,8 @@ pub struct ClusterSettings {
     /// Whether its store keeps every document's content (else stubs of other shards'):
     /// only such a node's snapshot serves any node.
     pub keeps_all: bool,
-    /// Log bytes a second applied while catching up (0: no limit).
+    /// Log bytes a second applied while catching up, and document bytes a second copied in
+    /// when taking shards (0: no limit).
     pub catch_up_bytes: u64,
     /// Log entries between snapshots (0: none taken, the log keeps every entry).
     pub snapshot_entries: u64,
@@ -278,6 +279,12 @@ impl Cluster {
     /// Whether the node has applied what the log held when it started.
     pub fn log_caught_up(&self) -> bool {
         self.inner.caught_up.load(Ordering::Acquire)
+    }
+
+    /// `cluster_catch_up_bytes`: bytes a second a node copies in while it catches up or
+    /// takes shards (0: no limit).
+    pub(crate) fn catch_up_bytes(&self) -> u64 {
+        self.inner.settings.catch_up_bytes
     }
 
     /// The shards this node answers for.
@@ -736,14 +743,14 @@ async fn follow(inner: Arc<Inner>) {
 }
 
 /// Bytes at most `rate` a second, on average since the first: `take` waits until that holds.
-struct Pace {
+pub(crate) struct Pace {
     rate: u64,
     since: Option<tokio::time::Instant>,
     taken: u64,
 }
 
 impl Pace {
-    fn new(rate: u64) -> Pace {
+    pub(crate) fn new(rate: u64) -> Pace {
         Pace {
             rate,
             since: None,
@@ -751,7 +758,7 @@ impl Pace {
         }
     }
 
-    async fn take(&mut self, bytes: u64) {
+    pub(crate) async fn take(&mut self, bytes: u64) {
         if self.rate == 0 {
             return;
         }

@@ -281,6 +281,7 @@ impl Spread {
             groups.entry(home[0]).or_default().push(uri);
         }
         let mut copied = 0;
+        let mut pace = crate::Pace::new(self.cluster.catch_up_bytes());
         for (shard, uris) in groups {
             for chunk in uris.chunks(FILL_BATCH) {
                 let (docs, _) = documents(self, &Caller::system(), 0, chunk, &[shard])
@@ -303,6 +304,7 @@ impl Spread {
                         .with_label_values(&["holders"])
                         .inc_by(bytes as u64)
                 });
+                pace.take(bytes as u64).await;
             }
         }
         Ok(copied)

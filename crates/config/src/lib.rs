@@ -166,8 +166,9 @@ pub struct Config {
     /// Log entries after which the cluster's store is copied into a snapshot again, and the
     /// entries the snapshots before it cover dropped from the log; 0: never.
     pub cluster_snapshot_entries: u64,
-    /// Log bytes a second a node applies while it catches up (it joined, or returned), so
-    /// that the other work of its machine keeps its latency; 0: as fast as it can.
+    /// Log bytes a second a node applies while it catches up (it joined, or returned), and
+    /// document bytes a second it copies in from holders when it takes shards, so that the
+    /// other work of its machine keeps its latency; 0: as fast as it can.
     pub cluster_catch_up_bytes: u64,
     /// The cluster's shards, H3 cells at `cluster_resolution` mapped to numbers; 0: every
     /// node holds every row (and answers every query alone).

@@ -271,7 +271,7 @@ impl Features {
         if !rebuild.is_empty() {
             tracing::info!(views = ?rebuild.iter().map(|k| k.to_string()).collect::<Vec<_>>(), "views rebuilt");
         }
-        *self.catalog.write() = next;
+        *write_between_readers(&self.catalog) = next;
         if !rebuild.is_empty() {
             release_freed_memory();
         }
@@ -294,7 +294,7 @@ impl Features {
         let next = {
             let _applying = self.applying.lock();
             *self.placement.write() = Some(Arc::new(placement));
-            let mut catalog = self.catalog.write();
+            let mut catalog = write_between_readers(&self.catalog);
             catalog.generation += 1;
             Catalog {
                 generation: catalog.generation + 1,
@@ -393,7 +393,7 @@ impl Features {
                 rest.extend(take());
                 replayed += rest.len();
                 self.replay(&fresh, &rest);
-                *self.catalog.write() = next;
+                *write_between_readers(&self.catalog) = next;
                 if let Some(r) = self.rebuild.lock().take() {
                     // Joined by nobody: this thread is ending.
                     drop(r.thread);

@@ -141,7 +141,7 @@ impl ViewState {
 /// another query of the same view, which reads them again. A writer waiting as parking_lot's
 /// do (blocking new readers) would then wait for that query's outer one, and the inner one
 /// for it, forever; this writer steps aside every 2 ms and lets the readers through.
-fn write_between_readers<T>(lock: &RwLock<T>) -> parking_lot::RwLockWriteGuard<'_, T> {
+pub(crate) fn write_between_readers<T>(lock: &RwLock<T>) -> parking_lot::RwLockWriteGuard<'_, T> {
     loop {
         if let Some(guard) = lock.try_write_for(std::time::Duration::from_millis(2)) {
             return guard;
