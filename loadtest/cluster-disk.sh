@@ -13,19 +13,7 @@ source loadtest/nats.sh
 source loadtest/placed.sh
 name=${1:?usage: loadtest/cluster-disk.sh NAME}
 out=loadtest/reports/$name
-work=${TMPDIR:-/tmp}/geoshard-cluster-disk
-rm -rf "$work"
-mkdir -p "$work" loadtest/reports
-cargo build --release -q -p geoshard -p geoshard-loadtest
-bin=$PWD/target/release/geoshard
-lt=$PWD/target/release/geoshard-loadtest
-
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
-  wait 2> /dev/null || true
-}
-trap cleanup EXIT
+cluster_work cluster-disk
 
 start_nats 14330 disk
 start_placed disk

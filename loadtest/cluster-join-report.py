@@ -1,29 +1,28 @@
 #!/usr/bin/env python3
-"""cluster-join.sh's windows as a report and a timeline SVG (throughput and p99 a window,
-the join and the catch-up marked). No plotting library: drawn by hand.
+"""Query windows through cluster changes as a report and a timeline SVG (throughput and p99
+a window, each change marked). No plotting library: drawn by hand. The report begins with
+WORK/intro.md; each MARK is `seconds=label`, and the phases are the windows' own, in order.
 
-    python3 loadtest/cluster-join-report.py WORK JOINED CAUGHT NAME COMMAND > NAME.md
+    python3 loadtest/cluster-join-report.py WORK NAME COMMAND MARK... > NAME.md
 """
 import json
 import statistics
 import sys
 from pathlib import Path
 
-work, joined, caught, name, command = Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+work, name, command = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+marks = [(float(m.split("=", 1)[0]), m.split("=", 1)[1]) for m in sys.argv[4:]]
 rows = [json.loads(l) for l in (work / "windows.jsonl").read_text().splitlines() if l.strip()]
+phases = list(dict.fromkeys(r["phase"] for r in rows))
 
 
 def by(phase, workload):
     return [r for r in rows if r["phase"] == phase and r["workload"] == workload]
 
 
-print(f"# A node joins under query load ({name})\n")
-print(f"Command: `{command}`. Three nodes holding four of six shards each (every shard on two")
-print("nodes), counties and places-1m; a fourth node starts on an empty data directory holding")
-print("shards 1, 3 and 5 while queries run in back-to-back windows, pip-counties and envelope in")
-print("turn, spread over the nodes, a share of every window's answers checked.\n")
-print(f"- The fourth node started {joined:.1f} s into the run and was caught up (ready) "
-      f"{caught - joined:.1f} s later.")
+print((work / "intro.md").read_text().replace("COMMAND", command))
+for t, label in marks:
+    print(f"- {t:.1f} s into the run: {label}.")
 failed = sum(r["errors"] for r in rows)
 wrong = sum(r["mismatched"] for r in rows)
 checked = sum(r["checked"] for r in rows)
@@ -34,7 +33,7 @@ print("|---|---|---|---|---|---|")
 for w in ("pip-counties", "envelope"):
     base = by("before", w)
     base_p99 = statistics.median(r["p99_us"] for r in base) if base else None
-    for phase in ("before", "joining", "after"):
+    for phase in phases:
         rs = by(phase, w)
         if not rs:
             continue
@@ -44,7 +43,7 @@ for w in ("pip-counties", "envelope"):
         print(f"| {w} | {phase} | {len(rs)} | {tp:,.0f} | {statistics.median(p99s) / 1000:.1f}, "
               f"{max(p99s) / 1000:.1f} | {ratio} |")
 du = (work / "du").read_text().split("\n")
-print("\nData directories after the join (bytes, as written):\n")
+print("\nData directories at the end (bytes, as written):\n")
 for line in du:
     if line.strip():
         size, path = line.split()
@@ -61,7 +60,7 @@ y_tp = lambda v: pad + (H / 2 - pad) * (1 - v / tp_max)
 y_p99 = lambda v: H / 2 + 20 + (H / 2 - pad - 20) * (1 - v / p99_max)
 svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
        f'<rect width="{W}" height="{H}" fill="white"/>']
-for t, label in ((joined, "node 4 starts"), (caught, "node 4 caught up")):
+for t, label in marks:
     svg.append(f'<line x1="{x(t):.1f}" y1="{pad - 10}" x2="{x(t):.1f}" y2="{H - pad}" stroke="#999" stroke-dasharray="4 3"/>')
     svg.append(f'<text x="{x(t) + 3:.1f}" y="{pad - 14}">{label}</text>')
 colors = {"pip-counties": "#1f77b4", "envelope": "#d62728"}

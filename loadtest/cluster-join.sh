@@ -20,46 +20,13 @@ BEFORE=${BEFORE:-6}
 AFTER=${AFTER:-6}
 CONNS=${CONNS:-8}
 CATCH_UP=${CATCH_UP:-0}
-work=${TMPDIR:-/tmp}/geoshard-cluster-join
-rm -rf "$work"
-mkdir -p "$work" loadtest/reports
-cargo build --release -q -p geoshard -p geoshard-loadtest
-bin=$PWD/target/release/geoshard
-lt=$PWD/target/release/geoshard-loadtest
-
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
-  wait 2> /dev/null || true
-}
-trap cleanup EXIT
+cluster_work cluster-join
 
 start_nats 14430 join
 start_placed join
 
 t0=$(date +%s.%N)
-now() { python3 -c "import time; print(f'{time.time() - $t0:.2f}')"; }
 n=0
-# window PHASE ADDR...: one window of queries through the addresses given; its record with
-# its phase and start time appended to windows.jsonl.
-window() {
-  local phase=$1 w a start
-  shift
-  w=$([ $((n % 2)) -eq 0 ] && echo pip-counties || echo envelope)
-  local also=()
-  for a in "${@:2}"; do also+=(--also "$a"); done
-  start=$(now)
-  "$lt" run --workload "$w" --addr "$1" "${also[@]}" --user bench --password bench \
-    --duration "$WINDOW" --warmup 0 --connections "$CONNS" --checked 200 \
-    --out "$work/run.jsonl" > /dev/null
-  tail -1 "$work/run.jsonl" | python3 -c "
-import json, sys
-r = json.load(sys.stdin)
-r.update(phase='$phase', start=$start, window=$n)
-print(json.dumps(r))" >> "$work/windows.jsonl"
-  n=$((n + 1))
-}
-
 for _ in $(seq "$BEFORE"); do window before "${addr[1]}" "${addr[2]}" "${addr[3]}"; done
 joined=$(now)
 holds4="1,3,5"
@@ -73,6 +40,16 @@ caught=$(now)
 for _ in $(seq "$AFTER"); do window after "${addr[1]}" "${addr[2]}" "${addr[3]}" "${addr[4]}"; done
 "$bin" cluster status --cluster "$urls" --name join > "$work/status-after"
 du -sb "$work"/node{1,2,3,4} "$work/single" > "$work/du"
-python3 loadtest/cluster-join-report.py "$work" "$joined" "$caught" "$name" \
-  "CATCH_UP=$CATCH_UP loadtest/cluster-join.sh $name" > "loadtest/reports/$name.md"
+cat > "$work/intro.md" << 'END'
+# A node joins under query load
+
+Command: `COMMAND`. Three nodes holding four of six shards each (every shard on two
+nodes), counties and places-1m; a fourth node starts on an empty data directory holding
+shards 1, 3 and 5 while queries run in back-to-back windows, pip-counties and envelope in
+turn, spread over the nodes, a share of every window's answers checked.
+
+END
+python3 loadtest/cluster-join-report.py "$work" "$name" \
+  "CATCH_UP=$CATCH_UP loadtest/cluster-join.sh $name" \
+  "$joined=node 4 starts" "$caught=node 4 caught up" > "loadtest/reports/$name.md"
 cat "loadtest/reports/$name.md"

@@ -25,22 +25,12 @@ DURATION=${DURATION:-8}
 CONNS=${CONNS:-64}
 DIRECT=${DIRECT:-true}
 out=loadtest/reports/$name
-work=${TMPDIR:-/tmp}/geoshard-cluster-placed-scaling
-rm -rf "$work"
-mkdir -p "$work" loadtest/reports
+cluster_work cluster-placed-scaling
 : > "$out.results.jsonl"
-cargo build --release -q -p geoshard -p geoshard-loadtest
-bin=$PWD/target/release/geoshard
-lt=$PWD/target/release/geoshard-loadtest
 cg=/sys/fs/cgroup/cpu
-
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
-  wait 2> /dev/null || true
+more_cleanup() {
   for g in single node1 node2 node3; do rmdir "$cg/geoshard-$g" 2> /dev/null || true; done
 }
-trap cleanup EXIT
 
 start_nats 14240 placedscale
 nats_pids=("${pids[@]}")

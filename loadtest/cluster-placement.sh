@@ -21,20 +21,8 @@ REPEAT=${REPEAT:-3}
 DURATION=${DURATION:-8}
 CONNS=${CONNS:-16}
 out=loadtest/reports/$name
-work=${TMPDIR:-/tmp}/geoshard-cluster-placement
-rm -rf "$work"
-mkdir -p "$work" loadtest/reports
+cluster_work cluster-placement
 : > "$out.results.jsonl"
-cargo build --release -q -p geoshard -p geoshard-loadtest
-bin=$PWD/target/release/geoshard
-lt=$PWD/target/release/geoshard-loadtest
-
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
-  wait 2> /dev/null || true
-}
-trap cleanup EXIT
 
 start_nats 14230 placement
 

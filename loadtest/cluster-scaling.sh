@@ -23,22 +23,12 @@ DURATION=${DURATION:-8}
 CONNS=${CONNS:-64}
 LOAD_CONNS=${LOAD_CONNS:-64}
 out=loadtest/reports/$name
-work=${TMPDIR:-/tmp}/geoshard-cluster-scaling
-rm -rf "$work"
-mkdir -p "$work" loadtest/reports
+cluster_work cluster-scaling
 : > "$out.results.jsonl"
-cargo build --release -q -p geoshard -p geoshard-loadtest
-bin=$PWD/target/release/geoshard
-lt=$PWD/target/release/geoshard-loadtest
 cg=/sys/fs/cgroup/cpu
-
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
-  wait 2> /dev/null || true
+more_cleanup() {
   for i in 1 2 3; do rmdir "$cg/geoshard-node$i" 2> /dev/null || true; done
 }
-trap cleanup EXIT
 
 start_nats 14220 scaling
 

@@ -18,19 +18,7 @@ source loadtest/nats.sh
 name=${1:?usage: loadtest/cluster-snapshot.sh NAME}
 REPEAT=${REPEAT:-3}
 out=loadtest/reports/$name
-work=${TMPDIR:-/tmp}/geoshard-cluster-snapshot
-rm -rf "$work"
-mkdir -p "$work" loadtest/reports
-cargo build --release -q -p geoshard -p geoshard-loadtest
-bin=$PWD/target/release/geoshard
-lt=$PWD/target/release/geoshard-loadtest
-
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
-  wait 2> /dev/null || true
-}
-trap cleanup EXIT
+cluster_work cluster-snapshot
 
 start_nats 14430 snapshot
 

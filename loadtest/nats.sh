@@ -18,3 +18,22 @@ EOF
   done
   urls=nats://127.0.0.1:$((base + 1)),nats://127.0.0.1:$((base + 2)),nats://127.0.0.1:$((base + 3))
 }
+
+# cluster_work NAME: a fresh work directory $work (${TMPDIR:-/tmp}/geoshard-NAME), the release
+# binaries $bin and $lt built, and every pid in $pids killed on exit (then `more_cleanup`,
+# when the script defines it).
+cluster_work() {
+  work=${TMPDIR:-/tmp}/geoshard-$1
+  rm -rf "$work"
+  mkdir -p "$work" loadtest/reports
+  cargo build --release -q -p geoshard -p geoshard-loadtest
+  bin=$PWD/target/release/geoshard
+  lt=$PWD/target/release/geoshard-loadtest
+  pids=()
+  trap cleanup EXIT
+}
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
+  wait 2> /dev/null || true
+  if declare -F more_cleanup > /dev/null; then more_cleanup; fi
+}

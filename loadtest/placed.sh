@@ -7,12 +7,14 @@
 applied() { curl -s "http://$1/ready" | python3 -c 'import json,sys; print(json.load(sys.stdin)["cluster"]["applied"])'; }
 
 # start_node DIR ENV [NODE HOLD]: a single node, or node NODE of the cluster holding HOLD of
-# six shards, with the environment ENV (an array's name); sets $node_pid and $node_addr.
+# six shards (`auto`: placed automatically, GEOSHARD_CLUSTER_PLACEMENT=auto in ENV), with
+# the environment ENV (an array's name); sets $node_pid and $node_addr.
 start_node() {
   "$bin" user add --data-dir "$1" --name bench --password bench --role admin > /dev/null
   local -n extra=$2
   local mode=()
   [ -n "${3:-}" ] && mode=(--cluster "$urls" --node "$3" --cluster-shards 6 --hold "$4")
+  [ "${4:-}" = auto ] && mode=(--cluster "$urls" --node "$3" --cluster-shards 6)
   env "${extra[@]}" GEOSHARD_CLUSTER_RESOLUTION=2 GEOSHARD_ACCESS_LOG=false GEOSHARD_LOG=warn \
     "$bin" serve --data-dir "$1" --listen 127.0.0.1:0 "${mode[@]}" > "$1.out" 2> "$1.err" &
   node_pid=$!
@@ -21,20 +23,41 @@ start_node() {
   node_addr=$(sed -n 's/.*http:\/\///p' "$1.out")
 }
 
+# settled ADDR N: whether GET /v1/cluster through ADDR shows N nodes, every shard served by
+# two, nothing being taken or let go.
+settled() {
+  curl -s --digest -u bench:bench "http://$1/v1/cluster" | python3 -c "
+import json, sys
+v = json.load(sys.stdin)
+nodes = v['nodes']
+ok = len(nodes) == $2 and all(n['state'] == 'serving' and not n['taking'] and not n['letting_go'] for n in nodes)
+ok = ok and all(sum(s in (n['shards'] or []) for n in nodes) == 2 for s in range(6))
+sys.exit(0 if ok else 1)"
+}
+
 declare -a addr pid
 start_placed() {
   local name=$1 i a
   shift
   local node_env=(GEOSHARD_CLUSTER_NAME="$name" "$@")
   local holds=("" "0,1,2,3" "2,3,4,5" "4,5,0,1")
+  # Placed automatically: the nodes place the shards themselves.
+  [[ " $* " == *" GEOSHARD_CLUSTER_PLACEMENT=auto "* ]] && holds=("" auto auto auto)
   for i in 1 2 3; do
     start_node "$work/node$i" node_env "node$i" "${holds[$i]}"
     pid[$i]=$node_pid
     addr[$i]=$node_addr
   done
-  start_node "$work/single" node_env
+  local single_env=()
+  for a in "${node_env[@]}"; do
+    [ "$a" = GEOSHARD_CLUSTER_PLACEMENT=auto ] || single_env+=("$a")
+  done
+  start_node "$work/single" single_env
   single_pid=$node_pid
   single=$node_addr
+  if [ "${holds[1]}" = auto ]; then
+    until settled "${addr[1]}" 3; do sleep 0.5; done
+  fi
   for a in "${addr[1]}" "$single"; do
     "$lt" prepare --addr "$a" --user bench --password bench --dataset counties --batch 200
     "$lt" prepare --addr "$a" --user bench --password bench --dataset places-1m --batch 5000
@@ -46,4 +69,27 @@ start_placed() {
   done
   sleep 3 # every node has read the others' registry entries
   "$bin" cluster status --cluster "$urls" --name "$name" | tee "$work/status"
+}
+
+# now: seconds since $t0. window PHASE ADDR...: one window of WINDOW seconds of queries
+# (pip-counties and envelope in turn, CONNS connections, 200 answers checked) through the
+# addresses given; its record with its phase and start time appended to
+# $work/windows.jsonl. Needs $t0 and $n.
+now() { python3 -c "import time; print(f'{time.time() - $t0:.2f}')"; }
+window() {
+  local phase=$1 w a start
+  shift
+  w=$([ $((n % 2)) -eq 0 ] && echo pip-counties || echo envelope)
+  local also=()
+  for a in "${@:2}"; do also+=(--also "$a"); done
+  start=$(now)
+  "$lt" run --workload "$w" --addr "$1" "${also[@]}" --user bench --password bench \
+    --duration "$WINDOW" --warmup 0 --connections "$CONNS" --checked 200 \
+    --out "$work/run.jsonl" > /dev/null
+  tail -1 "$work/run.jsonl" | python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+r.update(phase='$phase', start=$start, window=$n)
+print(json.dumps(r))" >> "$work/windows.jsonl"
+  n=$((n + 1))
 }
