@@ -2,10 +2,10 @@
 //! with every question multiplexed on them, so a routed question costs one request on a warm
 //! connection rather than two trips through the NATS servers. Each thread that asks (an io
 //! thread, on its own runtime) keeps its own connection to each peer and drives it itself, so
-//! a question and its answer wake no other thread on the asking node. Each node answers on a
-//! thread of its own (`cluster-ask`, a current-thread runtime), listening on its own port
-//! (`cluster_listen`), and puts the address in its registry record (`ask`); a peer with none
-//! is asked over NATS (`ask`).
+//! a question and its answer wake no other thread on the asking node. Each node answers on the
+//! runtime of its accept loop (see `listen`), listening on its own port (`cluster_listen`),
+//! and puts the address in its registry record (`ask`); a peer with none is asked over NATS
+//! (`ask`).
 //!
 //! `Cluster::ask` and `Cluster::answer_asks` choose between the two ways.
 //!
@@ -112,8 +112,11 @@ impl Cluster {
     }
 }
 
-/// Listen for other nodes' questions on `addr` and answer them with `answer`, on a thread
-/// of its own with a current-thread runtime; the address bound.
+/// Listen for other nodes' questions on `addr` and answer them with `answer`: on the runtime
+/// of the caller when it runs on one (the node's accept loop, which with one io thread also
+/// serves the public HTTP, so a question is answered on the thread that polls its socket with
+/// no other thread woken), else on a thread of its own with a current-thread runtime. The
+/// address bound.
 pub(crate) fn listen(
     inner: Arc<Inner>,
     addr: SocketAddr,
@@ -123,6 +126,10 @@ pub(crate) fn listen(
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
     *inner.direct.address.lock() = local.to_string();
+    if let Ok(here) = tokio::runtime::Handle::try_current() {
+        here.spawn(serve(inner, listener, answer));
+        return Ok(local);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
