@@ -20,14 +20,14 @@ EOF
 }
 
 # cluster_work NAME: a fresh work directory $work (${TMPDIR:-/tmp}/geoshard-NAME), the release
-# binaries $bin and $lt built, and every pid in $pids killed on exit (then `more_cleanup`,
-# when the script defines it).
+# binaries $bin and $lt built ($bin is BIN instead when set, to measure another build), and
+# every pid in $pids killed on exit (then `more_cleanup`, when the script defines it).
 cluster_work() {
   work=${TMPDIR:-/tmp}/geoshard-$1
   rm -rf "$work"
   mkdir -p "$work" loadtest/reports
   cargo build --release -q -p geoshard -p geoshard-loadtest
-  bin=$PWD/target/release/geoshard
+  bin=${BIN:-$PWD/target/release/geoshard}
   lt=$PWD/target/release/geoshard-loadtest
   pids=()
   trap cleanup EXIT
