@@ -1,8 +1,8 @@
 //! Shards placed automatically (`cluster_placement = "auto"`): nodes spread the shards over
 //! themselves, two holders each; a node that joins takes its share under queries (killed
 //! once while it takes them), and the shards of a node killed for good are copied to the
-//! others from the survivors under writes. Throughout, no query fails, no answer differs from one node's, and every
-//! acknowledged write is read back through every node.
+//! others from the survivors under writes. Throughout, no query fails, no answer differs
+//! from one node's, and every acknowledged write is read back through every node.
 //!
 //! Needs Debian's `nats-server`, as the other cluster tests.
 
