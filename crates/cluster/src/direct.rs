@@ -106,8 +106,9 @@ impl Cluster {
         }
     }
 
-    /// The live nodes (this one too) as the registry named them at the last heartbeat.
-    pub fn peers(&self) -> Vec<NodeRecord> {
+    /// The live nodes (this one too) as the registry named them at the last heartbeat: the
+    /// list itself, shared, as every query reads it.
+    pub fn peers(&self) -> Arc<Vec<NodeRecord>> {
         self.inner.peers.lock().clone()
     }
 }

@@ -176,7 +176,7 @@ struct Inner {
     client: async_nats::Client,
     js: jetstream::Context,
     /// The live nodes' registry entries (this node's too), as of the last heartbeat.
-    peers: Mutex<Vec<NodeRecord>>,
+    peers: Mutex<Arc<Vec<NodeRecord>>>,
     store: Arc<Store>,
     /// This node's writes in the log, by request id, waiting for their outcome here.
     waiters: Mutex<crate::FastMap<u64, Waiter>>,
@@ -546,7 +546,7 @@ async fn connect(
         settings,
         client,
         js,
-        peers: Mutex::new(Vec::new()),
+        peers: Mutex::new(Arc::new(Vec::new())),
         store,
         waiters: Mutex::new(crate::FastMap::default()),
         next_request: AtomicU64::new(1),
@@ -1038,7 +1038,7 @@ async fn heartbeat(inner: Arc<Inner>) {
                 Err(_) => tracing::warn!("renewing the registry entry: no answer"),
             }
             match tokio::time::timeout(HEARTBEAT, status::live_nodes(kv, &inner.signer)).await {
-                Ok(Ok(nodes)) => *inner.peers.lock() = nodes,
+                Ok(Ok(nodes)) => *inner.peers.lock() = Arc::new(nodes),
                 Ok(Err(e)) => tracing::warn!(error = %e, "reading the node registry"),
                 Err(_) => tracing::warn!("reading the node registry: no answer"),
             }

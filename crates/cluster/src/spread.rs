@@ -42,6 +42,7 @@ pub struct Question {
     /// The shards to answer for; `None`: the whole answer.
     shards: Option<Vec<usize>>,
     /// The geoQueryService request as the client sent it.
+    #[serde(with = "serde_bytes")]
     body: Vec<u8>,
     /// A page over the limit is an even sample of the matches (a tile's).
     sample: bool,
@@ -57,12 +58,13 @@ pub struct Kept {
     format: u8,
     permissions: [u8; 4],
     collections: Vec<String>,
+    #[serde(with = "serde_bytes")]
     content: Vec<u8>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {
-    Whole(Vec<u8>),
+    Whole(#[serde(with = "serde_bytes")] Vec<u8>),
     Part(Partial),
     /// A refusal, with its message.
     Refused(Refusal, String),
@@ -404,11 +406,11 @@ async fn gather(q: &Routed<'_>) -> Result<Gathered, ApiError> {
     for _ in 0..ATTEMPTS {
         let peers: Vec<(String, Vec<usize>, bool)> = cluster
             .peers()
-            .into_iter()
+            .iter()
             .filter(|p| {
                 p.node != me && p.partition == placement.partition() && !left_out.contains(&p.node)
             })
-            .map(|p| (p.node, p.shards, p.caught_up))
+            .map(|p| (p.node.clone(), p.shards.clone(), p.caught_up))
             .collect();
         // This node answers for what it holds. A node still catching up answers with what it
         // has applied (and waits for `X-Geoshard-After`): used only when the caught-up nodes
@@ -809,14 +811,14 @@ pub async fn documents(
     for _ in 0..ATTEMPTS {
         let holders: Vec<(String, Vec<usize>, bool)> = cluster
             .peers()
-            .into_iter()
+            .iter()
             .filter(|p| {
                 p.node != me
                     && Some(&p.partition) == partition.as_ref()
                     && !left_out.contains(&p.node)
                     && p.shards.iter().any(|s| shards.contains(&(*s as u16)))
             })
-            .map(|p| (p.node, p.shards, p.caught_up))
+            .map(|p| (p.node.clone(), p.shards.clone(), p.caught_up))
             .collect();
         let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
         let Some((node, _)) = order_holders(holders, turn, |n| spread.outstanding.of(n))
@@ -874,8 +876,7 @@ pub async fn documents(
 mod tests {
     use super::*;
 
-    /// A refusal of the request reaches the client of another node with the code this node's
-    /// own answer would have had, and survives the wire; a refusal of the node has none.
+    /// Holders are asked in order of their questions outstanding, then in turn.
     #[test]
     fn holders_are_picked_by_outstanding_questions_then_in_turn() {
         let peers = |list: &[(&str, bool)]| -> Vec<(String, Vec<usize>, bool)> {
@@ -919,6 +920,8 @@ mod tests {
         assert_eq!(out.of("b"), 0);
     }
 
+    /// A refusal of the request reaches the client of another node with the code this node's
+    /// own answer would have had, and survives the wire; a refusal of the node has none.
     #[test]
     fn refusals_map_as_the_node_answers_alone() {
         let errors = [
@@ -1070,5 +1073,63 @@ mod tests {
             (k.permissions, k.collections, k.content),
             ([1, 2, 3, 4], vec!["c".to_string()], b"{}".to_vec())
         );
+    }
+
+    /// Byte fields go as one slice, in the same bytes as the byte sequences they were: nodes
+    /// of the release before still read them, and they read its.
+    #[test]
+    fn byte_fields_keep_the_wire_of_byte_sequences() {
+        use geoshard_features::query::Key;
+        #[derive(Serialize)]
+        #[allow(dead_code)]
+        enum Before {
+            Whole(Vec<u8>),
+            Part(BeforePartial),
+        }
+        #[derive(Serialize)]
+        #[allow(dead_code)]
+        enum BeforePartial {
+            Extents(()),
+            Empty,
+            Count(u64),
+            Ids(()),
+            Page {
+                total: u64,
+                skipped: u64,
+                rows: Vec<(Vec<Key>, i64, Vec<u8>)>,
+            },
+        }
+        let json = br#"{"attributes":{"NAME":"Autauga"}}"#.to_vec();
+        let rows = vec![
+            (
+                vec![Key::Str("Autauga".into()), Key::Int(7)],
+                7,
+                json.clone(),
+            ),
+            (vec![Key::Null], 8, Vec::new()),
+        ];
+        let before = postcard::to_stdvec(&Before::Whole(json.clone())).unwrap();
+        let now = postcard::to_stdvec(&Reply::Whole(json.clone())).unwrap();
+        assert_eq!(now, before);
+        let before = postcard::to_stdvec(&Before::Part(BeforePartial::Page {
+            total: 9,
+            skipped: 1,
+            rows: rows.clone(),
+        }))
+        .unwrap();
+        let part = Reply::Part(Partial::Page {
+            total: 9,
+            skipped: 1,
+            rows: rows.clone(),
+        });
+        assert_eq!(postcard::to_stdvec(&part).unwrap(), before);
+        match postcard::from_bytes::<Reply>(&before).unwrap() {
+            Reply::Part(Partial::Page {
+                total,
+                skipped,
+                rows: read,
+            }) => assert_eq!((total, skipped, read), (9, 1, rows)),
+            other => panic!("read back as {other:?}"),
+        }
     }
 }

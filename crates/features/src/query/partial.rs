@@ -34,10 +34,36 @@ pub enum Partial {
     Page {
         total: u64,
         skipped: u64,
+        #[serde(with = "written_rows")]
         rows: Vec<(Vec<Key>, i64, Vec<u8>)>,
     },
     /// Per group (its key, its members' JSON), an accumulator per statistic.
     Statistics(Vec<(Vec<u8>, Vec<u8>, Vec<Acc>)>),
+}
+
+/// A page's rows with each row's JSON as one byte string: the same bytes in postcard as a
+/// sequence of bytes, written and read as a slice rather than byte by byte.
+mod written_rows {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Key;
+
+    type Row = (Vec<Key>, i64, Vec<u8>);
+
+    pub fn serialize<S: Serializer>(rows: &[Row], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            rows.iter()
+                .map(|(keys, id, json)| (keys, id, serde_bytes::Bytes::new(json))),
+        )
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Row>, D::Error> {
+        let rows = Vec::<(Vec<Key>, i64, serde_bytes::ByteBuf)>::deserialize(d)?;
+        Ok(rows
+            .into_iter()
+            .map(|(keys, id, json)| (keys, id, json.into_vec()))
+            .collect())
+    }
 }
 
 impl Partial {
