@@ -50,8 +50,17 @@ quota() {
   echo "$2" > "$cg/geoshard-$1/cgroup.procs"
 }
 
+# Each node runs as in a container of its quota: as many rayon threads as whole cores in it
+# (at least one; what std's cgroup-aware available_parallelism gives a process started inside
+# such a group, where this script moves the nodes only once loaded), and no polling of the
+# reactor between requests, which would spend the quota. EXTRA_ENV: more settings for every
+# node, the single one too (e.g. "RAYON_NUM_THREADS=2").
+read -r -a extra_env <<< "${EXTRA_ENV:-}"
+rayon=$((QUOTA_US / 100000 > 1 ? QUOTA_US / 100000 : 1))
 start_placed placedscale GEOSHARD_IO_THREADS=1 GEOSHARD_PIN_IO_THREADS=false \
-  GEOSHARD_CLUSTER_DIRECT="$DIRECT" GEOSHARD_CLUSTER_SECRET=loadtest-cluster-secret-0123456789
+  RAYON_NUM_THREADS=$rayon GEOSHARD_IO_POLL_US=0 \
+  GEOSHARD_CLUSTER_DIRECT="$DIRECT" GEOSHARD_CLUSTER_SECRET=loadtest-cluster-secret-0123456789 \
+  "${extra_env[@]}"
 
 # Equal CPU quotas, from here on.
 quota single "$single_pid"
@@ -67,10 +76,11 @@ for r in $(seq "$REPEAT"); do
         nodes=("${pid[1]}" "${pid[2]}" "${pid[3]}")
       fi
       n0=$(ticks "${nodes[@]}") s0=$(ticks "${nats_pids[@]}") b0=$(busy) t0=$(date +%s.%N)
-      # PROFILE=1: a CPU profile of node 1 through the first cluster run of each workload.
+      # PROFILE=1: a CPU profile of node 1 through the first cluster run of each workload
+      # (CALLGRAPH=dwarf for whole stacks from the release build's unwind tables).
       if [ "${PROFILE:-0}" = 1 ] && [ "$target" = cluster ] && [ "$r" = 1 ]; then
-        perf record -F 999 -g -p "${pid[1]}" -o "$out.$w.perf.data" -- sleep "$DURATION" \
-          > /dev/null 2>&1 &
+        perf record -F 999 --call-graph "${CALLGRAPH:-fp}" -p "${pid[1]}" \
+          -o "$out.$w.perf.data" -- sleep "$DURATION" > /dev/null 2>&1 &
       fi
       "$lt" run --workload "$w" "${args[@]}" --user bench --password bench \
         --connections "$CONNS" --duration "$DURATION" --warmup 2 --threads 2 \
@@ -85,9 +95,10 @@ for r in $(seq "$REPEAT"); do
   done
 done
 
-python3 - "$out" "$work/status" "$REPEAT" "$DURATION" "$QUOTA_US" "$CONNS" "$DIRECT" << 'EOF'
+python3 - "$out" "$work/status" "$REPEAT" "$DURATION" "$QUOTA_US" "$CONNS" "$DIRECT" \
+  "$rayon" "${EXTRA_ENV:-}" << 'EOF'
 import json, statistics, sys
-out, status_file, repeat, duration, quota, conns, direct = sys.argv[1:8]
+out, status_file, repeat, duration, quota, conns, direct, rayon, extra = sys.argv[1:10]
 runs = [json.loads(l) for l in open(out + ".results.jsonl") if l.strip()]
 by = {}
 for r in runs:
@@ -103,6 +114,8 @@ lines = [
     "resolution 2) against a single node holding every row, each node in a cgroup-v1 `cpu`",
     "group of %.2f of a core with one io thread; the three NATS servers and the load" % (int(quota) / 100000),
     "generator outside the quotas. The cluster's connections are spread over its three nodes.",
+    "Each node as in a container of its quota: %s rayon thread(s), no polling of the reactor"
+    " between requests (`io_poll_us = 0`)%s." % (rayon, "; also " + extra if extra else ""),
     "Questions between nodes: %s; signed with a cluster secret." % (
         "direct HTTP/2 connections" if direct == "true" else "NATS request and reply"),
     "",
