@@ -183,7 +183,7 @@ impl Placement {
         nodes: &[(N, Vec<usize>)],
     ) -> Result<Route<N>, usize> {
         if let Some(b) = region {
-            let cover = self.partitioner.shards_for_bbox(b);
+            let cover = self.partitioner.shards_meeting(b);
             if let Some((n, _)) = nodes
                 .iter()
                 .find(|(_, held)| cover.iter().all(|s| held.contains(&s)))

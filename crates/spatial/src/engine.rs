@@ -628,7 +628,7 @@ impl Engine {
             }
             true
         };
-        let cover = self.partitioner.shards_for_bbox(&bbox);
+        let cover = self.partitioner.shards_meeting(&bbox);
         let shards: Vec<usize> = cover.iter().collect();
         let envelopes = rel == Relation::EnvelopeIntersects;
         // Phase 1, per shard: points tested at once, shapes collected as candidates.
@@ -724,7 +724,7 @@ impl Engine {
         let bbox = super::distance::around(&qb, meters);
         let mut points: Vec<(FeatureId, [f64; 2])> = Vec::new();
         let mut shapes: Vec<(FeatureId, Arc<Shape>)> = Vec::new();
-        for s in self.partitioner.shards_for_bbox(&bbox).iter() {
+        for s in self.partitioner.shards_meeting(&bbox).iter() {
             let idx = self.shards[s].read();
             idx.points_in(&bbox, |e| {
                 if admit(e.id) {

@@ -22,6 +22,11 @@
 //! a corner is within a tile's diagonal of its points, so from a sample `p` it is at most
 //! `0.71 · step + edge / 10`, about 0.34 edge lengths away, under the smallest edge length,
 //! and its cell is in `p`'s ring too.
+//!
+//! A query's box looks only in the shards of the tiles it touches (`shards_meeting`): those
+//! are exactly where its points are, and a shape meeting the box at `q` is kept in `q`'s
+//! tile's shard among others. For a box inside one cell that is usually one shard, where the
+//! sampled cover above names the cell's ring too.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +39,8 @@ use super::pip::BBox;
 pub const MAX_SHARDS: usize = 256;
 /// Past this many samples a box counts as touching every shard.
 const MAX_SAMPLES: usize = 4096;
+/// Past this many tiles a query's box is covered by samples instead (see `shards_meeting`).
+const MAX_QUERY_TILES: u64 = 256;
 const KM_PER_DEGREE: f64 = 111.32;
 /// The longest a degree of latitude gets (at the poles), for the tiles' bound.
 const KM_PER_DEGREE_MAX: f64 = 111.7;
@@ -135,6 +142,14 @@ impl Tiles {
         let key = j as u64 * self.columns + i as u64;
         (key, i * self.side - 180.0, j * self.side - 90.0)
     }
+
+    /// The column and row of the tile of a point of the globe, as [`Self::tile`] numbers it.
+    #[inline]
+    fn index(&self, x: f64, y: f64) -> (u64, u64) {
+        let i = ((x + 180.0) / self.side).floor();
+        let j = ((y + 90.0) / self.side).floor();
+        (i as u64, j as u64)
+    }
 }
 
 fn splitmix64(mut x: u64) -> u64 {
@@ -192,22 +207,73 @@ impl Partitioner {
         match &self.tiles {
             Some(t) if (-180.0..=180.0).contains(&x) && (-90.0..=90.0).contains(&y) => {
                 let (key, cx, cy) = t.tile(x, y);
-                let memo = t.memo.get_or_init(|| {
-                    (0..1usize << MEMO_BITS)
-                        .map(|_| AtomicU64::new(0))
-                        .collect()
-                });
-                let word = &memo[(splitmix64(key) >> (64 - MEMO_BITS)) as usize];
-                let known = word.load(Ordering::Relaxed);
-                if known >> 9 == key && known & 0x100 != 0 {
-                    return (known & 0xff) as usize;
-                }
-                let shard = self.shard_of_own_cell(cx, cy);
-                word.store(key << 9 | 0x100 | shard as u64, Ordering::Relaxed);
-                shard
+                self.shard_of_tile(t, key, cx, cy)
             }
             _ => self.shard_of_own_cell(x, y),
         }
+    }
+
+    /// The shard of tile `key` (south-west corner `cx`, `cy`): from the memo, else its
+    /// corner's cell's.
+    #[inline]
+    fn shard_of_tile(&self, t: &Tiles, key: u64, cx: f64, cy: f64) -> usize {
+        let memo = t.memo.get_or_init(|| {
+            (0..1usize << MEMO_BITS)
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        });
+        let word = &memo[(splitmix64(key) >> (64 - MEMO_BITS)) as usize];
+        let known = word.load(Ordering::Relaxed);
+        if known >> 9 == key && known & 0x100 != 0 {
+            return (known & 0xff) as usize;
+        }
+        let shard = self.shard_of_own_cell(cx, cy);
+        word.store(key << 9 | 0x100 | shard as u64, Ordering::Relaxed);
+        shard
+    }
+
+    /// The shards a query for box `b` must look in: those of the tiles it touches, which are
+    /// exactly the shards of the points it can hold. A line or polygon meeting the box at a
+    /// point `q` is kept in the shards [`Self::shards_for_bbox`] gives its box, which include
+    /// `q`'s tile's, so one of these holds it too. Far fewer than [`Self::shards_for_bbox`]
+    /// for a box inside a cell, which otherwise counts the cell's neighbours as well. That
+    /// cover, where points are not routed by tiles, the box leaves the globe's range, or it
+    /// touches more than [`MAX_QUERY_TILES`] tiles.
+    pub fn shards_meeting(&self, b: &BBox) -> ShardSet {
+        if self.shards == 1 {
+            return ShardSet::all(1);
+        }
+        let Some(t) = &self.tiles else {
+            return self.shards_for_bbox(b);
+        };
+        let on_globe =
+            |x: f64, y: f64| (-180.0..=180.0).contains(&x) && (-90.0..=90.0).contains(&y);
+        if !(b[0] <= b[2] && b[1] <= b[3] && on_globe(b[0], b[1]) && on_globe(b[2], b[3])) {
+            return self.shards_for_bbox(b);
+        }
+        // The same arithmetic as a point's tile: every point of the box falls in this range.
+        let (i0, j0) = t.index(b[0], b[1]);
+        let (i1, j1) = t.index(b[2], b[3]);
+        if (i1 - i0 + 1).saturating_mul(j1 - j0 + 1) > MAX_QUERY_TILES {
+            return self.shards_for_bbox(b);
+        }
+        let mut set = ShardSet::default();
+        let mut found = 0;
+        for j in j0..=j1 {
+            for i in i0..=i1 {
+                let key = j * t.columns + i;
+                let s =
+                    self.shard_of_tile(t, key, i as f64 * t.side - 180.0, j as f64 * t.side - 90.0);
+                if !set.contains(s) {
+                    set.insert(s);
+                    found += 1;
+                    if found == self.shards {
+                        return set;
+                    }
+                }
+            }
+        }
+        set
     }
 
     /// The shard of the point's own cell (0 for a point without one).
@@ -426,5 +492,97 @@ mod tests {
         assert!(Partitioner::new(16, 2).is_err());
         assert!(Partitioner::new(3, 0).is_err());
         assert!(Partitioner::new(3, MAX_SHARDS + 1).is_err());
+    }
+
+    /// A query's cover holds every point of its box (corners, edges and inside), keeps no
+    /// shard the sampled cover does not, and is one shard for a box inside one tile.
+    #[test]
+    fn query_covers_hold_their_points_and_no_more_than_the_sampled_cover() {
+        let mut state = 11u64;
+        let mut rnd = || {
+            state = splitmix64(state);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for (res, shards) in [(2, 6), (4, 16), (7, 64)] {
+            let p = Partitioner::new(res, shards).unwrap();
+            let side = p.tiles.as_ref().unwrap().side;
+            let mut fewer = 0;
+            for k in 0..400 {
+                let w = side * [0.3, 1.0, 3.0, 20.0][k % 4] * rnd();
+                let h = side * [0.3, 1.0, 3.0, 20.0][(k / 4) % 4] * rnd();
+                let x0 = rnd() * (360.0 - w) - 180.0;
+                let y0 = rnd() * (170.0 - h) - 85.0;
+                let b = [x0, y0, x0 + w, y0 + h];
+                let cover = p.shards_meeting(&b);
+                let sampled = p.shards_for_bbox(&b);
+                assert!(cover.iter().all(|s| sampled.contains(s)), "{b:?}");
+                fewer += usize::from(cover.len() < sampled.len());
+                let mut on = vec![(b[0], b[1]), (b[2], b[3]), (b[0], b[3]), (b[2], b[1])];
+                for _ in 0..100 {
+                    on.push((b[0] + rnd() * w, b[1] + rnd() * h));
+                    on.push((b[0] + rnd() * w, b[1]));
+                    on.push((b[2], b[1] + rnd() * h));
+                }
+                for (x, y) in on {
+                    let s = p.shard_of_point(x, y);
+                    assert!(
+                        cover.contains(s),
+                        "res {res}: ({x}, {y}) in {b:?} not covered"
+                    );
+                }
+            }
+            assert!(
+                fewer > 100,
+                "res {res}: fewer shards for only {fewer} of 400 boxes"
+            );
+            // Inside one tile: that tile's shard alone.
+            let t = p.tiles.as_ref().unwrap();
+            let (x, y) = (-87.65 + side * 0.25, 41.85 + side * 0.25);
+            let (_, cx, cy) = t.tile(x, y);
+            let inside = [
+                cx + side * 0.1,
+                cy + side * 0.1,
+                cx + side * 0.9,
+                cy + side * 0.9,
+            ];
+            let cover = p.shards_meeting(&inside);
+            assert_eq!(cover.len(), 1);
+            assert!(cover.contains(p.shard_of_point(x, y)));
+        }
+    }
+
+    /// A shape kept where the sampled cover of its box says, and a query box meeting that
+    /// box, share a shard: the query finds the shape.
+    #[test]
+    fn a_query_cover_meets_every_shape_box_it_meets() {
+        let p = Partitioner::new(2, 6).unwrap();
+        let mut state = 5u64;
+        let mut rnd = || {
+            state = splitmix64(state);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for k in 0..3000 {
+            let size = [0.02, 0.3, 2.0][k % 3];
+            let sx = rnd() * 350.0 - 175.0;
+            let sy = rnd() * 160.0 - 80.0;
+            let shape = [sx, sy, sx + rnd() * size, sy + rnd() * size];
+            // A query box around a point of the shape's box.
+            let (qx, qy) = (
+                shape[0] + rnd() * (shape[2] - shape[0]),
+                shape[1] + rnd() * (shape[3] - shape[1]),
+            );
+            let q = [
+                qx - rnd() * size,
+                qy - rnd() * size,
+                qx + rnd() * size,
+                qy + rnd() * size,
+            ];
+            let kept = p.shards_for_bbox(&shape);
+            let cover = p.shards_meeting(&q);
+            assert!(
+                kept.iter().any(|s| cover.contains(s)),
+                "shape {shape:?}, query {q:?}"
+            );
+        }
     }
 }
