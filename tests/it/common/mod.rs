@@ -269,6 +269,8 @@ pub struct Client {
     challenge: Option<digest_auth::WwwAuthenticateHeader>,
     /// Connections opened so far (keep-alive checks).
     pub connects: usize,
+    /// How long an answer may take before the connection counts as closed.
+    wait: Duration,
 }
 
 impl Client {
@@ -279,14 +281,23 @@ impl Client {
             conn: None,
             challenge: None,
             connects: 0,
+            wait: Duration::from_secs(120),
         }
+    }
+
+    /// Wait up to `wait` for each answer (120 s unless said): for a request whose answer
+    /// waits on work that a loaded machine may take minutes over.
+    pub fn waiting(mut self, wait: Duration) -> Client {
+        self.wait = wait;
+        self.conn = None;
+        self
     }
 
     fn connection(&mut self) -> &mut BufReader<TcpStream> {
         if self.conn.is_none() {
             let s = TcpStream::connect(self.addr).unwrap();
             s.set_nodelay(true).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            s.set_read_timeout(Some(self.wait)).unwrap();
             self.conn = Some(BufReader::new(s));
             self.connects += 1;
         }
