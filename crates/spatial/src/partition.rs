@@ -54,8 +54,12 @@ const TILE_KEY_BITS: u32 = 55;
 pub struct ShardSet([u64; MAX_SHARDS / 64]);
 
 impl ShardSet {
-    pub fn insert(&mut self, shard: usize) {
-        self.0[shard / 64] |= 1 << (shard % 64);
+    /// Add `shard`; whether it was not in the set before.
+    pub fn insert(&mut self, shard: usize) -> bool {
+        let (word, bit) = (&mut self.0[shard / 64], 1 << (shard % 64));
+        let new = *word & bit == 0;
+        *word |= bit;
+        new
     }
 
     pub fn contains(&self, shard: usize) -> bool {
@@ -137,10 +141,17 @@ impl Tiles {
     /// south-west corner.
     #[inline]
     fn tile(&self, x: f64, y: f64) -> (u64, f64, f64) {
-        let i = ((x + 180.0) / self.side).floor();
-        let j = ((y + 90.0) / self.side).floor();
-        let key = j as u64 * self.columns + i as u64;
-        (key, i * self.side - 180.0, j * self.side - 90.0)
+        let (i, j) = self.index(x, y);
+        (
+            self.key(i, j),
+            i as f64 * self.side - 180.0,
+            j as f64 * self.side - 90.0,
+        )
+    }
+
+    #[inline]
+    fn key(&self, i: u64, j: u64) -> u64 {
+        j * self.columns + i
     }
 
     /// The column and row of the tile of a point of the globe, as [`Self::tile`] numbers it.
@@ -150,6 +161,12 @@ impl Tiles {
         let j = ((y + 90.0) / self.side).floor();
         (i as u64, j as u64)
     }
+}
+
+/// Whether a point is within the globe's lon/lat range, where tiles route it.
+#[inline]
+fn on_globe(x: f64, y: f64) -> bool {
+    (-180.0..=180.0).contains(&x) && (-90.0..=90.0).contains(&y)
 }
 
 fn splitmix64(mut x: u64) -> u64 {
@@ -205,7 +222,7 @@ impl Partitioner {
             return 0;
         }
         match &self.tiles {
-            Some(t) if (-180.0..=180.0).contains(&x) && (-90.0..=90.0).contains(&y) => {
+            Some(t) if on_globe(x, y) => {
                 let (key, cx, cy) = t.tile(x, y);
                 self.shard_of_tile(t, key, cx, cy)
             }
@@ -246,8 +263,6 @@ impl Partitioner {
         let Some(t) = &self.tiles else {
             return self.shards_for_bbox(b);
         };
-        let on_globe =
-            |x: f64, y: f64| (-180.0..=180.0).contains(&x) && (-90.0..=90.0).contains(&y);
         if !(b[0] <= b[2] && b[1] <= b[3] && on_globe(b[0], b[1]) && on_globe(b[2], b[3])) {
             return self.shards_for_bbox(b);
         }
@@ -261,11 +276,8 @@ impl Partitioner {
         let mut found = 0;
         for j in j0..=j1 {
             for i in i0..=i1 {
-                let key = j * t.columns + i;
-                let s =
-                    self.shard_of_tile(t, key, i as f64 * t.side - 180.0, j as f64 * t.side - 90.0);
-                if !set.contains(s) {
-                    set.insert(s);
+                let (cx, cy) = (i as f64 * t.side - 180.0, j as f64 * t.side - 90.0);
+                if set.insert(self.shard_of_tile(t, t.key(i, j), cx, cy)) {
                     found += 1;
                     if found == self.shards {
                         return set;
@@ -324,9 +336,7 @@ impl Partitioner {
                     continue;
                 };
                 for c in cell.grid_disk_safe(1) {
-                    let s = self.shard_of_cell(c);
-                    if !set.contains(s) {
-                        set.insert(s);
+                    if set.insert(self.shard_of_cell(c)) {
                         found += 1;
                         if found == self.shards {
                             return set;
